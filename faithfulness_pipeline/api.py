@@ -1,0 +1,44 @@
+"""The Python entry points: score a polars frame or a Parquet input with a judge (offline by default)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import polars as pl
+
+from faithfulness_pipeline.core.config import ScoringConfig
+from faithfulness_pipeline.core.judge import Judge
+from faithfulness_pipeline.core.pipeline import RowProgress, score_frame_async
+
+
+def default_judge() -> Judge:
+    """The offline lexical judge: no key, no network; a baseline that says so in ``judge_model``."""
+    from faithfulness_pipeline.judges.offline import OfflineJudge
+
+    return OfflineJudge()
+
+
+def score_frame(
+    df: pl.DataFrame,
+    judge: Judge | None = None,
+    config: ScoringConfig | None = None,
+    progress: RowProgress | None = None,
+) -> pl.DataFrame:
+    """Score every row of ``df`` and return the scored table (one output row per judged answer).
+
+    >>> import polars as pl
+    >>> df = pl.DataFrame({"output": ["Paris is the capital of France."],
+    ...                    "context": [["Paris is the capital of France."]]})
+    >>> score_frame(df).select("hallucination_score", "faithfulness_score").row(0)
+    (0.0, 1.0)
+    """
+    chosen = judge if judge is not None else default_judge()
+    config = config or ScoringConfig()
+
+    async def run() -> pl.DataFrame:
+        try:
+            return await score_frame_async(df, chosen, config, progress)
+        finally:
+            await chosen.aclose()
+
+    return asyncio.run(run())

@@ -1,0 +1,1 @@
+"""The pure scoring core: polars in, polars out. Imports neither dagster nor litellm."""

@@ -1,0 +1,235 @@
+"""The scoring steps composed: prepare -> claims -> verdicts -> scores, chunk by chunk.
+
+Each step is a function from a polars frame to a polars frame with more columns, so the Dagster assets can
+materialise every stage and the CLI can stream a warehouse-sized table through all of them in bounded
+chunks. No step ever drops a row: a row the judge could not handle gets ``status = "error"`` and a reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+
+from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.config import ScoringConfig
+from faithfulness_pipeline.core.judge import (
+    ExtractItem,
+    Judge,
+    Usage,
+    VerdictItem,
+)
+from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
+from faithfulness_pipeline.core.reasons import faithfulness_reason, hallucination_reason
+from faithfulness_pipeline.core.scoring import add_counts_and_scores, published_verdicts
+
+#: Receives how many rows (fractions allowed: each row passes two LLM steps) just advanced.
+RowProgress = Callable[[float], None]
+
+NO_CONTEXT_REASON = "No context was provided to check this claim against."
+
+
+def _usage_frame(usages: list[Usage]) -> dict[str, pl.Series]:
+    return {
+        "llm_calls": pl.Series([u.llm_calls for u in usages], dtype=pl.Float64),
+        "prompt_tokens": pl.Series([u.prompt_tokens for u in usages], dtype=pl.Int64),
+        "completion_tokens": pl.Series([u.completion_tokens for u in usages], dtype=pl.Int64),
+        "cost_usd": pl.Series([u.cost_usd for u in usages], dtype=pl.Float64),
+    }
+
+
+def _add_usage(df: pl.DataFrame, usages: list[Usage]) -> pl.DataFrame:
+    """Adds this step's usage to the row's running totals (a null cost stays null: unknown is not 0)."""
+    new = _usage_frame(usages)
+    if "llm_calls" not in df.columns:
+        return df.with_columns(s.alias(name) for name, s in new.items())
+    return df.with_columns(
+        (pl.col(name) + s).alias(name) for name, s in new.items()
+    )
+
+
+def _half(progress: RowProgress | None) -> Callable[[int], None] | None:
+    if progress is None:
+        return None
+    return lambda n: progress(n / 2)
+
+
+async def extract_step(df: pl.DataFrame, judge: Judge, progress: RowProgress | None = None) -> pl.DataFrame:
+    """Adds ``_fp_claims`` and ``_fp_error`` (plus usage). Empty or null answers cost no call: no claims."""
+    keys = df.get_column(S.ROW_KEY).to_list()
+    answers = df.get_column(S.ANSWER).to_list()
+    questions = df.get_column(S.QUESTION).to_list()
+    todo = [i for i, a in enumerate(answers) if a is not None and a.strip()]
+    items = [ExtractItem(id=keys[i], answer=answers[i], question=questions[i]) for i in todo]
+    if progress is not None and len(todo) < df.height:
+        progress((df.height - len(todo)) / 2)
+    results = await judge.extract_claims(items, _half(progress)) if items else []
+    _check_ids("extract_claims", [it.id for it in items], [r.id for r in results])
+
+    claims: list[list[str] | None] = [[] for _ in range(df.height)]
+    errors: list[str | None] = [None] * df.height
+    usages = [Usage() for _ in range(df.height)]
+    for i, result in zip(todo, results, strict=True):
+        claims[i] = list(result.claims) if result.claims is not None else None
+        errors[i] = f"claim extraction failed: {result.error}" if result.error is not None else None
+        usages[i] = result.usage
+    out = df.with_columns(
+        pl.Series(S.CLAIMS, claims, dtype=pl.List(pl.String)),
+        pl.Series(S.ERROR, errors, dtype=pl.String),
+    )
+    return _add_usage(out, usages)
+
+
+def _check_ids(step: str, sent: list[str], got: list[str]) -> None:
+    # The port promises one result per item in order; a judge that breaks it is a bug, not a row error.
+    if sent != got:
+        raise RuntimeError(f"judge broke the port contract in {step}: results do not match items one to one")
+
+
+async def verdict_step(df: pl.DataFrame, judge: Judge, progress: RowProgress | None = None) -> pl.DataFrame:
+    """Adds ``_fp_verdicts`` and ``context_truncated`` (plus usage) to the output of :func:`extract_step`.
+
+    Rows without claims or with an earlier error make no call; claims with an empty context are all
+    ``unsupported`` without a call (SPEC §3b).
+    """
+    keys = df.get_column(S.ROW_KEY).to_list()
+    claims = df.get_column(S.CLAIMS).to_list()
+    contexts = df.get_column(S.CONTEXT).to_list()
+    questions = df.get_column(S.QUESTION).to_list()
+    errors = df.get_column(S.ERROR).to_list()
+
+    verdicts: list[list[dict[str, Any]] | None] = [None] * df.height
+    truncated = [False] * df.height
+    usages = [Usage() for _ in range(df.height)]
+    todo: list[int] = []
+    for i in range(df.height):
+        if errors[i] is not None:
+            continue
+        if not claims[i]:
+            verdicts[i] = []
+        elif not contexts[i]:
+            verdicts[i] = [
+                {"verdict": "unsupported", "speculative": False, "reason": NO_CONTEXT_REASON, "evidence_index": None}
+                for _ in claims[i]
+            ]
+        else:
+            todo.append(i)
+    if progress is not None and len(todo) < df.height:
+        progress((df.height - len(todo)) / 2)
+    items = [
+        VerdictItem(id=keys[i], claims=tuple(claims[i]), context=tuple(contexts[i]), question=questions[i])
+        for i in todo
+    ]
+    results = await judge.judge_claims(items, _half(progress)) if items else []
+    _check_ids("judge_claims", [it.id for it in items], [r.id for r in results])
+    for i, result in zip(todo, results, strict=True):
+        usages[i] = result.usage
+        truncated[i] = result.context_truncated
+        if result.verdicts is None or len(result.verdicts) != len(claims[i]):
+            errors[i] = f"claim verdicts failed: {result.error or 'judge returned a wrong number of verdicts'}"
+            continue
+        verdicts[i] = [
+            {"verdict": v.verdict, "speculative": v.speculative, "reason": v.reason, "evidence_index": v.evidence}
+            for v in result.verdicts
+        ]
+    out = df.with_columns(
+        pl.Series(S.VERDICTS, verdicts, dtype=pl.List(S.RAW_VERDICT_STRUCT)),
+        pl.Series(S.CONTEXT_TRUNCATED, truncated, dtype=pl.Boolean),
+        pl.Series(S.ERROR, errors, dtype=pl.String),
+    )
+    return _add_usage(out, usages)
+
+
+def _reasons(df: pl.DataFrame) -> tuple[list[str | None], list[str | None]]:
+    halluc: list[str | None] = []
+    faith: list[str | None] = []
+    rows = df.select("hallucination_score", "faithfulness_score", "verdicts", S.ERROR).iter_rows()
+    for h_score, f_score, verdicts, error in rows:
+        if error is not None:
+            halluc.append(None)
+            faith.append(None)
+            continue
+        halluc.append(hallucination_reason(h_score, verdicts))
+        faith.append(faithfulness_reason(f_score, verdicts))
+    return halluc, faith
+
+
+def score_step(
+    df: pl.DataFrame,
+    config: ScoringConfig,
+    *,
+    judge_model: str,
+    prompt_version: str,
+    scored_at: datetime | None = None,
+) -> pl.DataFrame:
+    """The scored table (SPEC §4) from the output of :func:`verdict_step`: passthrough columns, then ours."""
+    scored_at = scored_at or datetime.now(UTC)
+    df = add_counts_and_scores(df, config)
+    df = df.with_columns(published_verdicts(df))
+    halluc, faith = _reasons(df)
+    df = df.with_columns(
+        pl.col(S.CLAIMS).alias("claims"),
+        pl.Series("hallucination_reason", halluc, dtype=pl.String),
+        pl.Series("faithfulness_reason", faith, dtype=pl.String),
+        pl.when(pl.col(S.ERROR).is_null()).then(pl.lit(S.STATUS_OK)).otherwise(pl.lit(S.STATUS_ERROR)).alias("status"),
+        pl.col(S.ERROR).alias("error"),
+        pl.lit(judge_model, dtype=pl.String).alias("judge_model"),
+        pl.lit(prompt_version, dtype=pl.String).alias("prompt_version"),
+        pl.lit(scored_at, dtype=pl.Datetime("us", "UTC")).alias("scored_at"),
+    )
+    ours = set(S.SCORED_COLUMNS) | set(S.INTERNAL_COLUMNS)
+    passthrough = [c for c in df.columns if c not in ours]
+    return df.select(
+        *passthrough, *[pl.col(name).cast(dtype) for name, dtype in S.SCORED_COLUMNS.items()]
+    )
+
+
+def empty_scored_frame(input_schema: Mapping[str, pl.DataType], config: ScoringConfig) -> pl.DataFrame:
+    """The scored table of an empty input: no rows, the full schema (SPEC §8)."""
+    prepared = prepare(pl.DataFrame(schema=dict(input_schema)), config)
+    extracted = prepared.with_columns(
+        pl.lit(None, dtype=pl.List(pl.String)).alias(S.CLAIMS),
+        pl.lit(None, dtype=pl.String).alias(S.ERROR),
+        pl.lit(None, dtype=pl.List(S.RAW_VERDICT_STRUCT)).alias(S.VERDICTS),
+        pl.lit(None, dtype=pl.Boolean).alias(S.CONTEXT_TRUNCATED),
+        *[pl.lit(None, dtype=d).alias(n) for n, d in S.USAGE_SCHEMA.items()],
+    )
+    return score_step(extracted, config, judge_model="", prompt_version="")
+
+
+async def score_chunks(
+    chunks: Iterable[pl.DataFrame],
+    judge: Judge,
+    config: ScoringConfig,
+    progress: RowProgress | None = None,
+) -> AsyncIterator[pl.DataFrame]:
+    """Scores an input stream chunk by chunk; keys are checked for duplicates across the whole stream."""
+    registry = KeyRegistry()
+    scored_at = datetime.now(UTC)
+    for chunk in chunks:
+        prepared = prepare(chunk, config, registry)
+        with_claims = await extract_step(prepared, judge, progress)
+        with_verdicts = await verdict_step(with_claims, judge, progress)
+        yield score_step(
+            with_verdicts,
+            config,
+            judge_model=judge.model_name,
+            prompt_version=judge.prompt_version,
+            scored_at=scored_at,
+        )
+
+
+def chunks_of(df: pl.DataFrame, rows: int) -> Iterable[pl.DataFrame]:
+    """Slices of at most ``rows`` rows; an empty table gives one empty slice so its schema flows through."""
+    for offset in range(0, max(df.height, 1), rows):
+        yield df.slice(offset, rows)
+
+
+async def score_frame_async(
+    df: pl.DataFrame, judge: Judge, config: ScoringConfig, progress: RowProgress | None = None
+) -> pl.DataFrame:
+    """Scores a whole in-memory table. The caller owns the judge (and closes it)."""
+    parts = [part async for part in score_chunks(chunks_of(df, config.chunk_rows), judge, config, progress)]
+    return pl.concat(parts, how="vertical")

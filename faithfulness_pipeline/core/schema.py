@@ -1,0 +1,93 @@
+"""Column names and polars schemas of every table the product writes.
+
+Internal working columns carry the ``_fp_`` prefix so they never collide with a user's passthrough columns;
+they are dropped before a table is written.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+# --- internal working columns (between steps) ---------------------------------------------------------
+ANSWER = "_fp_answer"
+QUESTION = "_fp_question"
+CONTEXT = "_fp_context"
+CLAIMS = "_fp_claims"
+VERDICTS = "_fp_verdicts"  # list<struct<verdict, speculative, reason, evidence_index>>
+ERROR = "_fp_error"
+INTERNAL_COLUMNS = (ANSWER, QUESTION, CONTEXT, CLAIMS, VERDICTS, ERROR)
+
+# --- public columns -------------------------------------------------------------------------------------
+ROW_KEY = "row_key"
+ASSISTANT_TURN = "assistant_turn"
+CONTEXT_TRUNCATED = "context_truncated"
+USAGE_COLUMNS = ("llm_calls", "prompt_tokens", "completion_tokens", "cost_usd")
+
+VERDICT_STRUCT = pl.Struct(
+    {
+        "claim": pl.String,
+        "verdict": pl.String,
+        "speculative": pl.Boolean,
+        "reason": pl.String,
+        "evidence": pl.String,
+    }
+)
+
+# Internal verdict payload: the judge's evidence is an index; the published column holds the passage text.
+RAW_VERDICT_STRUCT = pl.Struct(
+    {
+        "verdict": pl.String,
+        "speculative": pl.Boolean,
+        "reason": pl.String,
+        "evidence_index": pl.Int32,
+    }
+)
+
+USAGE_SCHEMA: dict[str, pl.DataType] = {
+    "llm_calls": pl.Float64(),
+    "prompt_tokens": pl.Int64(),
+    "completion_tokens": pl.Int64(),
+    "cost_usd": pl.Float64(),
+}
+
+#: Columns the scorer adds after the passthrough columns, in this order (SPEC §4).
+SCORED_COLUMNS: dict[str, pl.DataType] = {
+    ROW_KEY: pl.String(),
+    "claims": pl.List(pl.String),
+    "verdicts": pl.List(VERDICT_STRUCT),
+    "n_claims": pl.Int32(),
+    "n_supported": pl.Int32(),
+    "n_contradicted": pl.Int32(),
+    "n_unsupported": pl.Int32(),
+    "n_speculative": pl.Int32(),
+    "hallucination_score": pl.Float64(),
+    "faithfulness_score": pl.Float64(),
+    "hallucination_reason": pl.String(),
+    "faithfulness_reason": pl.String(),
+    "status": pl.String(),
+    "error": pl.String(),
+    CONTEXT_TRUNCATED: pl.Boolean(),
+    "judge_model": pl.String(),
+    "prompt_version": pl.String(),
+    "scored_at": pl.Datetime("us", "UTC"),
+    **USAGE_SCHEMA,
+}
+
+#: One row per claim (the claim table), keyed by the scored row's key.
+CLAIM_TABLE_SCHEMA: dict[str, pl.DataType] = {
+    ROW_KEY: pl.String(),
+    "claim_index": pl.Int32(),
+    "claim": pl.String(),
+    "verdict": pl.String(),
+    "speculative": pl.Boolean(),
+    "reason": pl.String(),
+    "evidence": pl.String(),
+    "faithfulness_verdict": pl.String(),
+    "hallucination_verdict": pl.String(),
+    "judge_model": pl.String(),
+    "prompt_version": pl.String(),
+    "scored_at": pl.Datetime("us", "UTC"),
+}
+
+STATUS_OK = "ok"
+STATUS_ERROR = "error"

@@ -1,0 +1,127 @@
+"""Verdicts -> counts, Mastra-exact scores and the published verdict column (SPEC §3c). Pure polars, no I/O.
+
+Mastra vocabulary:
+- faithfulness: ``yes`` = supported and not speculative; ``no`` = contradicted; ``unsure`` = unsupported or
+  speculative. Score = yes / n_claims x scale.
+- hallucination: ``yes`` = contradicted or unsupported; ``no`` = supported (hedging allowed).
+  Score = yes / n_claims x scale.
+Both are rounded like Mastra's ``roundToTwoDecimals``: ``floor((x + eps) * 100 + 0.5) / 100``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import polars as pl
+
+from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.config import ScoringConfig
+
+_EPS = sys.float_info.epsilon
+
+
+def round_half_up(x: float) -> float:
+    """Mastra's rounding in plain Python (1/8 -> 0.13, where ``round`` gives 0.12)."""
+    return math.floor((x + _EPS) * 100 + 0.5) / 100
+
+
+def _round_expr(x: pl.Expr) -> pl.Expr:
+    return ((x + _EPS) * 100 + 0.5).floor() / 100
+
+
+def _verdict_field(name: str) -> pl.Expr:
+    return pl.col(S.VERDICTS).list.eval(pl.element().struct.field(name))
+
+
+def _count(predicate: pl.Expr) -> pl.Expr:
+    return pl.col(S.VERDICTS).list.eval(predicate.cast(pl.Int32)).list.sum().cast(pl.Int32)
+
+
+def faithfulness_label(verdict: str, speculative: bool) -> str:
+    if verdict == "contradicted":
+        return "no"
+    return "yes" if verdict == "supported" and not speculative else "unsure"
+
+
+def hallucination_label(verdict: str) -> str:
+    return "no" if verdict == "supported" else "yes"
+
+
+def add_counts_and_scores(df: pl.DataFrame, config: ScoringConfig) -> pl.DataFrame:
+    """Counts and both scores from ``_fp_verdicts``; rows with ``_fp_error`` get nulls, never 0."""
+    verdict = pl.element().struct.field("verdict")
+    speculative = pl.element().struct.field("speculative").fill_null(False)
+    failed = pl.col(S.ERROR).is_not_null()
+    counts = {
+        "n_claims": pl.col(S.VERDICTS).list.len().cast(pl.Int32),
+        "n_supported": _count(verdict == "supported"),
+        "n_contradicted": _count(verdict == "contradicted"),
+        "n_unsupported": _count(verdict == "unsupported"),
+        "n_speculative": _count(speculative),
+        "_fp_faithful_yes": _count((verdict == "supported") & ~speculative),
+    }
+    df = df.with_columns(
+        pl.when(failed).then(None).otherwise(expr.fill_null(0)).alias(name) for name, expr in counts.items()
+    )
+    n = pl.col("n_claims")
+    zero_value = pl.lit(0.0) if config.zero_claims == "zero" else pl.lit(None, dtype=pl.Float64)
+    hallucinated = pl.col("n_contradicted") + pl.col("n_unsupported")
+
+    def score(yes: pl.Expr) -> pl.Expr:
+        ratio = yes.cast(pl.Float64) / n.cast(pl.Float64)
+        return pl.when(failed).then(None).when(n == 0).then(zero_value).otherwise(_round_expr(ratio * config.scale))
+
+    return df.with_columns(
+        score(hallucinated).alias("hallucination_score"),
+        score(pl.col("_fp_faithful_yes")).alias("faithfulness_score"),
+    ).drop("_fp_faithful_yes")
+
+
+def _supported_reason() -> pl.Expr:
+    """A supported claim's reason is built from its evidence, not paid for (SPEC §3b)."""
+    passage = (pl.col("_fp_evidence_index") + 1).cast(pl.String)
+    built = (
+        pl.when(pl.col("_fp_evidence_index").is_not_null())
+        .then(pl.format("Stated in context passage {}.", passage))
+        .otherwise(pl.lit("Supported by the context."))
+    )
+    hedge = pl.when(pl.col("speculative").fill_null(False)).then(pl.lit(" Hedged in the answer.")).otherwise(pl.lit(""))
+    reason = pl.col("reason")
+    return (
+        pl.when((pl.col("verdict") == "supported") & (reason.is_null() | (reason.str.strip_chars() == "")))
+        .then(pl.concat_str(built, hedge))
+        .otherwise(reason)
+        .alias("reason")
+    )
+
+
+def published_verdicts(df: pl.DataFrame) -> pl.Series:
+    """``verdicts`` as published: claim text zipped with its verdict, evidence index replaced by passage text."""
+    idx = "_fp_row"
+    fields = ["verdict", "speculative", "reason"]
+    narrow = df.select(
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias(idx),
+        pl.col(S.CLAIMS).alias("claim"),
+        *[_verdict_field(f).alias(f) for f in fields],
+        pl.col(S.CONTEXT).list.gather(_verdict_field("evidence_index"), null_on_oob=True).alias("evidence"),
+        pl.col(S.VERDICTS).is_null().alias("_fp_missing"),
+    )
+    evidence_index = _verdict_field("evidence_index").alias("_fp_evidence_index")
+    zipped = (
+        narrow.with_columns(df.select(evidence_index).to_series())
+        .filter(~pl.col("_fp_missing") & (pl.col("claim").list.len() > 0))
+        .explode(["claim", *fields, "evidence", "_fp_evidence_index"])
+        .with_columns(_supported_reason())
+        .group_by(idx, maintain_order=True)
+        .agg(pl.struct("claim", *fields, "evidence").alias("verdicts"))
+    )
+    joined = narrow.select(idx, "_fp_missing").join(zipped, on=idx, how="left", maintain_order="left")
+    empty = pl.lit([], dtype=pl.List(S.VERDICT_STRUCT))
+    return joined.select(
+        pl.when(pl.col("_fp_missing"))
+        .then(None)
+        .otherwise(pl.col("verdicts").fill_null(empty))
+        .cast(pl.List(S.VERDICT_STRUCT))
+        .alias("verdicts")
+    ).to_series()
