@@ -1,0 +1,100 @@
+"""Run the fake LLM server as its own process (client-overhead benchmarks, crash tests).
+
+    python -m tests.fakellm --port 0 --responder pkg.module:attr --base-ms 200 --per-token-ms 2
+
+Prints ``READY http://127.0.0.1:PORT/v1`` once it accepts connections; SIGTERM or SIGINT stops it,
+after which it prints ``STATS {json}`` (the counters) and exits 0. ``GET /fakellm/stats`` gives the
+same counters while it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import cast
+
+from tests.fakellm.server import FakeLLMServer, FaultPlan, Latency, Responder, echo_json, stats_to_dict
+
+_BUILTIN_RESPONDERS: dict[str, Responder] = {"echo_json": echo_json}
+
+
+def load_responder(spec: str) -> Responder:
+    """``echo_json`` or ``package.module:attribute`` naming a callable ``(ChatRequest) -> str``."""
+    if spec in _BUILTIN_RESPONDERS:
+        return _BUILTIN_RESPONDERS[spec]
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit(f"--responder must be 'echo_json' or 'module:attribute', got {spec!r}")
+    target: object = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise SystemExit(f"{spec} is not callable")
+    return cast(Responder, target)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tests.fakellm", description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
+    p.add_argument("--responder", default="echo_json", help="echo_json or package.module:attribute")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>'")
+    p.add_argument("--base-ms", type=float, default=0.0, help="service time per request")
+    p.add_argument("--per-token-ms", type=float, default=0.0, help="service time per completion token")
+    p.add_argument("--max-in-flight", type=int, default=None, help="server-side concurrency; extra requests queue")
+    p.add_argument("--rate-429", type=float, default=0.0)
+    p.add_argument("--retry-after-s", type=float, default=1.0)
+    p.add_argument("--rate-429-no-retry-after", type=float, default=0.0)
+    p.add_argument("--rate-5xx", type=float, default=0.0)
+    p.add_argument("--status-5xx", type=int, default=500)
+    p.add_argument("--rate-malformed", type=float, default=0.0)
+    p.add_argument("--rate-partial", type=float, default=0.0)
+    p.add_argument("--rate-hang", type=float, default=0.0)
+    p.add_argument("--fault-seed", type=int, default=0)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    latency = Latency(
+        base_s=args.base_ms / 1000, per_output_token_s=args.per_token_ms / 1000, max_in_flight=args.max_in_flight
+    )
+    faults = FaultPlan(
+        rate_429=args.rate_429,
+        retry_after_s=args.retry_after_s,
+        rate_429_no_retry_after=args.rate_429_no_retry_after,
+        rate_5xx=args.rate_5xx,
+        status_5xx=args.status_5xx,
+        rate_malformed=args.rate_malformed,
+        rate_partial=args.rate_partial,
+        rate_hang=args.rate_hang,
+        seed=args.fault_seed,
+    )
+    server = FakeLLMServer(
+        load_responder(args.responder), latency=latency, faults=faults, port=args.port, api_key=args.api_key
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        del signum, frame
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with server:
+        print(f"READY {server.base_url}", flush=True)
+        # A timed wait keeps the main thread returning to the interpreter, where signal handlers run.
+        while not stop.wait(0.2):
+            pass
+        stats = stats_to_dict(server.stats())
+    print(f"STATS {json.dumps(stats, sort_keys=True)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
