@@ -102,15 +102,6 @@ def _reserved_clash(df: pl.DataFrame) -> None:
         )
 
 
-def _as_passages(value: Any) -> list[str] | None:
-    """A context cell as passages: a string is one passage; nulls inside a list are skipped."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return [value] if value.strip() else []
-    return [p for p in value if isinstance(p, str) and p.strip()]
-
-
 def _hook_passages(hook_value: Any, key_hint: str) -> list[str]:
     if hook_value is None:
         return []
@@ -122,123 +113,116 @@ def _hook_passages(hook_value: Any, key_hint: str) -> list[str]:
     return [str(p) for p in hook_value if p is not None and str(p).strip()]
 
 
-@dataclass(frozen=True, slots=True)
-class _Judged:
-    source_row: int
-    answer: str | None
-    question: str | None
-    tool_context: list[str]
-    assistant_turn: int | None
+@dataclass(slots=True)
+class _FromMessages:
+    """What Python had to read out of the messages: one entry per judged row."""
+
+    source_rows: list[int]
+    answers: list[str | None]
+    questions: list[str | None]
+    tool_context: list[list[str]]
+    assistant_turns: list[int | None]
 
 
-def _judged_rows(df: pl.DataFrame, config: ScoringConfig, shape: str) -> list[_Judged]:
+def _read_messages(df: pl.DataFrame, config: ScoringConfig, shape: str) -> _FromMessages | None:
+    """Per-row message parsing; None for flat tables without messages (then everything stays vectorised)."""
     columns = config.columns
-    n = df.height
-    messages: list[Any] = (
-        df.get_column(columns.messages).to_list() if columns.messages in df.columns else [None] * n
-    )
-    outputs: list[Any] = df.get_column(columns.output).to_list() if shape == "flat" else [None] * n
-    inputs: list[Any] = df.get_column(columns.input).to_list() if columns.input in df.columns else [None] * n
-    rows: list[_Judged] = []
-    for i in range(n):
-        msgs = [m for m in (messages[i] or []) if isinstance(m, Mapping)]
+    if columns.messages not in df.columns:
+        return None
+    messages: list[Any] = df.get_column(columns.messages).to_list()
+    out = _FromMessages([], [], [], [], [])
+
+    def add(row: int, answer: str | None, question: str | None, tools: list[str], turn: int | None) -> None:
+        out.source_rows.append(row)
+        out.answers.append(answer)
+        out.questions.append(question)
+        out.tool_context.append(tools)
+        out.assistant_turns.append(turn)
+
+    for i, raw in enumerate(messages):
+        msgs = [m for m in (raw or []) if isinstance(m, Mapping)]
         if shape == "flat":
-            question = inputs[i] if inputs[i] is not None else (question_before(msgs, len(msgs)) if msgs else None)
-            rows.append(_Judged(i, outputs[i], question, tool_results_before(msgs, len(msgs)), None))
+            add(i, None, question_before(msgs, len(msgs)) if msgs else None, tool_results_before(msgs, len(msgs)),
+                None)
             continue
         turns = assistant_turn_indexes(msgs)
         if not turns:
             # A conversation with no assistant answer is still a row: no claims, never dropped.
-            rows.append(_Judged(i, None, inputs[i], tool_results_before(msgs, len(msgs)), None))
+            add(i, None, None, tool_results_before(msgs, len(msgs)), None)
             continue
         chosen = list(enumerate(turns)) if config.all_turns else [(len(turns) - 1, turns[-1])]
         for ordinal, index in chosen:
-            question = inputs[i] if inputs[i] is not None and not config.all_turns else None
-            question = question if question is not None else question_before(msgs, index)
-            rows.append(
-                _Judged(
-                    i,
-                    message_text(msgs[index]),
-                    question,
-                    tool_results_before(msgs, index),
-                    ordinal if config.all_turns else None,
-                )
-            )
-    return rows
-
-
-def _resolve_context(
-    df: pl.DataFrame, config: ScoringConfig, judged: list[_Judged]
-) -> list[list[str]]:
-    """SPEC §2: hook > static > the row's context column > tool results; none of them = empty context."""
-    if config.context_hook is not None:
-        hook = config.context_hook
-        originals = df.to_dicts()
-        out = []
-        for j in judged:
-            try:
-                value = hook(originals[j.source_row])
-            except Exception as exc:
-                raise ConfigError(
-                    f"get_context hook failed on input row {j.source_row}: {type(exc).__name__}: {exc}"
-                ) from exc
-            out.append(_hook_passages(value, f"#{j.source_row}"))
-        return out
-    if config.static_context is not None:
-        static = [p for p in config.static_context if p.strip()]
-        return [list(static) for _ in judged]
-    column: list[Any] = (
-        df.get_column(config.columns.context).to_list()
-        if config.columns.context in df.columns
-        else [None] * df.height
-    )
-    out = []
-    for j in judged:
-        passages = _as_passages(column[j.source_row])
-        # A null or empty context cell falls through to the conversation's tool results.
-        out.append(passages if passages else list(j.tool_context))
+            add(i, message_text(msgs[index]), question_before(msgs, index), tool_results_before(msgs, index),
+                ordinal if config.all_turns else None)
     return out
 
 
-def _keys(
-    df: pl.DataFrame, config: ScoringConfig, judged: list[_Judged], contexts: list[list[str]], registry: KeyRegistry
-) -> list[str]:
-    columns = config.columns
-    if columns.key is not None or columns.conversation_id in df.columns:
-        name = columns.key if columns.key is not None else columns.conversation_id
-        ids = df.get_column(name).cast(pl.String).to_list()
-        turn_values = (
-            df.get_column(columns.turn).cast(pl.String).to_list()
-            if columns.key is None and columns.turn in df.columns
-            else None
+def _clean_passages(dtype: Any, name: str) -> pl.Expr:
+    """A context cell as passages: a string is one passage; null and blank passages are skipped."""
+    col = pl.col(name)
+    if isinstance(dtype, pl.List):
+        element = pl.element().cast(pl.String)
+        return col.cast(pl.List(pl.String)).list.eval(
+            pl.element().filter(element.is_not_null() & (element.str.strip_chars() != ""))
         )
-        missing = [j.source_row for j in judged if ids[j.source_row] is None]
-        if missing:
-            raise InputError(
-                f"key column {name!r} is null in {len(missing)} row(s) (first rows: {missing[:_MAX_EXAMPLES]}). "
-                f"Fill it, or choose another key column with --key-col."
-            )
-        keys = []
-        for j in judged:
-            key = str(ids[j.source_row])
-            if turn_values is not None and turn_values[j.source_row] is not None:
-                key = f"{key}#{turn_values[j.source_row]}"
-            if j.assistant_turn is not None:
-                key = f"{key}@{j.assistant_turn}"
-            keys.append(key)
-        return keys
-    return [
-        registry.number_repeat(content_key(j.question, j.answer, ctx)) for j, ctx in zip(judged, contexts, strict=True)
-    ]
+    if dtype == pl.Null:
+        return pl.lit(None, dtype=pl.List(pl.String))
+    text = col.cast(pl.String)
+    return pl.when(text.str.strip_chars() != "").then(pl.concat_list(text)).otherwise(pl.lit([], pl.List(pl.String)))
 
 
-def _check_unique(keys: list[str], registry: KeyRegistry, config: ScoringConfig) -> None:
-    duplicates: list[str] = []
-    local: set[str] = set()
-    for key in keys:
-        if key in registry.seen or key in local:
-            duplicates.append(key)
-        local.add(key)
+def _hook_context(df: pl.DataFrame, config: ScoringConfig, source_rows: list[int]) -> pl.Series:
+    assert config.context_hook is not None
+    originals = df.to_dicts()
+    out = []
+    for row in source_rows:
+        try:
+            value = config.context_hook(originals[row])
+        except Exception as exc:
+            raise ConfigError(
+                f"get_context hook failed on input row {row}: {type(exc).__name__}: {exc}"
+            ) from exc
+        out.append(_hook_passages(value, f"#{row}"))
+    return pl.Series(S.CONTEXT, out, dtype=pl.List(pl.String))
+
+
+def _key_expr(df: pl.DataFrame, config: ScoringConfig) -> pl.Expr | None:
+    """The row key from id columns, or None when the table has none (then content hashes are used)."""
+    columns = config.columns
+    if columns.key is None and columns.conversation_id not in df.columns:
+        return None
+    name = columns.key if columns.key is not None else columns.conversation_id
+    key = pl.col(name).cast(pl.String)
+    if columns.key is None and columns.turn in df.columns:
+        turn = pl.col(columns.turn).cast(pl.String)
+        key = pl.when(turn.is_null()).then(key).otherwise(pl.concat_str(key, pl.lit("#"), turn))
+    if config.all_turns:
+        turn = pl.col(S.ASSISTANT_TURN).cast(pl.String)
+        key = pl.when(turn.is_null()).then(key).otherwise(pl.concat_str(key, pl.lit("@"), turn))
+    return key
+
+
+def _check_null_keys(frame: pl.DataFrame, config: ScoringConfig, source_rows: pl.Series) -> None:
+    missing = source_rows.filter(frame.get_column(S.ROW_KEY).is_null()).to_list()
+    if missing:
+        name = config.columns.key or config.columns.conversation_id
+        raise InputError(
+            f"key column {name!r} is null in {len(missing)} row(s) (first rows: {missing[:_MAX_EXAMPLES]}). "
+            f"Fill it, or choose another key column with --key-col."
+        )
+
+
+def _content_keys(frame: pl.DataFrame, registry: KeyRegistry) -> pl.Series:
+    rows = frame.select(S.QUESTION, S.ANSWER, S.CONTEXT).iter_rows()
+    keys = [registry.number_repeat(content_key(q, a, c or [])) for q, a, c in rows]
+    return pl.Series(S.ROW_KEY, keys, dtype=pl.String)
+
+
+def _check_unique(keys: pl.Series, registry: KeyRegistry, config: ScoringConfig) -> None:
+    duplicates = keys.filter(keys.is_duplicated()).unique().to_list()
+    values = keys.to_list()
+    if registry.seen:
+        duplicates += [k for k in values if k in registry.seen]
     if duplicates:
         hint = config.columns.key or config.columns.conversation_id
         raise InputError(
@@ -246,37 +230,80 @@ def _check_unique(keys: list[str], registry: KeyRegistry, config: ScoringConfig)
             f"from {hint!r} (+ {config.columns.turn!r} when present). Deduplicate the input, add a "
             f"{config.columns.turn!r} column, or choose a unique column with --key-col."
         )
-    registry.seen.update(local)
+    registry.seen.update(values)
 
 
 def prepare(df: pl.DataFrame, config: ScoringConfig, registry: KeyRegistry | None = None) -> pl.DataFrame:
-    """Validate one input chunk and return it with one row per judged answer (see module docstring)."""
+    """Validate one input chunk and return it with one row per judged answer (see module docstring).
+
+    Flat tables stay vectorised end to end; only message lists are read row by row in Python.
+    """
     registry = registry if registry is not None else KeyRegistry()
     columns = config.columns
     shape = detect_shape(df, columns)
     _check_types(df, columns)
     _reserved_clash(df)
 
-    judged = _judged_rows(df, config, shape)
-    contexts = _resolve_context(df, config, judged)
-    keys = _keys(df, config, judged, contexts, registry)
-    _check_unique(keys, registry, config)
-
+    parsed = _read_messages(df, config, shape)
+    source_rows = pl.Series("_fp_source_row", parsed.source_rows if parsed else range(df.height), dtype=pl.Int64)
     # detect_shape guarantees at least one column, so gathering keeps the row count right.
-    base = df.select(pl.all().gather([j.source_row for j in judged]))
-    added: dict[str, pl.Series] = {}
-    answers = pl.Series(S.ANSWER, [j.answer for j in judged], dtype=pl.String)
-    questions = pl.Series(S.QUESTION, [j.question for j in judged], dtype=pl.String)
+    base = df if parsed is None or parsed.source_rows == list(range(df.height)) else df[source_rows]
+
+    if shape == "flat":
+        answer = base.get_column(columns.output).cast(pl.String).alias(S.ANSWER)
+    else:
+        assert parsed is not None
+        answer = pl.Series(S.ANSWER, parsed.answers, dtype=pl.String)
+    derived_question = pl.Series(S.QUESTION, parsed.questions if parsed else [None] * base.height, dtype=pl.String)
+    if columns.input in df.columns and not (shape == "chat" and config.all_turns):
+        question = base.get_column(columns.input).cast(pl.String).fill_null(derived_question).alias(S.QUESTION)
+    else:
+        question = derived_question
+
+    added: list[pl.Series | pl.Expr] = []
     if shape == "chat":
         # Chat rows get the judged text as ordinary columns, so the scored table shows what was judged.
         if columns.output not in df.columns:
-            added[columns.output] = answers.alias(columns.output)
+            added.append(answer.alias(columns.output))
         if columns.input not in df.columns:
-            added[columns.input] = questions.alias(columns.input)
-    added[S.ROW_KEY] = pl.Series(S.ROW_KEY, keys, dtype=pl.String)
+            added.append(question.alias(columns.input))
     if config.all_turns:
-        added[S.ASSISTANT_TURN] = pl.Series(S.ASSISTANT_TURN, [j.assistant_turn for j in judged], dtype=pl.Int32)
-    added[S.ANSWER] = answers
-    added[S.QUESTION] = questions
-    added[S.CONTEXT] = pl.Series(S.CONTEXT, contexts, dtype=pl.List(pl.String))
-    return base.with_columns(list(added.values()))
+        turns = parsed.assistant_turns if parsed else [None] * base.height
+        added.append(pl.Series(S.ASSISTANT_TURN, turns, dtype=pl.Int32))
+    added += [answer, question]
+    frame = base.with_columns(added)
+
+    # SPEC §2: hook > static > the row's context column > tool results; none of them = empty context.
+    empty = pl.lit([], dtype=pl.List(pl.String))
+    if config.context_hook is not None:
+        frame = frame.with_columns(_hook_context(df, config, source_rows.to_list()))
+    elif config.static_context is not None:
+        static = [p for p in config.static_context if p.strip()]
+        frame = frame.with_columns(pl.lit(static, dtype=pl.List(pl.String)).alias(S.CONTEXT))
+    else:
+        tools = (
+            pl.lit(pl.Series(S.CONTEXT, parsed.tool_context, dtype=pl.List(pl.String)))
+            if parsed is not None
+            else empty
+        )
+        if columns.context in df.columns:
+            cell = _clean_passages(df.schema[columns.context], columns.context)
+            # A null or empty context cell falls through to the conversation's tool results.
+            context = pl.when(cell.list.len() > 0).then(cell).otherwise(tools)
+        else:
+            context = tools
+        frame = frame.with_columns(context.fill_null(empty).alias(S.CONTEXT))
+
+    key = _key_expr(df, config)
+    if key is not None:
+        frame = frame.with_columns(key.alias(S.ROW_KEY))
+        _check_null_keys(frame, config, source_rows)
+    else:
+        frame = frame.with_columns(_content_keys(frame, registry))
+    _check_unique(frame.get_column(S.ROW_KEY), registry, config)
+
+    internal = [S.ANSWER, S.QUESTION, S.CONTEXT]
+    public = [c for c in frame.columns if c not in internal and c != S.ROW_KEY]
+    at = public.index(S.ASSISTANT_TURN) if S.ASSISTANT_TURN in public else len(public)
+    ordered = [*public[:at], S.ROW_KEY, *public[at:], *internal]
+    return frame.select(ordered)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
@@ -22,13 +23,25 @@ from faithfulness_pipeline.core.judge import (
     VerdictItem,
 )
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
-from faithfulness_pipeline.core.reasons import faithfulness_reason, hallucination_reason
+from faithfulness_pipeline.core.reasons import add_reasons
 from faithfulness_pipeline.core.scoring import add_counts_and_scores, published_verdicts
 
 #: Receives how many rows (fractions allowed: each row passes two LLM steps) just advanced.
 RowProgress = Callable[[float], None]
 
 NO_CONTEXT_REASON = "No context was provided to check this claim against."
+
+# Building nested columns through Arrow is an order of magnitude faster than from python lists of dicts.
+_CLAIMS_ARROW = pa.large_list(pa.large_string())
+_VERDICTS_ARROW = pa.large_list(
+    pa.struct([("verdict", pa.large_string()), ("speculative", pa.bool_()), ("reason", pa.large_string()),
+               ("evidence_index", pa.int32())])
+)
+
+
+def _nested(name: str, values: list[Any], arrow_type: pa.DataType) -> pl.Series:
+    series = pl.Series(name, pa.array(values, type=arrow_type))
+    return series
 
 
 def _usage_frame(usages: list[Usage]) -> dict[str, pl.Series]:
@@ -76,7 +89,7 @@ async def extract_step(df: pl.DataFrame, judge: Judge, progress: RowProgress | N
         errors[i] = f"claim extraction failed: {result.error}" if result.error is not None else None
         usages[i] = result.usage
     out = df.with_columns(
-        pl.Series(S.CLAIMS, claims, dtype=pl.List(pl.String)),
+        _nested(S.CLAIMS, claims, _CLAIMS_ARROW),
         pl.Series(S.ERROR, errors, dtype=pl.String),
     )
     return _add_usage(out, usages)
@@ -135,25 +148,11 @@ async def verdict_step(df: pl.DataFrame, judge: Judge, progress: RowProgress | N
             for v in result.verdicts
         ]
     out = df.with_columns(
-        pl.Series(S.VERDICTS, verdicts, dtype=pl.List(S.RAW_VERDICT_STRUCT)),
+        _nested(S.VERDICTS, verdicts, _VERDICTS_ARROW),
         pl.Series(S.CONTEXT_TRUNCATED, truncated, dtype=pl.Boolean),
         pl.Series(S.ERROR, errors, dtype=pl.String),
     )
     return _add_usage(out, usages)
-
-
-def _reasons(df: pl.DataFrame) -> tuple[list[str | None], list[str | None]]:
-    halluc: list[str | None] = []
-    faith: list[str | None] = []
-    rows = df.select("hallucination_score", "faithfulness_score", "verdicts", S.ERROR).iter_rows()
-    for h_score, f_score, verdicts, error in rows:
-        if error is not None:
-            halluc.append(None)
-            faith.append(None)
-            continue
-        halluc.append(hallucination_reason(h_score, verdicts))
-        faith.append(faithfulness_reason(f_score, verdicts))
-    return halluc, faith
 
 
 def score_step(
@@ -167,12 +166,9 @@ def score_step(
     """The scored table (SPEC §4) from the output of :func:`verdict_step`: passthrough columns, then ours."""
     scored_at = scored_at or datetime.now(UTC)
     df = add_counts_and_scores(df, config)
-    df = df.with_columns(published_verdicts(df))
-    halluc, faith = _reasons(df)
+    df = add_reasons(df.with_columns(published_verdicts(df)))
     df = df.with_columns(
         pl.col(S.CLAIMS).alias("claims"),
-        pl.Series("hallucination_reason", halluc, dtype=pl.String),
-        pl.Series("faithfulness_reason", faith, dtype=pl.String),
         pl.when(pl.col(S.ERROR).is_null()).then(pl.lit(S.STATUS_OK)).otherwise(pl.lit(S.STATUS_ERROR)).alias("status"),
         pl.col(S.ERROR).alias("error"),
         pl.lit(judge_model, dtype=pl.String).alias("judge_model"),
