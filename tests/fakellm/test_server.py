@@ -346,7 +346,7 @@ def test_max_in_flight_queues_instead_of_rejecting() -> None:
     async def go() -> None:
         blocker = asyncio.create_task(complete(server, messages=messages("blocker"), timeout=60))
         await wait_until(lambda: server.stats().in_flight == 1, "blocker in flight")
-        queued = [asyncio.create_task(complete(server, messages=messages(f"q{i}"))) for i in range(3)]
+        queued = [asyncio.create_task(complete(server, messages=messages(f"q{i}"), timeout=60)) for i in range(3)]
         await wait_until(lambda: server.stats().open_requests == 4, "3 more requests open")
         stats = server.stats()
         assert (stats.in_flight, stats.ok) == (1, 0)  # the cap holds: 3 wait behind the 30 s blocker

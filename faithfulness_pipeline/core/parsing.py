@@ -1,0 +1,173 @@
+"""Strict reading of judge replies, item by item, so that one bad item never spoils the others.
+
+A reply is one JSON object keyed by the request's local ids (see ``core.prompts``). It is read member
+by member: a reply cut short by an output limit still yields every member that was complete before the
+cut. Each member is then validated on its own (pydantic, strict types; the verdict code grammar; the
+exact number of verdicts; evidence indices in range). The caller keeps ``ok`` and re-asks only for
+``failed`` items. Ids the request did not contain are reported, never used.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, TypeVar
+
+from pydantic import StrictStr, TypeAdapter, ValidationError
+
+from faithfulness_pipeline.core.judge import ClaimVerdict, Verdict
+
+T = TypeVar("T")
+
+_STRINGS: Final = TypeAdapter(list[StrictStr])
+_DECODER: Final = json.JSONDecoder()
+_FENCE: Final = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?|\n?```\s*$")
+_CODE: Final = re.compile(r"\s*([SCUscu])\s*(\?)?\s*(\d+)?\s*(?:\|(.*))?", re.DOTALL)
+_LETTERS: Final[dict[str, Verdict]] = {"S": "supported", "C": "contradicted", "U": "unsupported"}
+_MAX_REASON_CHARS: Final = 2000
+
+#: Item failures that say "the reply never covered this item" rather than "the item's part was bad".
+MISSING: Final = "missing from the reply"
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedReply(Generic[T]):
+    """What one reply gave: validated items, failed items with a reason, and ids nobody asked for."""
+
+    ok: dict[str, T]
+    failed: dict[str, str]
+    unknown_ids: tuple[str, ...] = ()
+    complete: bool = True  # False when the JSON object was cut short or was not JSON at all
+    #: reply characters per validated id: the weights for sharing a reply's completion tokens
+    weights: dict[str, int] = field(default_factory=dict)
+
+
+def read_members(text: str) -> tuple[list[tuple[str, Any, int]], bool]:
+    """The ``(key, value, chars)`` members of the first JSON object in ``text``, and whether it closed.
+
+    Tolerates code fences and prose around the object; stops at the first member that does not parse.
+    """
+    body = _FENCE.sub("", text.strip())
+    start = body.find("{")
+    if start < 0:
+        return [], False
+    members: list[tuple[str, Any, int]] = []
+    pos = _skip(body, start + 1)
+    if pos < len(body) and body[pos] == "}":
+        return members, True
+    while pos < len(body):
+        begin = pos
+        try:
+            key, pos = _DECODER.raw_decode(body, pos)
+        except json.JSONDecodeError:
+            return members, False
+        pos = _skip(body, pos)
+        if not isinstance(key, str) or pos >= len(body) or body[pos] != ":":
+            return members, False
+        try:
+            value, pos = _DECODER.raw_decode(body, _skip(body, pos + 1))
+        except json.JSONDecodeError:
+            return members, False
+        members.append((key, value, pos - begin))
+        pos = _skip(body, pos)
+        if pos < len(body) and body[pos] == ",":
+            pos = _skip(body, pos + 1)
+            continue
+        return members, pos < len(body) and body[pos] == "}"
+    return members, False
+
+
+def _skip(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def _collect(text: str, ids: Sequence[str]) -> tuple[dict[str, tuple[Any, int]], dict[str, str], tuple[str, ...], bool]:
+    members, complete = read_members(text)
+    wanted = set(ids)
+    seen: dict[str, tuple[Any, int]] = {}
+    failed: dict[str, str] = {}
+    unknown: list[str] = []
+    for key, value, chars in members:
+        if key not in wanted:
+            unknown.append(key)
+        elif key in seen or key in failed:
+            seen.pop(key, None)
+            failed[key] = "the reply gave this id more than once"
+        else:
+            seen[key] = (value, chars)
+    if complete:
+        absent = MISSING
+    elif members:
+        absent = "the reply was cut short before this item"
+    else:
+        absent = "the reply is not a JSON object"
+    for i in ids:
+        if i not in seen and i not in failed:
+            failed[i] = absent
+    return seen, failed, tuple(unknown), complete
+
+
+def parse_extract_reply(text: str, ids: Sequence[str]) -> ParsedReply[tuple[str, ...]]:
+    """Claims per id: a list of non-empty strings (an empty list is a valid "no claims")."""
+    seen, failed, unknown, complete = _collect(text, ids)
+    ok: dict[str, tuple[str, ...]] = {}
+    weights: dict[str, int] = {}
+    for key, (value, chars) in seen.items():
+        try:
+            claims = _STRINGS.validate_python(value, strict=True)
+        except ValidationError:
+            failed[key] = "claims are not a list of strings"
+            continue
+        stripped = tuple(c.strip() for c in claims)
+        if any(not c for c in stripped):
+            failed[key] = "a claim is empty"
+            continue
+        ok[key] = stripped
+        weights[key] = chars
+    return ParsedReply(ok=ok, failed=failed, unknown_ids=unknown, complete=complete, weights=weights)
+
+
+def parse_code(code: str, n_passages: int) -> ClaimVerdict:
+    """One verdict code (``S0``, ``S?2``, ``C1|reason``, ``U?|reason``); ValueError when it is not one."""
+    match = _CODE.fullmatch(code)
+    if match is None:
+        raise ValueError(f"not a verdict code: {code[:40]!r}")
+    letter, spec, evidence_text, reason_text = match.groups()
+    verdict = _LETTERS[letter.upper()]
+    evidence = int(evidence_text) if evidence_text is not None else None
+    if evidence is not None and evidence >= n_passages:
+        raise ValueError(f"evidence passage {evidence} does not exist (the item has {n_passages})")
+    reason = reason_text.strip()[:_MAX_REASON_CHARS] if reason_text is not None else None
+    if not reason:
+        reason = None
+    if verdict != "supported" and reason is None:
+        raise ValueError(f"a {verdict} verdict needs a reason")
+    return ClaimVerdict(verdict=verdict, speculative=spec is not None, reason=reason, evidence=evidence)
+
+
+def parse_verdict_reply(text: str, expected: Mapping[str, tuple[int, int]]) -> ParsedReply[tuple[ClaimVerdict, ...]]:
+    """Verdicts per id; ``expected[id] = (number of claims, number of passages shown)``."""
+    seen, failed, unknown, complete = _collect(text, list(expected))
+    ok: dict[str, tuple[ClaimVerdict, ...]] = {}
+    weights: dict[str, int] = {}
+    for key, (value, chars) in seen.items():
+        n_claims, n_passages = expected[key]
+        try:
+            codes = _STRINGS.validate_python(value, strict=True)
+        except ValidationError:
+            failed[key] = "verdicts are not a list of code strings"
+            continue
+        if len(codes) != n_claims:
+            failed[key] = f"{len(codes)} verdicts for {n_claims} claims"
+            continue
+        try:
+            ok[key] = tuple(parse_code(c, n_passages) for c in codes)
+        except ValueError as exc:
+            failed[key] = str(exc)
+            continue
+        weights[key] = chars
+    return ParsedReply(ok=ok, failed=failed, unknown_ids=unknown, complete=complete, weights=weights)

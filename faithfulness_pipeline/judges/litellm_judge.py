@@ -1,0 +1,1033 @@
+"""The product's judge: every LLM call goes through litellm, packed, limited, retried, stored and costed.
+
+This is the only module that imports litellm, and only inside functions (``import litellm`` costs
+seconds; importing this module must not).
+
+Per step (claims, then verdicts) a call to the judge:
+
+1. answers what needs no request (empty answers, zero claims, empty context) and what the result
+   store already holds (``refresh`` skips the lookups, never the writes);
+2. counts every remaining item's tokens with litellm's offline tokenizer and packs the items into
+   requests under ``pack_tokens`` (truncating the passages of an item only when it alone exceeds the
+   model's window, and saying so on its result);
+3. sends the packs concurrently through one shared :class:`RequestLimiter` (in-flight cap, RPM, TPM,
+   429 pauses), with litellm's own retries off so that every 429 reaches the limiter;
+4. validates each reply item by item, stores every valid item at once, and re-asks only for the items
+   that failed, in smaller packs, until ``max_retries``; after that the item gets an error result.
+
+Every item gets exactly one result. The usage of each request (tokens, a fractional call, cost), failed
+attempts included, is shared out over the items that rode in it. The API key is read from the
+environment once, handed to litellm and to nothing else, and scrubbed from every error text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from faithfulness_pipeline.core import prompts
+from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.core.judge import (
+    ClaimVerdict,
+    ExtractItem,
+    ExtractResult,
+    JudgeStats,
+    ProgressCallback,
+    Usage,
+    VerdictItem,
+    VerdictResult,
+)
+from faithfulness_pipeline.core.packing import (
+    REPLY_SLACK_TOKENS,
+    Count,
+    Entry,
+    Limits,
+    extract_output_bound,
+    halves,
+    largest_remainder,
+    pack_entries,
+    rough_sentences,
+    truncate_passages,
+    verdict_output_bound,
+)
+from faithfulness_pipeline.core.parsing import ParsedReply, parse_extract_reply, parse_verdict_reply
+from faithfulness_pipeline.judges.limits import Clock, RequestLimiter, Sleep, retry_after_from_headers
+from faithfulness_pipeline.judges.store import (
+    KeyMaker,
+    ResultStore,
+    decode_claims,
+    decode_verdicts,
+    encode_claims,
+    encode_verdicts,
+)
+
+log = logging.getLogger(__name__)
+
+#: Prompt tokens per request, instructions included. Chosen by measurement on typical RAG rows (3-6
+#: sentence answers, 3-8 passages of 60-150 words): see BENCHMARKS.md and tests/judges/test_packing.py.
+DEFAULT_PACK_TOKENS: Final = 8000
+DEFAULT_MAX_ITEMS_PER_PACK: Final = 16
+#: For models litellm has no card for (local and proxy models): a window most of them have.
+DEFAULT_CONTEXT_WINDOW: Final = 8192
+DEFAULT_MAX_OUTPUT_TOKENS: Final = 4096
+
+NO_CONTEXT_REASON: Final = "No context was provided to check this claim against."
+_ERROR_CHARS: Final = 300
+
+
+class LiteLLMJudgeConfig(BaseModel):
+    """Settings of the litellm judge. The CLI options and the Dagster resource map onto these fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(description="litellm model name: openai/gpt-4o-mini, anthropic/..., ollama/...")
+    api_base: str | None = Field(default=None, description="base URL of an OpenAI-compatible or self-hosted server")
+    api_key_env: str | None = Field(
+        default=None,
+        description="environment variable holding the API key (default: the provider's usual one, e.g. "
+        "OPENAI_API_KEY; none for local providers such as ollama)",
+    )
+    max_concurrency: int = Field(default=16, ge=1, description="requests in flight at most")
+    rpm: int | None = Field(default=None, ge=1, description="requests per minute at most")
+    tpm: int | None = Field(default=None, ge=1, description="tokens per minute at most (prompt + completion)")
+    timeout_s: float = Field(default=60.0, gt=0, description="timeout of one request, in seconds")
+    max_retries: int = Field(default=6, ge=0, description="re-sends of an item after a failed request or reply")
+    pack_tokens: int = Field(default=DEFAULT_PACK_TOKENS, ge=256, description="prompt-token budget of one request")
+    max_items_per_pack: int = Field(default=DEFAULT_MAX_ITEMS_PER_PACK, ge=1, description="items per request at most")
+    store_path: Path | None = Field(default=None, description="SQLite result store file; None = no store")
+    refresh: bool = Field(default=False, description="ignore stored results (new results are still stored)")
+    seed: int | None = Field(default=0, description="sampling seed, where the provider supports one")
+    temperature: float = Field(default=0.0, ge=0, description="sampling temperature")
+    input_cost_per_token: float | None = Field(default=None, ge=0, description="USD per prompt token (override)")
+    output_cost_per_token: float | None = Field(default=None, ge=0, description="USD per completion token (override)")
+    context_window: int | None = Field(default=None, ge=512, description="the model's input window, in tokens")
+    max_output_tokens: int | None = Field(default=None, ge=64, description="the model's output limit, in tokens")
+    use_json_schema: Literal["auto"] | bool = Field(
+        default="auto", description="JSON-schema response_format; auto = where litellm says the model supports it"
+    )
+    backoff_base_s: float = Field(default=1.0, ge=0, description="first back-off after a failed request, seconds")
+    backoff_max_s: float = Field(default=60.0, ge=0, description="longest back-off, seconds")
+
+
+@dataclass(frozen=True, slots=True)
+class CostEstimate:
+    """What a run would send, from :meth:`LiteLLMJudge.estimate` (which calls nothing)."""
+
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    notes: list[str] = field(default_factory=list)
+    cached_items: int = 0  # step results already in the store: they cost nothing
+
+
+# ------------------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCard:
+    """What the judge knows of its model, from litellm's model map or the config overrides."""
+
+    context_window: int
+    max_output_tokens: int
+    json_schema: bool
+    input_cost_per_token: float | None
+    output_cost_per_token: float | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def priced(self) -> bool:
+        return self.input_cost_per_token is not None and self.output_cost_per_token is not None
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> tuple[float, float] | None:
+        if self.input_cost_per_token is None or self.output_cost_per_token is None:
+            return None
+        return prompt_tokens * self.input_cost_per_token, completion_tokens * self.output_cost_per_token
+
+
+def _lenient(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception:  # litellm raises assorted types for "unknown model"
+        return None
+
+
+def model_card(config: LiteLLMJudgeConfig) -> ModelCard:
+    """Window, output limit, schema support and prices of the model (config overrides win)."""
+    import litellm
+
+    notes: list[str] = []
+    info = _lenient(lambda: litellm.get_model_info(config.model)) or {}
+    window = config.context_window or info.get("max_input_tokens") or info.get("max_tokens")
+    if not window:
+        window = DEFAULT_CONTEXT_WINDOW
+        notes.append(
+            f"context window of {config.model} unknown to litellm: assuming {window} tokens "
+            "(set context_window to change it)"
+        )
+    max_out = config.max_output_tokens or info.get("max_output_tokens") or DEFAULT_MAX_OUTPUT_TOKENS
+    if config.use_json_schema == "auto":
+        schema = bool(_lenient(lambda: litellm.supports_response_schema(model=config.model)))
+    else:
+        schema = bool(config.use_json_schema)
+    in_cost, out_cost = config.input_cost_per_token, config.output_cost_per_token
+    if in_cost is None or out_cost is None:
+        known = _lenient(lambda: litellm.cost_per_token(model=config.model, prompt_tokens=1, completion_tokens=1))
+        if known is not None:
+            in_cost = float(known[0]) if in_cost is None else in_cost
+            out_cost = float(known[1]) if out_cost is None else out_cost
+        else:
+            notes.append(
+                f"no price known for {config.model}: cost_usd is null "
+                "(set input_cost_per_token and output_cost_per_token to price it)"
+            )
+    return ModelCard(
+        context_window=int(window),
+        max_output_tokens=int(max_out),
+        json_schema=schema,
+        input_cost_per_token=in_cost,
+        output_cost_per_token=out_cost,
+        notes=tuple(notes),
+    )
+
+
+def token_counter(model: str) -> Count:
+    """litellm's offline token count for ``model``, never a tokenizer download (tiktoken instead)."""
+    import litellm
+
+    name = model
+    try:
+        from litellm.utils import huggingface_tokenizer_kind
+
+        # Llama and Cohere tokenizers would be fetched from the Hugging Face hub: approximate instead.
+        if huggingface_tokenizer_kind(model) in ("llama2", "llama3", "cohere"):
+            name = "gpt-4o"
+    except ImportError:
+        pass
+
+    def count(text: str) -> int:
+        return int(litellm.token_counter(model=name, text=text))
+
+    return count
+
+
+# ----------------------------------------------------------------------------------------- secrets
+
+
+class MissingAPIKeyError(ConfigError, ValueError):
+    """The environment variable that should hold the API key is not set."""
+
+
+#: Providers that serve without a key (local servers).
+_KEYLESS: Final = frozenset(
+    {"ollama", "ollama_chat", "lm_studio", "hosted_vllm", "vllm", "llamafile", "xinference", "oobabooga"}
+)
+_KEY_ENV: Final[Mapping[str, str]] = {
+    "openai": "OPENAI_API_KEY",
+    "text-completion-openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "azure": "AZURE_API_KEY",
+    "gemini": "GEMINI_API_KEY",
+    "mistral": "MISTRAL_API_KEY",
+    "groq": "GROQ_API_KEY",
+    "cohere": "COHERE_API_KEY",
+    "cohere_chat": "COHERE_API_KEY",
+    "deepseek": "DEEPSEEK_API_KEY",
+    "openrouter": "OPENROUTER_API_KEY",
+    "together_ai": "TOGETHERAI_API_KEY",
+    "fireworks_ai": "FIREWORKS_AI_API_KEY",
+    "xai": "XAI_API_KEY",
+    "perplexity": "PERPLEXITYAI_API_KEY",
+}
+
+
+def _missing(name: str, model: str) -> MissingAPIKeyError:
+    return MissingAPIKeyError(
+        f"the API key for {model} is read from the environment variable {name}, which is not set or empty: "
+        f"set {name}, or name another variable with --api-key-env (api_key_env)"
+    )
+
+
+def resolve_api_key(model: str, api_key_env: str | None) -> tuple[str | None, str | None]:
+    """``(variable name, key)`` for ``model``; ``(None, None)`` when it needs none or litellm finds it.
+
+    Raises :class:`MissingAPIKeyError` naming the variable when the key is not in the environment.
+    """
+    if api_key_env is not None:
+        name = api_key_env.strip()
+        if not name:
+            raise ConfigError("api_key_env is empty: give the name of an environment variable")
+        value = os.environ.get(name)
+        if not value:
+            raise _missing(name, model)
+        return name, value
+    import litellm
+
+    try:
+        provider = str(litellm.get_llm_provider(model)[1])
+    except Exception as exc:
+        raise ConfigError(
+            f"litellm does not know which provider serves {model!r}: use a provider prefix such as "
+            f"openai/, anthropic/ or ollama/ ({type(exc).__name__})"
+        ) from None
+    if provider in _KEYLESS:
+        return None, None
+    default = _KEY_ENV.get(provider)
+    if default is not None:
+        value = os.environ.get(default)
+        if not value:
+            raise _missing(default, model)
+        return default, value
+    check = _lenient(lambda: litellm.validate_environment(model=model)) or {}
+    missing = [str(k) for k in check.get("missing_keys") or []]
+    if missing and not check.get("keys_in_environment"):
+        raise _missing(" and ".join(missing), model)
+    guess = f"{provider.upper()}_API_KEY"
+    value = os.environ.get(guess)
+    return (guess, value) if value else (None, None)
+
+
+class Redactor:
+    """Removes a secret, and any 8-character piece of it, from text meant for humans or storage."""
+
+    MASK: Final = "[REDACTED]"
+
+    def __init__(self, secret: str | None) -> None:
+        self._secret = secret or ""
+        n = len(self._secret)
+        self._pieces = {self._secret[i : i + 8] for i in range(n - 7)} if n >= 8 else set()
+
+    def __call__(self, text: str) -> str:
+        if not self._secret:
+            return text
+        text = text.replace(self._secret, self.MASK)
+        for piece in self._pieces:
+            if piece in text:
+                text = text.replace(piece, self.MASK)
+        return text
+
+
+# ----------------------------------------------------------------------------------- step plans
+
+R = TypeVar("R", ExtractResult, VerdictResult)
+
+
+class _Plan(Generic[R]):
+    """One step's items of one call: their packing entries, prompts, parsing and results."""
+
+    step: ClassVar[str]
+
+    def __init__(self, judge: LiteLLMJudge, indices: Sequence[int], keys: Mapping[int, bytes]) -> None:
+        self.judge: LiteLLMJudge = judge
+        self.indices: list[int] = list(indices)
+        self.keys: Mapping[int, bytes] = keys
+        self.entries: dict[int, Entry] = {}
+        self.oversize: dict[int, str] = {}  # items that cannot be sent at all, with the reason
+        self.results: dict[int, R] = {}
+        zero = Usage(cost_usd=0.0 if judge.card.priced else None)
+        self.usage: dict[int, Usage] = dict.fromkeys(indices, zero)
+
+    def packs(self) -> list[Any]:
+        entries = [self.entries[i] for i in self.indices if i in self.entries]
+        return pack_entries(entries, self.judge.frame_tokens[self.step], self.judge.limits)
+
+    def render(self, indices: Sequence[int]) -> tuple[list[dict[str, str]], dict[str, int], Any]:
+        """``(messages, local id -> index, parse context)`` of one request."""
+        raise NotImplementedError
+
+    def response_format(self, ids: Sequence[str]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def parse(self, text: str, context: Any) -> ParsedReply[Any]:
+        raise NotImplementedError
+
+    def ok_result(self, i: int, value: Any, usage: Usage) -> R:
+        raise NotImplementedError
+
+    def error_result(self, i: int, reason: str, usage: Usage) -> R:
+        raise NotImplementedError
+
+    def encode(self, i: int, value: Any, usage: Usage) -> str:
+        raise NotImplementedError
+
+    def expected_output(self, i: int) -> int:
+        raise NotImplementedError
+
+
+class _ExtractPlan(_Plan[ExtractResult]):
+    step = "extract"
+
+    def __init__(
+        self,
+        judge: LiteLLMJudge,
+        items: Sequence[ExtractItem],
+        indices: Sequence[int],
+        keys: Mapping[int, bytes],
+    ) -> None:
+        super().__init__(judge, indices, keys)
+        self.items = items
+        count = judge.count_tokens
+        frame = judge.frame_tokens[self.step]
+        for i in self.indices:
+            item = items[i]
+            answer_tokens = count(item.answer)
+            line = prompts.extract_line("a99", item.answer, _question(item.question))
+            prompt = count(line) + 3
+            bound = extract_output_bound(answer_tokens)
+            room = judge.limits.usable_window - frame - prompt - REPLY_SLACK_TOKENS
+            if bound > room:
+                # A long answer alone: the generous bound does not fit, a tight one may (claims restate
+                # the answer, a little longer at most). An answer is never cut.
+                if room < answer_tokens * 5 // 4 + 16:
+                    self.oversize[i] = (
+                        f"the answer ({answer_tokens} tokens) is too long for the model's context window "
+                        f"of {judge.limits.context_window} tokens"
+                    )
+                    continue
+                bound = room
+            self.entries[i] = Entry(index=i, prompt_tokens=prompt, output_tokens=bound)
+
+    def expected_output(self, i: int) -> int:
+        claims = rough_sentences(self.items[i].answer)
+        return self.judge.count_tokens(prompts.encode_data(claims)) + 4
+
+    def render(self, indices: Sequence[int]) -> tuple[list[dict[str, str]], dict[str, int], Any]:
+        ids = [prompts.local_id(n) for n in range(len(indices))]
+        lines = [
+            prompts.extract_line(local, self.items[i].answer, _question(self.items[i].question))
+            for local, i in zip(ids, indices, strict=True)
+        ]
+        return prompts.extract_messages(lines, ids), dict(zip(ids, indices, strict=True)), ids
+
+    def response_format(self, ids: Sequence[str]) -> dict[str, Any]:
+        return prompts.extract_response_format(ids)
+
+    def parse(self, text: str, context: Any) -> ParsedReply[Any]:
+        return parse_extract_reply(text, context)
+
+    def ok_result(self, i: int, value: Any, usage: Usage) -> ExtractResult:
+        return ExtractResult(id=self.items[i].id, claims=value, usage=usage)
+
+    def error_result(self, i: int, reason: str, usage: Usage) -> ExtractResult:
+        return ExtractResult(id=self.items[i].id, claims=None, error=reason, usage=usage)
+
+    def encode(self, i: int, value: Any, usage: Usage) -> str:
+        return encode_claims(value, usage)
+
+
+class _VerdictPlan(_Plan[VerdictResult]):
+    step = "verdict"
+
+    def __init__(
+        self,
+        judge: LiteLLMJudge,
+        items: Sequence[VerdictItem],
+        indices: Sequence[int],
+        keys: Mapping[int, bytes],
+    ) -> None:
+        super().__init__(judge, indices, keys)
+        self.items = items
+        self.passages: dict[int, tuple[str, ...]] = {}
+        self.truncated: set[int] = set()
+        count = judge.count_tokens
+        frame = judge.frame_tokens[self.step]
+        window = judge.limits.usable_window
+        groups: dict[tuple[str, ...], int] = {}
+        for i in self.indices:
+            claims = items[i].claims
+            passages = tuple(items[i].context)
+            bound = verdict_output_bound(len(claims))
+            tight = 12 * len(claims) + 8  # codes without many reasons: the least a reply can need
+            cost = count(prompts.verdict_line("a99", claims, passages)) + 4
+            room = window - frame - cost - REPLY_SLACK_TOKENS
+            if bound > room and room >= tight:
+                bound = room
+            elif bound > room:
+                # Only an item that alone exceeds the window is cut, and its result says so.
+                bare = count(prompts.verdict_line("a99", claims, ())) + 4
+                budget = window - frame - bare - REPLY_SLACK_TOKENS - tight
+                passages = truncate_passages(passages, budget, count) if budget > 0 else ()
+                if not passages:
+                    self.oversize[i] = (
+                        "the claims alone are too long for the model's context window "
+                        f"of {judge.limits.context_window} tokens"
+                    )
+                    continue
+                self.truncated.add(i)
+                cost = count(prompts.verdict_line("a99", claims, passages)) + 4
+                bound = max(tight, window - frame - cost - REPLY_SLACK_TOKENS)
+            self.passages[i] = passages
+            self.entries[i] = Entry(i, cost, bound, groups.setdefault(passages, len(groups)))
+        sizes: dict[int | None, int] = {}
+        for e in self.entries.values():
+            sizes[e.group] = sizes.get(e.group, 0) + 1
+        for i, e in list(self.entries.items()):
+            if sizes[e.group] > 1:  # rows sharing passages (a static context): later ones refer back
+                shared = count(prompts.verdict_line("a99", items[i].claims, None, passages_of="a99")) + 4
+                self.entries[i] = Entry(e.index, e.prompt_tokens, e.output_tokens, e.group, shared)
+
+    def expected_output(self, i: int) -> int:
+        # A code is ~4 tokens; about one claim in four needs a reason of ~16 tokens.
+        return 8 * len(self.items[i].claims) + 4
+
+    def render(self, indices: Sequence[int]) -> tuple[list[dict[str, str]], dict[str, int], Any]:
+        ids = [prompts.local_id(n) for n in range(len(indices))]
+        lines: list[str] = []
+        first_of: dict[tuple[str, ...], str] = {}
+        expected: dict[str, tuple[int, int]] = {}
+        for local, i in zip(ids, indices, strict=True):
+            passages, claims = self.passages[i], self.items[i].claims
+            ref = first_of.setdefault(passages, local)
+            if ref == local:
+                lines.append(prompts.verdict_line(local, claims, passages))
+            else:
+                lines.append(prompts.verdict_line(local, claims, None, passages_of=ref))
+            expected[local] = (len(claims), len(passages))
+        counts = {local: n for local, (n, _) in expected.items()}
+        return prompts.verdict_messages(lines, counts), dict(zip(ids, indices, strict=True)), expected
+
+    def response_format(self, ids: Sequence[str]) -> dict[str, Any]:
+        return prompts.verdict_response_format(ids)
+
+    def parse(self, text: str, context: Any) -> ParsedReply[Any]:
+        return parse_verdict_reply(text, context)
+
+    def ok_result(self, i: int, value: Any, usage: Usage) -> VerdictResult:
+        return VerdictResult(id=self.items[i].id, verdicts=value, usage=usage, context_truncated=i in self.truncated)
+
+    def error_result(self, i: int, reason: str, usage: Usage) -> VerdictResult:
+        return VerdictResult(
+            id=self.items[i].id, verdicts=None, error=reason, usage=usage, context_truncated=i in self.truncated
+        )
+
+    def encode(self, i: int, value: Any, usage: Usage) -> str:
+        return encode_verdicts(value, usage, i in self.truncated)
+
+
+def _open_store(path: Path | None) -> ResultStore | None:
+    if path is None:
+        return None
+    store = ResultStore(path)
+    try:
+        store.open()
+    except (sqlite3.Error, OSError, ValueError) as exc:
+        raise ConfigError(f"cannot use the result store {path}: {exc}") from None
+    return store
+
+
+def _question(question: str | None) -> str | None:
+    return question if question is not None and question.strip() else None
+
+
+# -------------------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+#: 429s are the server asking for patience, not a broken request: they get a larger retry budget.
+RATE_LIMIT_RETRY_FACTOR: Final = 4
+
+
+@dataclass(frozen=True, slots=True)
+class _Tries:
+    """How often the items of a pack have been sent and failed; sub-packs inherit it."""
+
+    sent: int = 0
+    errors: int = 0  # failed requests and invalid replies
+    limited: int = 0  # 429 replies
+
+    def sending(self) -> _Tries:
+        return _Tries(self.sent + 1, self.errors, self.limited)
+
+    def failed(self, rate_limited: bool) -> _Tries:
+        if rate_limited:
+            return _Tries(self.sent, self.errors, self.limited + 1)
+        return _Tries(self.sent, self.errors + 1, self.limited)
+
+    def exhausted(self, max_retries: int) -> bool:
+        return self.errors > max_retries or self.limited > RATE_LIMIT_RETRY_FACTOR * max(1, max_retries)
+
+    def gave_up(self, reason: str) -> str:
+        return f"gave up after {self.sent} requests: {reason}"
+
+
+class _RequestFailed(Exception):
+    """A request that produced no usable reply. ``kind`` decides what happens next."""
+
+    def __init__(
+        self,
+        kind: Literal["rate_limit", "transient", "timeout", "too_big", "isolate", "fatal"],
+        reason: str,
+        sent: bool = True,
+    ) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+        self.sent = sent
+
+
+class LiteLLMJudge:
+    """The Judge port over litellm. Build it once per run (or process); ``await aclose()`` after a run."""
+
+    def __init__(self, config: LiteLLMJudgeConfig, *, clock: Clock | None = None, sleep: Sleep | None = None) -> None:
+        self.config = config
+        self.model_name: str = config.model
+        self.prompt_version: str = prompts.PROMPT_VERSION
+        # The key comes first: a missing one must fail before anything else is done.
+        self.api_key_env, self._api_key = resolve_api_key(config.model, config.api_key_env)
+        self._redact = Redactor(self._api_key)
+        import litellm
+
+        litellm.suppress_debug_info = True
+        self.card = model_card(config)
+        self.count_tokens: Count = token_counter(config.model)
+        timing: dict[str, Any] = {}
+        if clock is not None:
+            timing["clock"] = clock
+        if sleep is not None:
+            timing["sleep"] = sleep
+        self.limiter = RequestLimiter(
+            config.max_concurrency,
+            config.rpm,
+            config.tpm,
+            backoff_base_s=config.backoff_base_s,
+            backoff_max_s=max(config.backoff_max_s, config.backoff_base_s),
+            **timing,
+        )
+        self.store = _open_store(config.store_path)
+        self.limits = Limits(
+            pack_tokens=config.pack_tokens,
+            max_items=config.max_items_per_pack,
+            context_window=self.card.context_window,
+            max_output_tokens=self.card.max_output_tokens,
+        )
+        self.frame_tokens = {step: self._frame_tokens(step) for step in ("extract", "verdict")}
+        # Everything that changes a reply is in the key; timeouts, concurrency and packing are not.
+        api_base = (config.api_base or "").rstrip("/")
+        mode = "schema" if self.card.json_schema else "prompt"
+        common = (config.model, api_base, f"t={config.temperature}", f"seed={config.seed}", mode)
+        self._extract_keys = KeyMaker("extract", prompts.EXTRACT_PROMPT_VERSION, *common)
+        self._verdict_keys = KeyMaker(
+            "verdict", prompts.VERDICT_PROMPT_VERSION, *common, f"window={self.card.context_window}"
+        )
+        self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
+        self._fatal: str | None = None
+        self._replies = 0  # successful requests so far
+
+    def _frame_tokens(self, step: str) -> int:
+        text = prompts.frame_text(step)
+        return self.count_tokens(text) + 2 * prompts.MESSAGE_OVERHEAD_TOKENS + prompts.REPLY_PRIMING_TOKENS
+
+    # -------------------------------------------------------------------------------- the port
+
+    async def extract_claims(
+        self, items: Sequence[ExtractItem], progress: ProgressCallback | None = None
+    ) -> list[ExtractResult]:
+        results: list[ExtractResult | None] = [None] * len(items)
+        todo: list[int] = []
+        for i, item in enumerate(items):
+            if item.answer is None or not item.answer.strip():
+                results[i] = ExtractResult(id=item.id, claims=())  # nothing to extract: no call
+            else:
+                todo.append(i)
+        keys = {i: self._extract_key(items[i]) for i in todo}
+        hits = self._lookup([keys[i] for i in todo])
+        misses: list[int] = []
+        for i in todo:
+            value = hits.get(keys[i])
+            if value is None:
+                misses.append(i)
+            else:
+                claims, usage = decode_claims(value)
+                results[i] = ExtractResult(id=items[i].id, claims=claims, usage=usage, cached=True)
+        self._stats.cached_items += len(todo) - len(misses)
+        _tick(progress, len(items) - len(misses))
+        if misses:
+            plan = _ExtractPlan(self, items, misses, keys)
+            await self._run(plan, progress)
+            for i, result in plan.results.items():
+                results[i] = result
+        return _all_set(results)
+
+    async def judge_claims(
+        self, items: Sequence[VerdictItem], progress: ProgressCallback | None = None
+    ) -> list[VerdictResult]:
+        results: list[VerdictResult | None] = [None] * len(items)
+        todo: list[int] = []
+        for i, item in enumerate(items):
+            if not item.claims:
+                results[i] = VerdictResult(id=item.id, verdicts=())
+            elif not item.context:
+                none = ClaimVerdict(verdict="unsupported", reason=NO_CONTEXT_REASON)
+                results[i] = VerdictResult(id=item.id, verdicts=tuple(none for _ in item.claims))
+            else:
+                todo.append(i)
+        keys = {i: self._verdict_key(items[i]) for i in todo}
+        hits = self._lookup([keys[i] for i in todo])
+        misses: list[int] = []
+        for i in todo:
+            value = hits.get(keys[i])
+            if value is None:
+                misses.append(i)
+            else:
+                verdicts, usage, cut = decode_verdicts(value)
+                results[i] = VerdictResult(
+                    id=items[i].id, verdicts=verdicts, usage=usage, cached=True, context_truncated=cut
+                )
+        self._stats.cached_items += len(todo) - len(misses)
+        _tick(progress, len(items) - len(misses))
+        if misses:
+            plan = _VerdictPlan(self, items, misses, keys)
+            await self._run(plan, progress)
+            for i, result in plan.results.items():
+                results[i] = result
+        return _all_set(results)
+
+    def stats(self) -> JudgeStats:
+        s = self._stats
+        notes = list(s.notes)
+        c = self.limiter.counters
+        if c.rate_limited:
+            notes.append(f"{c.rate_limited} rate-limited replies (429); in-flight cap went down to {c.min_cap_seen}")
+        return JudgeStats(
+            requests=s.requests,
+            prompt_tokens=s.prompt_tokens,
+            completion_tokens=s.completion_tokens,
+            cost_usd=s.cost_usd,
+            cached_items=s.cached_items,
+            failed_items=s.failed_items,
+            retries=s.retries,
+            notes=notes,
+        )
+
+    async def aclose(self) -> None:
+        from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
+
+        try:
+            await close_litellm_async_clients()  # type: ignore[no-untyped-call]
+        finally:
+            if self.store is not None:
+                self.store.close()
+
+    # -------------------------------------------------------------------------------- dry run
+
+    def estimate(self, answers: Sequence[ExtractItem], contexts: Sequence[tuple[str, ...]]) -> CostEstimate:
+        """Requests, tokens and cost that scoring these rows would spend, without calling anything.
+
+        Results already in the store are free. Claims not yet extracted are estimated as the answer's
+        sentences; replies as their typical size. Retries are not included.
+        """
+        if len(answers) != len(contexts):
+            raise ValueError(f"{len(answers)} answers but {len(contexts)} contexts")
+        todo = [i for i, a in enumerate(answers) if a.answer is not None and a.answer.strip()]
+        x_keys = {i: self._extract_key(answers[i]) for i in todo}
+        x_hits = self._lookup(list(x_keys.values()))
+        x_miss = [i for i in todo if x_keys[i] not in x_hits]
+        claims_of = {
+            i: decode_claims(x_hits[x_keys[i]])[0] if x_keys[i] in x_hits else tuple(rough_sentences(answers[i].answer))
+            for i in todo
+        }
+        v_items = [
+            VerdictItem(id=answers[i].id, claims=claims_of[i], context=tuple(contexts[i]))
+            for i in todo
+            if claims_of[i] and contexts[i]
+        ]
+        v_keys = [self._verdict_key(v) for v in v_items]
+        v_hits = self._lookup(v_keys)
+        v_miss = [n for n, k in enumerate(v_keys) if k not in v_hits]
+        requests = prompt = completion = 0
+        plans: list[_Plan[Any]] = []
+        if x_miss:
+            plans.append(_ExtractPlan(self, answers, x_miss, {}))
+        if v_miss:
+            plans.append(_VerdictPlan(self, v_items, v_miss, {}))
+        for plan in plans:
+            for pack in plan.packs():
+                requests += 1
+                prompt += pack.prompt_tokens
+                completion += sum(plan.expected_output(i) for i in pack.indices)
+        priced = self.card.cost(prompt, completion)
+        return CostEstimate(
+            requests=requests,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cost_usd=None if priced is None else priced[0] + priced[1],
+            notes=[*self.card.notes, "claims not yet extracted are estimated as the answer's sentences"],
+            cached_items=(len(todo) - len(x_miss)) + (len(v_items) - len(v_miss)),
+        )
+
+    # ------------------------------------------------------------------------------- store
+
+    def _extract_key(self, item: ExtractItem) -> bytes:
+        return self._extract_keys.key(_question(item.question), item.answer)
+
+    def _verdict_key(self, item: VerdictItem) -> bytes:
+        return self._verdict_keys.key_of_lists(item.claims, item.context)
+
+    def _lookup(self, keys: list[bytes]) -> dict[bytes, str]:
+        if self.store is None or self.config.refresh or not keys:
+            return {}
+        try:
+            return self.store.get_many(keys)
+        except sqlite3.Error as exc:  # an unreadable store costs money, never rows
+            note = f"result store read failed ({type(exc).__name__}): stored results were not used"
+            if note not in self._stats.notes:
+                self._stats.notes.append(note)
+            log.warning("%s: %s", note, exc)
+            return {}
+
+    def _save(self, rows: list[tuple[bytes, str, str]]) -> None:
+        if self.store is None or not rows:
+            return
+        try:
+            self.store.put_many(rows)
+        except Exception as exc:  # a full disk must not cost the results themselves
+            note = f"result store write failed ({type(exc).__name__}): results of this run may be paid again"
+            if note not in self._stats.notes:
+                self._stats.notes.append(note)
+            log.warning("%s: %s", note, self._redact(str(exc))[:_ERROR_CHARS])
+
+    # ------------------------------------------------------------------------------ running
+
+    async def _run(self, plan: _Plan[Any], progress: ProgressCallback | None) -> None:
+        for i, reason in plan.oversize.items():
+            self._finish_error(plan, i, reason, progress)
+        packs = plan.packs()
+        await asyncio.gather(*(self._guarded(plan, p.indices, progress) for p in packs))
+
+    async def _guarded(self, plan: _Plan[Any], indices: tuple[int, ...], progress: ProgressCallback | None) -> None:
+        try:
+            await self._run_pack(plan, indices, _Tries(), progress)
+        except Exception as exc:  # a bug must not lose the other items: they become error rows
+            log.exception("litellm judge: unexpected failure")
+            reason = f"internal error in the judge: {type(exc).__name__}: {self._redact(str(exc))[:200]}"
+            for i in indices:
+                if i not in plan.results:
+                    self._finish_error(plan, i, reason, progress)
+
+    async def _run_pack(
+        self, plan: _Plan[Any], indices: tuple[int, ...], tries: _Tries, progress: ProgressCallback | None
+    ) -> None:
+        retries = self.config.max_retries
+        while True:
+            if self._fatal is not None:
+                for i in indices:
+                    self._finish_error(plan, i, self._fatal, progress)
+                return
+            messages, id_map, context = plan.render(indices)
+            entries = [plan.entries[i] for i in indices]
+            max_tokens = min(self.limits.max_output_tokens, REPLY_SLACK_TOKENS + sum(e.output_tokens for e in entries))
+            estimate = self.frame_tokens[plan.step] + sum(e.prompt_tokens for e in entries)
+            response_format = plan.response_format(list(id_map)) if self.card.json_schema else None
+            if tries.sent > 0:
+                self._stats.retries += 1
+            tries = tries.sending()
+            try:
+                reply = await self._send(messages, response_format, max_tokens, estimate)
+            except _RequestFailed as failure:
+                if failure.sent:
+                    self._charge(plan, indices, None, None, id_map)
+                tries = tries.failed(failure.kind == "rate_limit")
+                alone = len(indices) == 1
+                if failure.kind == "fatal" or (failure.kind == "isolate" and alone):
+                    for i in indices:
+                        self._finish_error(plan, i, failure.reason, progress)
+                    return
+                if tries.exhausted(retries) or (failure.kind == "too_big" and alone):
+                    for i in indices:
+                        self._finish_error(plan, i, tries.gave_up(failure.reason), progress)
+                    return
+                if failure.kind in ("transient", "timeout"):
+                    await self.limiter.back_off(tries.errors)
+                if failure.kind in ("too_big", "timeout", "isolate") and not alone:
+                    # Too big for the window, too slow for the timeout, or holding an item the provider
+                    # refuses: halve the pack so that the other items get through.
+                    await self._split(plan, halves(indices), tries, progress)
+                    return
+                continue  # after a 429 the limiter's shared pause makes this attempt wait
+            parsed = plan.parse(reply.text, context)
+            self._charge(plan, indices, reply, parsed, id_map)
+            rows: list[tuple[bytes, str, str]] = []
+            for local, value in parsed.ok.items():
+                i = id_map[local]
+                usage = plan.usage[i]
+                plan.results[i] = plan.ok_result(i, value, usage)
+                if i in plan.keys:
+                    rows.append((plan.keys[i], plan.step, plan.encode(i, value, usage)))
+            self._save(rows)
+            _tick(progress, len(parsed.ok))
+            if parsed.unknown_ids:
+                log.debug("reply named ids it was not asked for: %s", ",".join(parsed.unknown_ids[:5]))
+            failed = [id_map[local] for local in parsed.failed]
+            if not failed:
+                return
+            tries = tries.failed(False)
+            if tries.exhausted(retries):
+                for local, why in parsed.failed.items():
+                    self._finish_error(plan, id_map[local], tries.gave_up(f"invalid reply: {why}"), progress)
+                return
+            # Re-ask only for what failed; a reply that was wholly unusable is re-asked in halves.
+            groups = halves(failed) if len(failed) == len(indices) else [tuple(failed)]
+            if len(groups) == 1:
+                indices = groups[0]
+                continue
+            await self._split(plan, groups, tries, progress)
+            return
+
+    async def _split(
+        self, plan: _Plan[Any], groups: list[tuple[int, ...]], tries: _Tries, progress: ProgressCallback | None
+    ) -> None:
+        await asyncio.gather(*(self._run_pack(plan, g, tries, progress) for g in groups))
+
+    def _finish_error(self, plan: _Plan[Any], i: int, reason: str, progress: ProgressCallback | None) -> None:
+        if i in plan.results:
+            return
+        plan.results[i] = plan.error_result(i, self._redact(reason)[:_ERROR_CHARS], plan.usage[i])
+        self._stats.failed_items += 1
+        _tick(progress, 1)
+
+    def _charge(
+        self,
+        plan: _Plan[Any],
+        indices: Sequence[int],
+        reply: _Reply | None,
+        parsed: ParsedReply[Any] | None,
+        id_map: Mapping[str, int],
+    ) -> None:
+        """Shares one request's usage out over its items (tokens by largest remainder, cost pro rata)."""
+        n = len(indices)
+        prompt = reply.prompt_tokens if reply else 0
+        completion = reply.completion_tokens if reply else 0
+        prompt_weights = [float(plan.entries[i].prompt_tokens) for i in indices]
+        completion_weights = prompt_weights
+        if parsed is not None and parsed.weights:
+            by_index = {id_map[local]: float(w) for local, w in parsed.weights.items()}
+            completion_weights = [by_index.get(i, 0.0) for i in indices]
+        p_shares = largest_remainder(prompt, prompt_weights)
+        c_shares = largest_remainder(completion, completion_weights)
+        priced = self.card.cost(prompt, completion)
+        for i, p, c in zip(indices, p_shares, c_shares, strict=True):
+            cost: float | None = None
+            if priced is not None:
+                cost = (priced[0] * p / prompt if prompt else 0.0) + (priced[1] * c / completion if completion else 0.0)
+            share = Usage(llm_calls=1.0 / n, prompt_tokens=p, completion_tokens=c, cost_usd=cost)
+            plan.usage[i] = plan.usage[i] + share
+        self._stats.prompt_tokens += prompt
+        self._stats.completion_tokens += completion
+        if priced is not None and self._stats.cost_usd is not None:
+            self._stats.cost_usd += priced[0] + priced[1]
+
+    async def _send(
+        self,
+        messages: list[dict[str, str]],
+        response_format: dict[str, Any] | None,
+        max_tokens: int,
+        prompt_estimate: int,
+    ) -> _Reply:
+        import litellm
+
+        cfg = self.config
+        kwargs: dict[str, Any] = {
+            "model": cfg.model,
+            "messages": messages,
+            "temperature": cfg.temperature,
+            "max_tokens": max_tokens,
+            "timeout": cfg.timeout_s,
+            # Our limiter must see every 429: no retries inside litellm or the provider SDK.
+            "num_retries": 0,
+            "max_retries": 0,
+            "drop_params": True,
+        }
+        if cfg.seed is not None:
+            kwargs["seed"] = cfg.seed
+        if cfg.api_base:
+            kwargs["api_base"] = cfg.api_base
+        if self._api_key:
+            kwargs["api_key"] = self._api_key
+        if response_format is not None:
+            kwargs["response_format"] = response_format
+        async with self.limiter.slot(prompt_estimate + max_tokens) as slot:
+            if self._fatal is not None:  # learnt while this request waited for its slot
+                raise _RequestFailed("fatal", self._fatal, sent=False)
+            self._stats.requests += 1
+            try:
+                # The outer timeout is a backstop for providers that ignore ``timeout``.
+                response = await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=cfg.timeout_s * 1.5 + 5)
+            except Exception as exc:
+                raise self._classify(exc) from None
+            text = _content(response)
+            usage = getattr(response, "usage", None)
+            prompt = _int(getattr(usage, "prompt_tokens", None)) or prompt_estimate
+            completion = _int(getattr(usage, "completion_tokens", None)) or self.count_tokens(text)
+            slot.settle(prompt + completion)
+        self.limiter.on_success()
+        self._replies += 1
+        return _Reply(text=text, prompt_tokens=prompt, completion_tokens=completion)
+
+    def _classify(self, exc: BaseException) -> _RequestFailed:
+        from litellm import exceptions as litellm
+
+        detail = self._redact(" ".join(str(exc).split()))[:200]
+        name = type(exc).__name__
+        if isinstance(exc, litellm.RateLimitError):
+            headers = getattr(exc, "litellm_response_headers", None)
+            response = getattr(exc, "response", None)
+            if headers is None and response is not None:
+                headers = getattr(response, "headers", None)
+            pause = self.limiter.on_rate_limited(retry_after_from_headers(dict(headers) if headers else None))
+            return _RequestFailed("rate_limit", f"rate limited (429; paused {pause:.3g} s)")
+        if isinstance(exc, litellm.ContextWindowExceededError):
+            return _RequestFailed("too_big", f"the request exceeds the model's context window: {detail}")
+        if isinstance(exc, litellm.Timeout | TimeoutError | asyncio.TimeoutError):
+            return _RequestFailed("timeout", f"timed out after {self.config.timeout_s:g} s")
+        if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError):
+            where = f" (key from {self.api_key_env})" if self.api_key_env else ""
+            self._fatal = f"{name}{where}: {detail}"
+            return _RequestFailed("fatal", self._fatal)
+        if isinstance(exc, litellm.ContentPolicyViolationError):
+            return _RequestFailed("isolate", f"the provider refused the content: {detail}")
+        if isinstance(exc, litellm.APIConnectionError):
+            return _RequestFailed("transient", f"connection error: {detail}")
+        status = _int(getattr(exc, "status_code", None))
+        if isinstance(exc, litellm.BadRequestError) or (status is not None and 400 <= status < 500 and status != 408):
+            # Once requests have worked, a refused one is about its items: isolate them. Before that it is
+            # most likely the setup (a parameter the server rejects): do not multiply the requests.
+            return _RequestFailed("isolate" if self._replies else "fatal", f"{name}: {detail}")
+        return _RequestFailed("transient", f"{name}{f' {status}' if status else ''}: {detail}")
+
+
+def _content(response: Any) -> str:
+    try:
+        content = response.choices[0].message.content
+    except (AttributeError, IndexError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _tick(progress: ProgressCallback | None, n: int) -> None:
+    if progress is not None and n > 0:
+        progress(n)
+
+
+def _all_set(results: Sequence[R | None]) -> list[R]:
+    out = [r for r in results if r is not None]
+    if len(out) != len(results):  # a bug in this module, never a row outcome
+        raise RuntimeError("the litellm judge left an item without a result")
+    return out

@@ -1,0 +1,488 @@
+"""The litellm judge against the fake OpenAI-compatible server, over real HTTP through litellm."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.core.judge import (
+    ExtractItem,
+    ExtractResult,
+    Judge,
+    VerdictItem,
+    VerdictResult,
+)
+from faithfulness_pipeline.core.prompts import PROMPT_VERSION
+from faithfulness_pipeline.judges.litellm_judge import (
+    NO_CONTEXT_REASON,
+    LiteLLMJudge,
+    LiteLLMJudgeConfig,
+    MissingAPIKeyError,
+    Redactor,
+)
+from tests.fakellm import FakeLLMServer, FaultPlan
+from tests.fakellm.scripted import ScriptedJudge, TypicalRow, script_claims, script_verdicts, typical_rows
+
+KEY_ENV = "FP_TEST_JUDGE_KEY"
+CANARY = "sk-fp-canary-7Qx9ZpL2mN4vB8cR"
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, CANARY)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(ScriptedJudge()) as srv:
+        yield srv
+
+
+def make_judge(server: FakeLLMServer, **overrides: Any) -> LiteLLMJudge:
+    settings: dict[str, Any] = {
+        "model": "openai/fake-judge",
+        "api_base": server.base_url,
+        "api_key_env": KEY_ENV,
+        "timeout_s": 2.0,
+        "backoff_base_s": 0.01,
+        "backoff_max_s": 0.05,
+    }
+    settings.update(overrides)
+    clock, sleep = settings.pop("clock", None), settings.pop("sleep", None)
+    return LiteLLMJudge(LiteLLMJudgeConfig(**settings), clock=clock, sleep=sleep)
+
+
+def run(
+    judge: LiteLLMJudge, rows: Sequence[TypicalRow], progress: list[int] | None = None
+) -> tuple[list[ExtractResult], list[VerdictResult]]:
+    """Both steps the way the pipeline calls them: verdicts only for rows with claims and context."""
+
+    async def main() -> tuple[list[ExtractResult], list[VerdictResult]]:
+        tick = progress.append if progress is not None else None
+        try:
+            extracted = await judge.extract_claims(
+                [ExtractItem(f"r{k}", r.answer, r.question) for k, r in enumerate(rows)], tick
+            )
+            items = [
+                VerdictItem(f"r{k}", e.claims, rows[k].context)
+                for k, e in enumerate(extracted)
+                if e.claims and rows[k].context
+            ]
+            return extracted, await judge.judge_claims(items, tick)
+        finally:
+            await judge.aclose()
+
+    return asyncio.run(main())
+
+
+def both(results: tuple[list[ExtractResult], list[VerdictResult]]) -> list[ExtractResult | VerdictResult]:
+    return [*results[0], *results[1]]
+
+
+def verdict_tuples(result: VerdictResult) -> list[tuple[str, bool, int | None, str | None]]:
+    assert result.verdicts is not None
+    return [(v.verdict, v.speculative, v.evidence, v.reason) for v in result.verdicts]
+
+
+def assert_scripted(rows: Sequence[TypicalRow], extracted: list[ExtractResult], verdicts: list[VerdictResult]) -> None:
+    assert [e.id for e in extracted] == [f"r{k}" for k in range(len(rows))]
+    by_id = {v.id: v for v in verdicts}
+    for k, (row, ext) in enumerate(zip(rows, extracted, strict=True)):
+        assert ext.error is None and ext.claims == row.claims
+        assert verdict_tuples(by_id[f"r{k}"]) == script_verdicts(row.claims)
+
+
+# ------------------------------------------------------------------------------------- exactness
+
+
+def test_500_answers_in_three_languages_get_exactly_the_scripted_verdicts(server: FakeLLMServer) -> None:
+    rows = typical_rows(500, seed=5)
+    judge = make_judge(server)
+    assert isinstance(judge, Judge)
+    assert judge.prompt_version == PROMPT_VERSION and judge.model_name == "openai/fake-judge"
+    progress: list[int] = []
+    extracted, verdicts = run(judge, rows, progress)
+    assert_scripted(rows, extracted, verdicts)
+    kinds = {v for r in verdicts for v, *_ in verdict_tuples(r)}
+    assert kinds == {"supported", "contradicted", "unsupported"}
+    assert sum(progress) == len(extracted) + len(verdicts)
+
+    # Usage shares add up exactly to what the server billed, and to the judge's own totals.
+    s, st = server.stats(), judge.stats()
+    usages = [r.usage for r in both((extracted, verdicts))]
+    assert s.requests == s.ok == st.requests
+    assert sum(u.prompt_tokens for u in usages) == s.prompt_tokens == st.prompt_tokens
+    assert sum(u.completion_tokens for u in usages) == s.completion_tokens == st.completion_tokens
+    assert math.isclose(sum(u.llm_calls for u in usages), s.requests)
+    assert all(u.cost_usd is None for u in usages) and st.cost_usd is None
+    assert any("no price known" in n for n in st.notes)
+    assert s.requests / len(rows) <= 0.5
+
+
+def test_nothing_to_ask_costs_no_call(server: FakeLLMServer) -> None:
+    judge = make_judge(server)
+
+    async def main() -> tuple[list[ExtractResult], list[VerdictResult]]:
+        ex = await judge.extract_claims([ExtractItem("a", ""), ExtractItem("b", "  \n ")])
+        ve = await judge.judge_claims([VerdictItem("c", ("x.", "y."), ()), VerdictItem("d", (), ("p",))])
+        await judge.aclose()
+        return ex, ve
+
+    extracted, verdicts = asyncio.run(main())
+    assert [e.claims for e in extracted] == [(), ()]
+    assert verdicts[0].verdicts is not None
+    assert [(v.verdict, v.reason) for v in verdicts[0].verdicts] == [("unsupported", NO_CONTEXT_REASON)] * 2
+    assert verdicts[1].verdicts == ()
+    assert server.stats().requests == 0 and judge.stats().requests == 0
+
+
+# -------------------------------------------------------------------------------------- salvage
+
+
+def _salvage_rows() -> list[TypicalRow]:
+    marks = {3: "#drop", 7: "#invent", 12: "#count", 20: "#code", 33: "#drop"}
+    rows: list[TypicalRow] = []
+    for k in range(40):
+        tag = f" {marks[k]}" if k in marks else ""
+        answer = f"Fact one about item {k}{tag}. Fact two about item {k} [U]."
+        ctx = (f"Passage about item {k}.", "Another passage.")
+        rows.append(TypicalRow("en", f"What about {k}?", answer, ctx, tuple(script_claims(answer))))
+    return rows
+
+
+def test_bad_replies_keep_what_validated_and_reask_only_the_rest() -> None:
+    rows = _salvage_rows()
+    modes = {"#drop": "drop", "#invent": "invent", "#count": "wrong_count", "#code": "bad_code"}
+    script = ScriptedJudge(misbehave=modes)
+    bad_answers = {r.answer for r in rows if "#" in r.answer}
+    with FakeLLMServer(script) as srv:
+        judge = make_judge(srv, max_items_per_pack=16)
+        extracted, verdicts = run(judge, rows)
+        requests = srv.stats().requests
+    assert_scripted(rows, extracted, verdicts)
+    for step in ("extract", "verdict"):
+        calls = [c for c in script.calls if c.step == step]
+        first, again = calls[:3], calls[3:]  # 40 items, 16 per pack: 3 packs, then the re-asks
+        assert sum(len(c.texts) for c in first) == 40
+        reasked = [t for c in again for t in c.texts]
+        if step == "extract":
+            assert sorted(reasked) == sorted(bad_answers)  # each bad item once, nothing else
+        else:
+            assert len(reasked) == len(bad_answers) and all("#" in t for t in reasked)
+        assert len(again) == 3  # one re-ask per pack that held bad items (marks sit in all 3 packs)
+    assert requests == 12
+    assert judge.stats().retries == 6
+
+
+def test_replies_cut_short_are_salvaged(server: FakeLLMServer) -> None:
+    rows = typical_rows(60, seed=8)
+    server.set_faults(FaultPlan(rate_partial=0.5, seed=4))
+    judge = make_judge(server)
+    extracted, verdicts = run(judge, rows)
+    assert_scripted(rows, extracted, verdicts)
+    assert server.stats().by_outcome.get("partial", 0) > 0
+
+
+# --------------------------------------------------------------------------------------- faults
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+def test_429_retry_after_is_honoured_by_every_request(server: FakeLLMServer) -> None:
+    rows = typical_rows(45, seed=2)
+    server.set_faults(FaultPlan(rate_429=0.4, retry_after_s=7.0, seed=3))
+    t = FakeTime()
+    judge = make_judge(server, clock=t.clock, sleep=t.sleep, max_concurrency=4)
+    extracted, verdicts = run(judge, rows)
+    assert_scripted(rows, extracted, verdicts)
+    c = judge.limiter.counters
+    n429 = server.stats().by_outcome["429"]
+    assert n429 >= 3
+    assert c.rate_limited == c.retry_after_honoured == n429  # every 429 reached our limiter
+    assert c.pauses_s == [7.0] * n429
+    waits = [s for s in t.sleeps if s > 0]
+    assert waits and all(s <= 7.0 + 1e-9 for s in waits)
+    assert max(waits) > 6.0  # requests really waited for the announced time (on the fake clock)
+    assert c.min_cap_seen < 4  # and the shared cap went down
+    assert server.stats().requests == server.stats().ok + n429
+
+
+def test_429_without_retry_after_backs_off_exponentially(server: FakeLLMServer) -> None:
+    rows = typical_rows(30, seed=2)
+    server.set_faults(FaultPlan(rate_429_no_retry_after=0.4, seed=5))
+    t = FakeTime()
+    judge = make_judge(server, clock=t.clock, sleep=t.sleep, backoff_base_s=1.0, backoff_max_s=8.0)
+    extracted, verdicts = run(judge, rows)
+    assert_scripted(rows, extracted, verdicts)
+    c = judge.limiter.counters
+    assert c.rate_limited == server.stats().no_retry_after_429 > 0
+    assert c.retry_after_honoured == 0
+    assert all(0.5 <= p <= 8.0 for p in c.pauses_s)
+
+
+def test_heavy_faults_lose_no_item_and_change_no_ok_result() -> None:
+    rows = typical_rows(90, seed=9)
+    faults = FaultPlan(rate_429=0.3, retry_after_s=0.01, rate_5xx=0.1, rate_malformed=0.1, rate_hang=0.02, seed=0)
+    with FakeLLMServer(ScriptedJudge(), faults=faults) as srv:
+        judge = make_judge(srv, timeout_s=1.0)
+        extracted, verdicts = run(judge, rows)
+        outcomes = srv.stats().by_outcome
+    for kind in ("429", "5xx", "malformed", "hang"):
+        assert outcomes.get(kind, 0) > 0, outcomes
+    assert [e.id for e in extracted] == [f"r{k}" for k in range(len(rows))]
+    by_id = {v.id: v for v in verdicts}
+    ok = 0
+    for k, (row, ext) in enumerate(zip(rows, extracted, strict=True)):
+        if ext.error is not None:
+            assert ext.claims is None and ext.error.strip()
+            continue
+        assert ext.claims == row.claims
+        result = by_id[f"r{k}"]
+        if result.error is not None:
+            assert result.verdicts is None and result.error.strip()
+            continue
+        assert verdict_tuples(result) == script_verdicts(row.claims)
+        ok += 1
+    assert ok >= 0.9 * len(rows)
+    st = judge.stats()
+    assert st.failed_items == sum(r.error is not None for r in both((extracted, verdicts)))
+    assert st.retries > 0
+
+
+def test_hangs_end_in_error_rows_not_exceptions(server: FakeLLMServer) -> None:
+    rows = typical_rows(4, seed=1)
+    server.set_faults(FaultPlan(rate_hang=1.0))
+    judge = make_judge(server, timeout_s=0.3, max_retries=1)
+    extracted, verdicts = run(judge, rows)
+    assert verdicts == []
+    assert all(e.claims is None and e.error is not None and "timed out" in e.error for e in extracted)
+    assert all(e.usage.llm_calls > 0 and e.usage.prompt_tokens == 0 for e in extracted)
+
+
+# ---------------------------------------------------------------------------------------- store
+
+
+def test_store_makes_reruns_free_and_refresh_pays_again(server: FakeLLMServer, tmp_path: Path) -> None:
+    rows = typical_rows(60, seed=4)
+    store = tmp_path / "results.sqlite"
+    first = run(make_judge(server, store_path=store), rows)
+    paid = server.stats().requests
+    assert paid > 0
+
+    server.reset_stats()
+    # Timeouts, concurrency and pack size do not change what a reply says: same keys.
+    again = make_judge(server, store_path=store, timeout_s=5, max_concurrency=2, pack_tokens=3000)
+    second = run(again, rows)
+    assert server.stats().requests == 0 and again.stats().requests == 0
+    assert again.stats().cached_items == len(first[0]) + len(first[1])
+    assert_scripted(rows, *second)
+    for old, new in zip(both(first), both(second), strict=True):
+        assert new.cached and not old.cached
+        assert new.usage == old.usage  # the original cost, so BI totals stay right on re-runs
+
+    server.reset_stats()
+    fresh = make_judge(server, store_path=store, refresh=True)
+    third = run(fresh, rows)
+    assert server.stats().requests == paid
+    assert not any(r.cached for r in both(third))
+
+    server.reset_stats()
+    reseeded = run(make_judge(server, store_path=store, seed=1), rows)  # a different seed: new results
+    assert server.stats().requests == paid
+    assert_scripted(rows, *reseeded)
+
+
+def test_a_rerun_pays_only_for_what_is_missing(tmp_path: Path) -> None:
+    rows = typical_rows(40, seed=6)
+    script = ScriptedJudge()
+    with FakeLLMServer(script) as srv:
+        run(make_judge(srv, store_path=tmp_path / "r.sqlite"), rows[:25])
+        before = len(script.calls)
+        extracted, verdicts = run(make_judge(srv, store_path=tmp_path / "r.sqlite"), rows)
+    assert_scripted(rows, extracted, verdicts)
+    asked = {t for c in script.calls[before:] if c.step == "extract" for t in c.texts}
+    assert asked == {r.answer for r in rows[25:]}
+    assert sum(e.cached for e in extracted) == 25
+
+
+def test_an_unusable_store_path_fails_before_any_work(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="result store"):
+        LiteLLMJudge(
+            LiteLLMJudgeConfig(
+                model="openai/fake-judge", api_base="http://127.0.0.1:9/v1", api_key_env=KEY_ENV, store_path=tmp_path
+            )
+        )
+
+
+# ------------------------------------------------------------------------------------ structure
+
+
+def test_json_schema_response_format_when_asked() -> None:
+    rows = typical_rows(12, seed=3)
+    with FakeLLMServer(ScriptedJudge(), capture=True) as srv:
+        judge = make_judge(srv, use_json_schema=True)
+        extracted, verdicts = run(judge, rows)
+        log = list(srv.requests_log)
+    assert_scripted(rows, extracted, verdicts)
+    assert log and all(r.response_format and r.response_format["type"] == "json_schema" for r in log)
+    schema = log[0].response_format["json_schema"]["schema"]  # type: ignore[index]
+    assert schema["required"][0] == "a1" and schema["additionalProperties"] is False
+    assert all(r.temperature == 0 and r.seed == 0 and r.max_tokens for r in log)
+
+
+def test_json_in_prompt_for_models_without_schema_support() -> None:
+    with FakeLLMServer(ScriptedJudge(), capture=True) as srv:
+        run(make_judge(srv), typical_rows(3, seed=3))
+        assert all(r.response_format is None for r in srv.requests_log)
+
+
+def _long_rows() -> list[TypicalRow]:
+    big = tuple(f"Passage {i}: " + " ".join(["the river station report"] * 120) for i in range(8))
+    mid = tuple(" ".join(["museum harbour market"] * 100) for _ in range(3))
+    answer = "The report mentions the river. The station is old [U]."
+    claims = tuple(script_claims(answer))
+    return [
+        TypicalRow("en", "q", answer, big, claims),
+        TypicalRow("en", "q", answer + " One more.", mid, (*claims, "One more.")),
+        TypicalRow("en", "q", answer + " Two more.", (*mid[:2], "x"), (*claims, "Two more.")),
+    ]
+
+
+def test_only_an_item_alone_over_the_window_is_truncated(server: FakeLLMServer) -> None:
+    rows = _long_rows()
+    judge = make_judge(server, context_window=2048)
+    extracted, verdicts = run(judge, rows)
+    assert_scripted(rows, extracted, verdicts)
+    assert [v.context_truncated for v in verdicts] == [True, False, False]
+    # The two mid-sized rows do not fit one request together: split into two requests, not cut.
+    assert server.stats().requests == 1 + 3
+
+
+def test_long_answers_are_never_cut(server: FakeLLMServer) -> None:
+    sentence = "The harbour station report was approved by the council after a long debate about costs. "
+    rows = [
+        TypicalRow("en", "q", sentence * 28, ("p",), tuple(script_claims(sentence * 28))),  # ~500 tokens
+        TypicalRow("en", "q", sentence * 90, ("p",), tuple(script_claims(sentence * 90))),  # ~1600 tokens
+    ]
+    judge = make_judge(server, context_window=2048)
+    extracted, verdicts = run(judge, rows[:1])
+    assert_scripted(rows[:1], extracted, verdicts)  # alone, with a tight reply budget: still whole
+    extracted, verdicts = run(judge, rows[1:])
+    assert extracted[0].claims is None and extracted[0].error is not None
+    assert "too long for the model's context window of 2048" in extracted[0].error
+
+
+def test_cost_from_configured_prices_is_shared_out(server: FakeLLMServer) -> None:
+    rows = typical_rows(30, seed=7)
+    judge = make_judge(server, input_cost_per_token=1e-6, output_cost_per_token=4e-6)
+    extracted, verdicts = run(judge, rows)
+    results = both((extracted, verdicts))
+    for r in results:
+        assert r.usage.cost_usd is not None
+        assert math.isclose(r.usage.cost_usd, r.usage.prompt_tokens * 1e-6 + r.usage.completion_tokens * 4e-6)
+    s = server.stats()
+    st = judge.stats()
+    assert st.cost_usd is not None
+    assert math.isclose(st.cost_usd, s.prompt_tokens * 1e-6 + s.completion_tokens * 4e-6)
+    assert math.isclose(sum(r.usage.cost_usd or 0 for r in results), st.cost_usd)
+    assert not any("no price" in n for n in st.notes)
+
+
+def test_dry_run_estimate_is_within_15_percent_and_free_after_a_run(server: FakeLLMServer, tmp_path: Path) -> None:
+    rows = typical_rows(150, seed=12)
+    judge = make_judge(server, store_path=tmp_path / "r.sqlite", input_cost_per_token=1e-6, output_cost_per_token=2e-6)
+    answers = [ExtractItem(f"r{k}", r.answer, r.question) for k, r in enumerate(rows)]
+    estimate = judge.estimate(answers, [r.context for r in rows])
+    assert server.stats().requests == 0  # the estimate calls nothing
+    run(judge, rows)
+    s = server.stats()
+    assert abs(estimate.prompt_tokens / s.prompt_tokens - 1) <= 0.15
+    assert abs(estimate.completion_tokens / s.completion_tokens - 1) <= 0.15
+    assert abs(estimate.requests / s.requests - 1) <= 0.15
+    assert estimate.cost_usd is not None and estimate.cost_usd > 0
+    print(
+        f"estimate/real: requests {estimate.requests}/{s.requests}, prompt {estimate.prompt_tokens}/"
+        f"{s.prompt_tokens}, completion {estimate.completion_tokens}/{s.completion_tokens}"
+    )
+    after = make_judge(server, store_path=tmp_path / "r.sqlite").estimate(answers, [r.context for r in rows])
+    assert after.requests == 0 and after.prompt_tokens == 0 and after.cached_items == 2 * len(rows)
+
+
+def test_one_judge_serves_two_event_loops(server: FakeLLMServer) -> None:
+    judge = make_judge(server)
+    rows = typical_rows(6, seed=1)
+    assert_scripted(rows, *run(judge, rows))
+    assert_scripted(rows, *run(judge, rows))
+
+
+# -------------------------------------------------------------------------------------- secrets
+
+
+@pytest.mark.filterwarnings("ignore:Item.*ReadOnly:UserWarning", "ignore:Items.*ReadOnly:UserWarning")
+def test_a_missing_key_fails_first_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FP_TEST_NO_SUCH_KEY", raising=False)
+    with pytest.raises(MissingAPIKeyError, match="FP_TEST_NO_SUCH_KEY") as info:
+        LiteLLMJudge(LiteLLMJudgeConfig(model="openai/gpt-4o-mini", api_key_env="FP_TEST_NO_SUCH_KEY"))
+    assert isinstance(info.value, ValueError) and isinstance(info.value, ConfigError)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="OPENAI_API_KEY"):
+        LiteLLMJudge(LiteLLMJudgeConfig(model="openai/gpt-4o-mini"))
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="ANTHROPIC_API_KEY"):
+        LiteLLMJudge(LiteLLMJudgeConfig(model="anthropic/claude-3-5-haiku-20241022"))
+    local = LiteLLMJudge(LiteLLMJudgeConfig(model="ollama/llama3", api_base="http://127.0.0.1:9"))
+    assert local.api_key_env is None
+
+
+def test_redactor_removes_the_key_and_pieces_of_it() -> None:
+    redact = Redactor(CANARY)
+    text = f"bad key {CANARY}; prefix {CANARY[:12]}...; tail ...{CANARY[-9:]}"
+    cleaned = redact(text)
+    assert CANARY not in cleaned and CANARY[:12] not in cleaned and CANARY[-9:] not in cleaned
+    assert Redactor(None)("unchanged") == "unchanged"
+
+
+def _files_bytes(directory: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file())
+
+
+def test_the_key_never_leaves_for_anywhere_but_the_provider(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    rows = typical_rows(9, seed=1)
+    with FakeLLMServer(ScriptedJudge(), api_key=CANARY) as srv:
+        judge = make_judge(srv, store_path=tmp_path / "store" / "r.sqlite")
+        extracted, verdicts = run(judge, rows)
+        assert_scripted(rows, extracted, verdicts)  # the key did reach the provider
+        text = repr((extracted, verdicts, judge.stats(), judge.config))
+        assert CANARY not in text
+        assert CANARY.encode() not in _files_bytes(tmp_path / "store")
+
+    with FakeLLMServer(ScriptedJudge(), api_key="sk-the-right-one") as srv:
+        judge = make_judge(srv, max_concurrency=2)
+        extracted, verdicts = run(judge, typical_rows(60, seed=1))
+        assert srv.stats().by_outcome == {"401": srv.stats().requests}
+        assert srv.stats().requests <= 2  # an auth failure stops the run's other requests
+    assert verdicts == []
+    for e in extracted:
+        assert e.claims is None and e.error is not None
+        assert "AuthenticationError" in e.error and KEY_ENV in e.error and CANARY not in e.error
+    assert CANARY not in repr(judge.stats()) and CANARY not in caplog.text

@@ -1,0 +1,115 @@
+"""Strict, item-by-item reading of judge replies, with salvage of what validated."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from faithfulness_pipeline.core.judge import ClaimVerdict
+from faithfulness_pipeline.core.parsing import (
+    MISSING,
+    parse_code,
+    parse_extract_reply,
+    parse_verdict_reply,
+    read_members,
+)
+
+
+def test_extract_reply_ok_in_fences_and_prose() -> None:
+    body = json.dumps({"a1": ["Paris is in France.", " 서울은 한국의 수도이다. "], "a2": []}, ensure_ascii=False)
+    for text in (body, f"```json\n{body}\n```", f"Here you go:\n{body}\nThanks"):
+        parsed = parse_extract_reply(text, ["a1", "a2"])
+        assert parsed.ok == {"a1": ("Paris is in France.", "서울은 한국의 수도이다."), "a2": ()}
+        assert parsed.failed == {} and parsed.complete
+        assert set(parsed.weights) == {"a1", "a2"}
+
+
+def test_extract_reply_keeps_valid_items_and_names_the_rest() -> None:
+    text = json.dumps({"a1": ["ok claim"], "a3": [""], "a4": "not a list", "a5": [1], "zz": ["invented"]})
+    parsed = parse_extract_reply(text, ["a1", "a2", "a3", "a4", "a5"])
+    assert parsed.ok == {"a1": ("ok claim",)}
+    assert parsed.failed["a2"] == MISSING
+    assert parsed.failed["a3"] == "a claim is empty"
+    assert parsed.failed["a4"] == parsed.failed["a5"] == "claims are not a list of strings"
+    assert parsed.unknown_ids == ("zz",)
+
+
+def test_a_duplicated_id_is_a_failure_not_a_guess() -> None:
+    parsed = parse_extract_reply('{"a1": ["x"], "a1": ["y"], "a2": ["z"]}', ["a1", "a2"])
+    assert parsed.ok == {"a2": ("z",)}
+    assert "more than once" in parsed.failed["a1"]
+
+
+def test_a_reply_cut_short_keeps_the_members_before_the_cut() -> None:
+    full = json.dumps({"a1": ["one."], "a2": ["two.", "three."], "a3": ["four."]})
+    cut = full[: full.index("three") + 2]
+    members, complete = read_members(cut)
+    assert [m[0] for m in members] == ["a1"] and not complete
+    parsed = parse_extract_reply(cut, ["a1", "a2", "a3"])
+    assert parsed.ok == {"a1": ("one.",)}
+    assert parsed.failed["a2"] == parsed.failed["a3"] == "the reply was cut short before this item"
+    assert not parsed.complete
+
+
+@pytest.mark.parametrize("text", ["", "Sure! the statements look fine.", "[1, 2]", "{not json"])
+def test_a_reply_without_an_object_fails_every_item(text: str) -> None:
+    parsed = parse_extract_reply(text, ["a1", "a2"])
+    assert parsed.ok == {}
+    assert set(parsed.failed) == {"a1", "a2"}
+
+
+def test_empty_object_reply_misses_everything() -> None:
+    parsed = parse_extract_reply("{}", ["a1"])
+    assert parsed.failed == {"a1": MISSING} and parsed.complete
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("S0", ClaimVerdict("supported", False, None, 0)),
+        ("S", ClaimVerdict("supported", False, None, None)),
+        ("S?2", ClaimVerdict("supported", True, None, 2)),
+        ("C1|Passage 1 says 1998.", ClaimVerdict("contradicted", False, "Passage 1 says 1998.", 1)),
+        ("U|No passage mentions it.", ClaimVerdict("unsupported", False, "No passage mentions it.", None)),
+        ("U?|미래 가격은 언급되지 않음.", ClaimVerdict("unsupported", True, "미래 가격은 언급되지 않음.", None)),
+        (" c 0 | 文中寫的是 1998 年。|x ", ClaimVerdict("contradicted", False, "文中寫的是 1998 年。|x", 0)),
+        ("S1|fine anyway", ClaimVerdict("supported", False, "fine anyway", 1)),
+    ],
+)
+def test_verdict_codes(code: str, expected: ClaimVerdict) -> None:
+    assert parse_code(code, 3) == expected
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        ("X0", "not a verdict code"),
+        ("supported", "not a verdict code"),
+        ("U", "needs a reason"),
+        ("C2|  ", "needs a reason"),
+        ("S3", "does not exist"),
+    ],
+)
+def test_invalid_verdict_codes(code: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_code(code, 3)
+
+
+def test_verdict_reply_needs_exactly_one_code_per_claim() -> None:
+    reply = json.dumps(
+        {
+            "a1": ["S0", "C1|no"],
+            "a2": ["S0"],
+            "a3": ["S0", "S9"],
+            "a4": [["S0"]],
+            "a5": ["U?|x", "S?0", "S"],
+        }
+    )
+    expected = {"a1": (2, 2), "a2": (2, 2), "a3": (2, 2), "a4": (1, 2), "a5": (3, 1)}
+    parsed = parse_verdict_reply(reply, expected)
+    assert set(parsed.ok) == {"a1", "a5"}
+    assert parsed.ok["a1"][1] == ClaimVerdict("contradicted", False, "no", 1)
+    assert parsed.failed["a2"] == "1 verdicts for 2 claims"
+    assert "does not exist" in parsed.failed["a3"]
+    assert "not a list of code strings" in parsed.failed["a4"]

@@ -1,0 +1,110 @@
+"""The SQLite result store: keys, codecs, bulk lookups, and two writer processes at once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import time
+from pathlib import Path
+
+from faithfulness_pipeline.core.judge import ClaimVerdict, Usage
+from faithfulness_pipeline.judges.store import (
+    KeyMaker,
+    ResultStore,
+    decode_claims,
+    decode_verdicts,
+    encode_claims,
+    encode_verdicts,
+)
+
+
+def test_keys_separate_fields_and_settings() -> None:
+    k = KeyMaker("extract", "x123", "openai/m")
+    assert k.key("ab", "c") != k.key("a", "bc")
+    assert k.key(None, "a") != k.key("", "a")
+    assert k.key("q", "a") == KeyMaker("extract", "x123", "openai/m").key("q", "a")
+    assert k.key("q", "a") != KeyMaker("extract", "x124", "openai/m").key("q", "a")
+    assert len(k.key("q", "a")) == 16
+    assert k.key_of_lists(["a", "b"], ["c"]) != k.key_of_lists(["a"], ["b", "c"])
+    assert k.key_of_lists(["a b"], ["c"]) != k.key_of_lists(["a", "b"], ["c"])
+
+
+def test_codecs_round_trip() -> None:
+    usage = Usage(llm_calls=0.25, prompt_tokens=1234, completion_tokens=56, cost_usd=0.000123)
+    claims = ("臺北的人口約二百五十萬。", "서울은 수도이다.", 'He said "hi" \\ bye.')
+    assert decode_claims(encode_claims(claims, usage)) == (claims, usage)
+    verdicts = (
+        ClaimVerdict("supported", False, None, 0),
+        ClaimVerdict("contradicted", False, "文中寫的是 1998 年。", 2),
+        ClaimVerdict("unsupported", True, "not stated", None),
+    )
+    unpriced = Usage(llm_calls=1 / 3, prompt_tokens=1, completion_tokens=2, cost_usd=None)
+    assert decode_verdicts(encode_verdicts(verdicts, unpriced, True)) == (verdicts, unpriced, True)
+
+
+def test_put_and_get_many_in_chunks(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "sub" / "results.sqlite")
+    k = KeyMaker("extract", "v")
+    keys = [k.key(str(i)) for i in range(2500)]
+    store.put_many((key, "extract", f"value-{i}") for i, key in enumerate(keys[:2000]))
+    found = store.get_many(keys)
+    assert len(found) == 2000
+    assert found[keys[1999]] == "value-1999" and keys[2000] not in found
+    store.put_many([(keys[0], "extract", "replaced")])
+    assert store.get_many([keys[0]]) == {keys[0]: "replaced"}
+    assert store.count() == 2000
+    assert store.get_many([]) == {}
+    store.close()
+    conn = sqlite3.connect(tmp_path / "sub" / "results.sqlite")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+def test_committed_rows_survive_without_close(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    writer = ResultStore(path)
+    writer.put_many([(b"k" * 16, "verdict", "v1")])
+    reader = ResultStore(path)  # another connection sees the commit at once, before any close
+    assert reader.get_many([b"k" * 16]) == {b"k" * 16: "v1"}
+    writer.close()
+    reader.close()
+
+
+def _writer(path: str, start: int, n: int) -> None:
+    store = ResultStore(path)
+    k = KeyMaker("extract", "v")
+    for base in range(start, start + n, 50):
+        store.put_many((k.key(str(i)), "extract", str(i)) for i in range(base, base + 50))
+    store.close()
+
+
+def test_two_processes_write_one_store_at_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.sqlite")
+    ResultStore(path).count()  # create the file first, as a scoring run would
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, s, 1500)) for s in (0, 1500)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    store = ResultStore(path)
+    k = KeyMaker("extract", "v")
+    found = store.get_many([k.key(str(i)) for i in range(3000)])
+    assert len(found) == 3000
+    assert all(found[k.key(str(i))] == str(i) for i in range(3000))
+    store.close()
+
+
+def test_bulk_lookup_speed_is_reported(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "speed.sqlite")
+    k = KeyMaker("extract", "v")
+    keys = [k.key(str(i)) for i in range(50_000)]
+    store.put_many((key, "extract", '{"c":["a claim."],"u":[0.1,100,10,null]}') for key in keys)
+    start = time.perf_counter()
+    found = store.get_many(keys)
+    values = [decode_claims(found[key]) for key in keys]
+    elapsed = time.perf_counter() - start
+    assert len(values) == 50_000
+    print(f"get_many + decode: {50_000 / elapsed:,.0f} results/s")
+    store.close()
