@@ -1,0 +1,63 @@
+"""Shared benchmark plumbing: repo imports, offline litellm settings, a judge against the fake server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+for _name, _value in {"LITELLM_OFFLINE_MODE": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                      "LITELLM_LOG": "ERROR", "HF_HUB_OFFLINE": "1"}.items():
+    os.environ.setdefault(_name, _value)
+
+import polars as pl  # noqa: E402
+
+from faithfulness_pipeline.core.config import ScoringConfig  # noqa: E402
+from faithfulness_pipeline.core.judge import Judge  # noqa: E402
+from faithfulness_pipeline.core.pipeline import score_frame_async  # noqa: E402
+
+FAKE_KEY_ENV = "FP_BENCH_KEY"
+os.environ.setdefault(FAKE_KEY_ENV, "sk-bench-not-a-secret")
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+
+
+def litellm_judge(base_url: str, **overrides: Any) -> Judge:
+    from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge, LiteLLMJudgeConfig
+
+    config = LiteLLMJudgeConfig(model="openai/bench-judge", api_base=base_url, api_key_env=FAKE_KEY_ENV,
+                                **overrides)
+    judge: Judge = LiteLLMJudge(config)
+    return judge
+
+
+def score(df: pl.DataFrame, judge: Judge, config: ScoringConfig | None = None) -> pl.DataFrame:
+    async def run() -> pl.DataFrame:
+        try:
+            return await score_frame_async(df, judge, config or ScoringConfig())
+        finally:
+            await judge.aclose()
+
+    return asyncio.run(run())
+
+
+def sample_rows() -> pl.DataFrame:
+    """The repo's sample data, both shapes, as one flat frame (answers and contexts resolved)."""
+    from faithfulness_pipeline.core import schema as S
+    from faithfulness_pipeline.core.normalize import prepare
+
+    frames = []
+    for path in sorted((ROOT / "sample_data").rglob("*.parquet")):
+        prepared = prepare(pl.read_parquet(path), ScoringConfig())
+        frames.append(prepared.select(
+            pl.col(S.ROW_KEY).alias("conversation_id"), pl.col(S.QUESTION).alias("input"),
+            pl.col(S.ANSWER).alias("output"), pl.col(S.CONTEXT).alias("context")))
+    return pl.concat(frames)

@@ -1,0 +1,279 @@
+"""``faithfulness-pipeline score INPUT -o OUTPUT``: the scoring core from the command line, without Dagster."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import polars as pl
+
+from faithfulness_pipeline.core.config import ColumnMap, ContextHook, ScoringConfig
+from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
+from faithfulness_pipeline.core.io import (
+    ParquetChunkWriter,
+    atomic_path,
+    count_rows,
+    input_schema,
+    iter_chunks,
+    open_text_atomic,
+    resolve_inputs,
+)
+from faithfulness_pipeline.core.judge import Judge
+from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
+from faithfulness_pipeline.core.pipeline import empty_scored_frame, score_chunks
+from faithfulness_pipeline.judges.factory import JudgeOptions, estimate_cost, make_judge
+
+
+@dataclass
+class Summary:
+    rows: int = 0
+    ok: int = 0
+    errors: int = 0
+    zero_claim_rows: int = 0
+    hallucination_sum: float = 0.0
+    faithfulness_sum: float = 0.0
+    scored_rows: int = 0  # ok rows with a (non-null) score
+    llm_calls: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = 0.0
+    first_errors: list[str] = field(default_factory=list)
+
+    def add(self, scored: pl.DataFrame) -> None:
+        self.rows += scored.height
+        ok = scored.filter(pl.col("status") == "ok")
+        self.ok += ok.height
+        self.errors += scored.height - ok.height
+        self.zero_claim_rows += ok.filter(pl.col("n_claims") == 0).height
+        with_scores = ok.filter(pl.col("hallucination_score").is_not_null())
+        self.scored_rows += with_scores.height
+        self.hallucination_sum += float(with_scores.get_column("hallucination_score").sum())
+        self.faithfulness_sum += float(with_scores.get_column("faithfulness_score").sum())
+        self.llm_calls += float(scored.get_column("llm_calls").sum())
+        self.prompt_tokens += int(scored.get_column("prompt_tokens").sum())
+        self.completion_tokens += int(scored.get_column("completion_tokens").sum())
+        cost = scored.get_column("cost_usd")
+        if self.cost_usd is not None:
+            self.cost_usd = None if cost.null_count() else self.cost_usd + float(cost.sum())
+        if len(self.first_errors) < 3:
+            for key, error in scored.filter(pl.col("status") != "ok").select("row_key", "error").iter_rows():
+                if len(self.first_errors) < 3:
+                    self.first_errors.append(f"{key}: {error}")
+
+    def render(self, elapsed: float, outputs: list[str], judge: Judge) -> str:
+        def mean(total: float) -> str:
+            return f"{total / self.scored_rows:.3f}" if self.scored_rows else "n/a"
+
+        cost = "unknown (no price for this model)" if self.cost_usd is None else f"${self.cost_usd:.4f}"
+        stats = judge.stats()
+        lines = [
+            f"scored {self.rows} rows in {elapsed:.1f}s with {judge.model_name} (prompt {judge.prompt_version})",
+            f"  ok: {self.ok}   errors: {self.errors}   no claims: {self.zero_claim_rows}",
+            f"  mean hallucination: {mean(self.hallucination_sum)}   mean faithfulness: {mean(self.faithfulness_sum)}",
+            f"  tokens in table: {self.prompt_tokens} prompt + {self.completion_tokens} completion; cost {cost}",
+            f"  sent this run: {stats.requests} requests, {stats.prompt_tokens} prompt + "
+            f"{stats.completion_tokens} completion tokens; {stats.cached_items} results from the store",
+        ]
+        lines += [f"  note: {note}" for note in stats.notes]
+        lines += [f"  error: {e}" for e in self.first_errors]
+        lines += [f"  wrote {path}" for path in outputs]
+        return "\n".join(lines)
+
+
+class _Progress:
+    """A tqdm bar on a terminal; a plain line every few seconds otherwise (cron logs stay readable)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total = total
+        self.done = 0.0
+        self.enabled = enabled
+        self._bar: Any = None
+        self._last = time.monotonic()
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit="row", desc="scoring", file=sys.stderr, dynamic_ncols=True)
+
+    def __call__(self, rows: float) -> None:
+        self.done += rows
+        if self._bar is not None:
+            self._bar.update(rows)
+        elif self.enabled and time.monotonic() - self._last >= 5:
+            self._last = time.monotonic()
+            pct = 100 * self.done / self.total if self.total else 100.0
+            click.echo(f"scoring: {self.done:.0f}/{self.total} rows ({pct:.0f}%)", err=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _load_hook(spec: str) -> ContextHook:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--context-hook must look like 'package.module:function', got {spec!r}")
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        hook = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load --context-hook {spec!r}: {exc}") from exc
+    if not callable(hook):
+        raise ConfigError(f"--context-hook {spec!r} is not callable")
+    result: ContextHook = hook
+    return result
+
+
+def _static_context(texts: tuple[str, ...], file: str | None) -> tuple[str, ...] | None:
+    passages = list(texts)
+    if file is not None:
+        raw = Path(file).read_text(encoding="utf-8")
+        try:
+            loaded = json.loads(raw)
+        except ValueError:
+            loaded = [raw]
+        if not isinstance(loaded, list) or not all(isinstance(p, str) for p in loaded):
+            raise ConfigError(f"--context-file {file!r} must be a JSON list of strings or plain text")
+        passages += loaded
+    return tuple(passages) if passages or file is not None else None
+
+
+def _judge_options(**kwargs: Any) -> JudgeOptions:
+    return JudgeOptions(**kwargs)
+
+
+async def _run(
+    paths: list[str],
+    judge: Judge,
+    config: ScoringConfig,
+    output: str,
+    claims_out: str | None,
+    mastra_out: str | None,
+    progress: Callable[[float], None] | None,
+    summary: Summary,
+) -> None:
+    schema = input_schema(paths)
+    with ExitStack() as stack:
+        scored_writer = ParquetChunkWriter(stack.enter_context(atomic_path(output)))
+        claims_writer = (
+            ParquetChunkWriter(stack.enter_context(atomic_path(claims_out))) if claims_out else None
+        )
+        mastra_handle = stack.enter_context(open_text_atomic(mastra_out)) if mastra_out else None
+        wrote_any = False
+        try:
+            async for scored in score_chunks(iter_chunks(paths, config.chunk_rows), judge, config, progress):
+                wrote_any = True
+                summary.add(scored)
+                scored_writer.write(scored)
+                if claims_writer is not None:
+                    claims_writer.write(claim_table(scored))
+                if mastra_handle is not None:
+                    mastra_handle.writelines(mastra_jsonl_lines(scored))
+            if not wrote_any:
+                empty = empty_scored_frame(schema, config)
+                scored_writer.write(empty)
+                if claims_writer is not None:
+                    claims_writer.write(claim_table(empty))
+        finally:
+            scored_writer.close()
+            if claims_writer is not None:
+                claims_writer.close()
+            await judge.aclose()
+
+
+@click.group()
+@click.version_option(package_name="faithfulness-pipeline")
+def main() -> None:
+    """Hallucination and faithfulness scores (Mastra semantics) for Parquet tables of LLM answers."""
+
+
+@main.command()
+@click.argument("input_spec", metavar="INPUT")
+@click.option("-o", "--output", required=True, help="Scored table to write (Parquet).")
+@click.option("--claims-out", help="Also write the claim table (one row per claim, Parquet).")
+@click.option("--mastra-out", help="Also write the Mastra-shaped export (JSON lines, one per row per scorer).")
+@click.option("--output-col", default="output", show_default=True, help="Column holding the answer (flat shape).")
+@click.option("--input-col", default="input", show_default=True, help="Column holding the question.")
+@click.option("--context-col", default="context", show_default=True, help="Column of context passages.")
+@click.option("--messages-col", default="messages", show_default=True, help="Column of OpenAI chat messages.")
+@click.option("--id-col", default="conversation_id", show_default=True, help="Conversation id (row key).")
+@click.option("--turn-col", default="turn", show_default=True, help="Turn column added to the key when present.")
+@click.option("--key-col", default=None, help="Use this column as the unique row key instead.")
+@click.option("--all-turns", is_flag=True, help="Score every assistant turn of chat conversations.")
+@click.option("--context", "static_texts", multiple=True, help="Static context passage for every row (repeatable).")
+@click.option("--context-file", default=None, help="Static context: a JSON list of strings, or one text passage.")
+@click.option("--context-hook", default=None, help="module:function returning a row's passages (beats all else).")
+@click.option("--scale", type=float, default=1.0, show_default=True, help="Maximum score value (> 0).")
+@click.option("--zero-claims", type=click.Choice(["zero", "null"]), default="zero", show_default=True,
+              help="Scores of answers without claims: 0 like Mastra, or null.")
+@click.option("--chunk-rows", type=int, default=5000, show_default=True, help="Rows per processing chunk.")
+@click.option("--model", default=None, help="litellm model, e.g. openai/gpt-4o-mini. Absent: offline judge.")
+@click.option("--api-base", default=None, help="Base URL of an OpenAI-compatible server.")
+@click.option("--api-key-env", default=None, help="Environment variable that holds the API key.")
+@click.option("--max-concurrency", type=int, default=None, help="Requests in flight at most.")
+@click.option("--rpm", type=int, default=None, help="Requests per minute at most.")
+@click.option("--tpm", type=int, default=None, help="Tokens per minute at most.")
+@click.option("--timeout", type=float, default=None, help="Seconds per request before it is retried.")
+@click.option("--pack-tokens", type=int, default=None, help="Token budget of one packed request.")
+@click.option("--store", default=None, help="Result store (SQLite file) that makes runs resumable.")
+@click.option("--refresh", is_flag=True, help="Ignore stored results (new results are still stored).")
+@click.option("--dry-run", is_flag=True, help="Print requests, tokens and estimated cost; call nothing.")
+@click.option("--quiet", is_flag=True, help="No progress and no summary.")
+def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str | None, output_col: str,
+          input_col: str, context_col: str, messages_col: str, id_col: str, turn_col: str, key_col: str | None,
+          all_turns: bool, static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None,
+          scale: float, zero_claims: str, chunk_rows: int, model: str | None, api_base: str | None,
+          api_key_env: str | None, max_concurrency: int | None, rpm: int | None, tpm: int | None,
+          timeout: float | None, pack_tokens: int | None, store: str | None, refresh: bool, dry_run: bool,
+          quiet: bool) -> None:
+    """Score INPUT (a Parquet file, a directory of them, or a glob) and write the scored table."""
+    started = time.monotonic()
+    try:
+        config = ScoringConfig(
+            columns=ColumnMap(output=output_col, input=input_col, context=context_col, messages=messages_col,
+                              conversation_id=id_col, turn=turn_col, key=key_col),
+            scale=scale,
+            zero_claims="null" if zero_claims == "null" else "zero",
+            all_turns=all_turns,
+            static_context=_static_context(static_texts, context_file),
+            context_hook=_load_hook(context_hook) if context_hook else None,
+            chunk_rows=chunk_rows,
+        )
+        options = _judge_options(model=model, api_base=api_base, api_key_env=api_key_env,
+                                 max_concurrency=max_concurrency, rpm=rpm, tpm=tpm, timeout_s=timeout,
+                                 pack_tokens=pack_tokens, store_path=store, refresh=refresh)
+        paths = resolve_inputs(input_spec)
+        input_schema(paths)  # schema disagreements fail before any call is paid for
+        judge = make_judge(options)
+        if dry_run:
+            click.echo(estimate_cost(judge, paths, config))
+            asyncio.run(judge.aclose())
+            return
+        total = count_rows(paths)
+        progress = _Progress(total, enabled=not quiet)
+        summary = Summary()
+        try:
+            asyncio.run(_run(paths, judge, config, output, claims_out, mastra_out, progress, summary))
+        finally:
+            progress.close()
+    except FaithfulnessPipelineError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("interrupted: nothing was written (stored results are kept for the next run)", err=True)
+        sys.exit(130)
+    if not quiet:
+        written = [output] + [p for p in (claims_out, mastra_out) if p]
+        click.echo(summary.render(time.monotonic() - started, written, judge), err=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Choosing a judge from user options: offline when no model is set, else the litellm judge."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.config import ScoringConfig
+from faithfulness_pipeline.core.io import iter_chunks
+from faithfulness_pipeline.core.judge import ExtractItem, Judge
+from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeOptions:
+    """The judge settings shared by the CLI and the Dagster resource; None means the judge's default."""
+
+    model: str | None = None
+    api_base: str | None = None
+    api_key_env: str | None = None
+    max_concurrency: int | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    timeout_s: float | None = None
+    pack_tokens: int | None = None
+    store_path: str | None = None
+    refresh: bool = False
+
+
+def make_judge(options: JudgeOptions) -> Judge:
+    """The offline judge when ``options.model`` is unset; otherwise a configured litellm judge.
+
+    A missing API key fails here, before any row is read.
+    """
+    if not options.model:
+        from faithfulness_pipeline.judges.offline import OfflineJudge
+
+        return OfflineJudge()
+    from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge, LiteLLMJudgeConfig
+
+    given: dict[str, Any] = {k: v for k, v in asdict(options).items() if v is not None}
+    judge: Judge = LiteLLMJudge(LiteLLMJudgeConfig(**given))
+    return judge
+
+
+def estimate_cost(judge: Judge, paths: list[str], config: ScoringConfig) -> str:
+    """The dry-run report: what scoring ``paths`` would send, without sending anything."""
+    estimator = getattr(judge, "estimate", None)
+    registry = KeyRegistry()
+    answers: list[ExtractItem] = []
+    contexts: list[tuple[str, ...]] = []
+    rows = 0
+    for chunk in iter_chunks(paths, config.chunk_rows):
+        prepared = prepare(chunk, config, registry)
+        rows += prepared.height
+        for key, answer, question, context in prepared.select(
+            S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT
+        ).iter_rows():
+            if answer is not None and answer.strip():
+                answers.append(ExtractItem(id=key, answer=answer, question=question))
+                contexts.append(tuple(context or ()))
+    if estimator is None:
+        return f"dry run: {rows} rows, {len(answers)} answers to judge with {judge.model_name}: 0 requests, cost $0"
+    estimate = estimator(answers, contexts)
+    cost = "unknown (no price for this model)" if estimate.cost_usd is None else f"${estimate.cost_usd:.4f}"
+    lines = [
+        f"dry run with {judge.model_name} (prompt {judge.prompt_version}): {rows} rows, {len(answers)} answers",
+        f"  requests: {estimate.requests}",
+        f"  already in the result store: {getattr(estimate, 'cached_items', 0)} step results (free)",
+        f"  prompt tokens: {estimate.prompt_tokens}",
+        f"  completion tokens: {estimate.completion_tokens}",
+        f"  estimated cost: {cost}",
+    ]
+    lines += [f"  note: {note}" for note in estimate.notes]
+    return "\n".join(lines)

@@ -1,0 +1,163 @@
+"""The CLI with the litellm judge against the fake server: faults, SIGKILL and resume, dry run, secrets.
+
+Every run is a real subprocess talking real HTTP to a FakeLLMServer on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.fakellm import FakeLLMServer, FaultPlan, Latency
+from tests.fakellm.scripted import ScriptedJudge, typical_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+CANARY = "sk-canary-7f3a9c1e5b2d4e6f"
+IGNORED = ["scored_at"]
+
+
+def _rows(n: int, seed: int = 1) -> pl.DataFrame:
+    rows = typical_rows(n, seed=seed)
+    return pl.DataFrame({
+        "conversation_id": [f"c{i:05d}" for i in range(n)],
+        "input": [r.question for r in rows],
+        "output": [r.answer for r in rows],
+        "context": [list(r.context) for r in rows],
+    })
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(ScriptedJudge(), api_key=CANARY) as srv:
+        yield srv
+
+
+def _cli(server: FakeLLMServer, src: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "faithfulness_pipeline.cli", "score", str(src), "-o", str(out),
+            "--model", "openai/fake-judge", "--api-base", server.base_url, "--api-key-env", "FP_TEST_KEY",
+            "--timeout", "2", *extra]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "FP_TEST_KEY": CANARY}
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300, check=False)
+
+
+def _comparable(path: Path) -> pl.DataFrame:
+    return pl.read_parquet(path).drop(IGNORED).sort("row_key")
+
+
+def test_sigkill_halfway_then_resume_pays_only_for_the_rest(server: FakeLLMServer, tmp_path: Path) -> None:
+    src = tmp_path / "in.parquet"
+    _rows(240).write_parquet(src)
+    # Reference: an uninterrupted run in its own store.
+    reference = _run(_cli(server, src, tmp_path / "ref.parquet", "--store", str(tmp_path / "ref.sqlite")))
+    assert reference.returncode == 0, reference.stderr
+    full_requests = server.stats().requests
+    assert full_requests > 4
+
+    server.reset_stats()
+    server.set_latency(Latency(base_s=0.3))  # slow enough to kill it halfway
+    store = tmp_path / "store.sqlite"
+    out = tmp_path / "out.parquet"
+    cmd = _cli(server, src, out, "--store", str(store), "--max-concurrency", "2", "--quiet")
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while server.stats().ok < full_requests // 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    paid_before_kill = server.stats().ok
+    assert not out.exists()  # no partial output is ever visible
+    assert not any(p.suffix == ".parquet" for p in tmp_path.iterdir() if p.name.startswith("out"))
+
+    server.set_latency(Latency())
+    server.reset_stats()
+    resumed = _run(cmd)
+    assert resumed.returncode == 0, resumed.stderr
+    resumed_requests = server.stats().requests
+    # At most what was left, plus what was in flight when it died (2 at a time).
+    assert resumed_requests <= full_requests - paid_before_kill + 2, (resumed_requests, paid_before_kill)
+    assert resumed_requests > 0
+    assert _comparable(out).equals(_comparable(tmp_path / "ref.parquet"))
+
+    server.reset_stats()
+    again = _run(cmd)
+    assert again.returncode == 0, again.stderr
+    assert server.stats().requests == 0
+
+
+def test_faults_lose_no_row_and_change_no_ok_row(server: FakeLLMServer, tmp_path: Path) -> None:
+    src = tmp_path / "in.parquet"
+    _rows(150, seed=2).write_parquet(src)
+    clean = _run(_cli(server, src, tmp_path / "clean.parquet", "--quiet"))
+    assert clean.returncode == 0, clean.stderr
+    server.set_faults(FaultPlan(rate_429=0.3, retry_after_s=0.05, rate_5xx=0.1, rate_malformed=0.1, rate_hang=0.02,
+                                seed=5))
+    faulty = _run(_cli(server, src, tmp_path / "faulty.parquet", "--quiet", "--timeout", "0.5"))
+    assert faulty.returncode == 0, faulty.stderr
+    a, b = _comparable(tmp_path / "clean.parquet"), _comparable(tmp_path / "faulty.parquet")
+    assert b["row_key"].to_list() == a["row_key"].to_list()  # every input row, exactly once
+    errors = b.filter(pl.col("status") == "error")
+    assert errors["error"].null_count() == 0
+    assert errors["hallucination_score"].null_count() == errors.height
+    ok = b.filter(pl.col("status") == "ok")
+    assert ok.height > 0
+    same = a.join(ok.select("row_key"), on="row_key", how="semi").drop(list(USAGE))
+    assert same.equals(ok.drop(list(USAGE)))
+
+
+USAGE = ("llm_calls", "prompt_tokens", "completion_tokens", "cost_usd")
+
+
+def test_dry_run_estimates_within_15_percent_and_calls_nothing(server: FakeLLMServer, tmp_path: Path) -> None:
+    src = tmp_path / "in.parquet"
+    _rows(90, seed=3).write_parquet(src)
+    dry = _run(_cli(server, src, tmp_path / "o.parquet", "--dry-run"))
+    assert dry.returncode == 0, dry.stderr
+    assert server.stats().requests == 0 and not (tmp_path / "o.parquet").exists()
+    estimate = {k: int(v) for k, v in re.findall(r"(requests|prompt tokens|completion tokens): (\d+)", dry.stdout)}
+    real = _run(_cli(server, src, tmp_path / "o.parquet", "--quiet"))
+    assert real.returncode == 0, real.stderr
+    stats = server.stats()
+    assert abs(estimate["prompt tokens"] - stats.prompt_tokens) <= 0.15 * stats.prompt_tokens
+    assert abs(estimate["completion tokens"] - stats.completion_tokens) <= 0.15 * stats.completion_tokens
+
+
+def test_the_key_appears_nowhere(server: FakeLLMServer, tmp_path: Path) -> None:
+    src = tmp_path / "in.parquet"
+    _rows(30, seed=4).write_parquet(src)
+    server.set_faults(FaultPlan(rate_5xx=0.3, seed=1))
+    result = _run(_cli(server, src, tmp_path / "o.parquet", "--store", str(tmp_path / "s.sqlite"),
+                       "--claims-out", str(tmp_path / "c.parquet"), "--mastra-out", str(tmp_path / "m.jsonl")))
+    assert result.returncode == 0, result.stderr
+    assert CANARY not in result.stdout + result.stderr
+    for path in tmp_path.iterdir():
+        assert CANARY.encode() not in path.read_bytes(), path.name
+    wrong = subprocess.run(_cli(server, src, tmp_path / "x.parquet"), capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "FP_TEST_KEY": "sk-wrong-" + CANARY[::-1]}, check=False)
+    assert CANARY not in wrong.stdout + wrong.stderr and CANARY[::-1] not in wrong.stdout + wrong.stderr
+
+
+def test_missing_key_fails_before_any_row(server: FakeLLMServer, tmp_path: Path) -> None:
+    src = tmp_path / "in.parquet"
+    _rows(3).write_parquet(src)
+    env = {k: v for k, v in os.environ.items() if k != "FP_TEST_KEY"}
+    result = subprocess.run(_cli(server, src, tmp_path / "o.parquet"), capture_output=True, text=True, env=env,
+                            timeout=120, check=False)
+    assert result.returncode == 2
+    assert "FP_TEST_KEY" in result.stderr and "Traceback" not in result.stderr
+    assert server.stats().requests == 0 and not (tmp_path / "o.parquet").exists()
