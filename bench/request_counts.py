@@ -13,9 +13,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from common import litellm_judge, sample_rows, score
-
 import polars as pl
+from common import litellm_judge, sample_rows, score
 from rag_rows import make_rows
 
 from faithfulness_pipeline.judges.litellm_judge import DEFAULT_PACK_TOKENS
