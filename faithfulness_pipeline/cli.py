@@ -275,5 +275,13 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
         click.echo(summary.render(time.monotonic() - started, written, judge), err=True)
 
 
+@main.command()
+def demo() -> None:
+    """Materialise every Dagster asset for every sample day with the offline judge, then print a summary."""
+    from faithfulness_pipeline.demo import main as run_demo
+
+    sys.exit(run_demo([]))
+
+
 if __name__ == "__main__":
     main()

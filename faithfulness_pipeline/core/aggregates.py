@@ -1,0 +1,128 @@
+"""Daily answer-quality aggregates for BI: one row per day x model (SPEC §4). Pure polars, no I/O.
+
+Conventions (the README repeats them):
+
+- ``answers`` counts every scored row; the score statistics use only rows with a score (``status = ok``
+  and, under the ``zero_claims = "null"`` policy, at least one claim). Error rows are counted in
+  ``error_answers``, never averaged in as 0.
+- Percentiles are linear-interpolated (the same as SQL ``quantile_cont`` / ``percentile_cont``).
+- ``over_threshold_share`` = answers with ``hallucination_score > hallucination_threshold`` divided by
+  answers with a hallucination score. The threshold is in score units (0..scale).
+- Claim counts are summed, so a claim-weighted rate is exact: ``contradicted_claims / claims``.
+- ``cost_usd`` sums the rows whose cost is known; ``cost_unknown_answers`` says how many were not
+  (a model without a price), so an incomplete total is visible rather than silently low.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+AGGREGATE_SCHEMA: dict[str, pl.DataType] = {
+    "day": pl.Date(),
+    "model": pl.String(),
+    "answers": pl.Int64(),
+    "scored_answers": pl.Int64(),
+    "error_answers": pl.Int64(),
+    "error_rate": pl.Float64(),
+    "zero_claim_answers": pl.Int64(),
+    "claims": pl.Int64(),
+    "supported_claims": pl.Int64(),
+    "contradicted_claims": pl.Int64(),
+    "unsupported_claims": pl.Int64(),
+    "speculative_claims": pl.Int64(),
+    "hallucination_mean": pl.Float64(),
+    "hallucination_p50": pl.Float64(),
+    "hallucination_p90": pl.Float64(),
+    "faithfulness_mean": pl.Float64(),
+    "faithfulness_p50": pl.Float64(),
+    "faithfulness_p90": pl.Float64(),
+    "hallucination_threshold": pl.Float64(),
+    "over_threshold_answers": pl.Int64(),
+    "over_threshold_share": pl.Float64(),
+    "llm_calls": pl.Float64(),
+    "prompt_tokens": pl.Int64(),
+    "completion_tokens": pl.Int64(),
+    "total_tokens": pl.Int64(),
+    "cost_usd": pl.Float64(),
+    "cost_unknown_answers": pl.Int64(),
+}
+
+
+def _ok(expr: pl.Expr) -> pl.Expr:
+    """``expr`` only where the row was scored (so error rows never enter a sum or a percentile)."""
+    return pl.when(pl.col("status") == "ok").then(expr)
+
+
+def daily_aggregates(
+    scored: pl.DataFrame,
+    *,
+    day_column: str = "day",
+    model_column: str = "model",
+    hallucination_threshold: float = 0.5,
+) -> pl.DataFrame:
+    """Aggregate a scored table (SPEC §4 columns plus a day column) per day x model.
+
+    ``day_column`` must hold dates (or datetimes, truncated to their date). A missing ``model_column``
+    gives one group with a null model.
+
+    >>> import datetime as dt
+    >>> scored = pl.DataFrame({
+    ...     "day": [dt.date(2026, 11, 24)] * 3, "model": ["m", "m", "m"], "status": ["ok", "ok", "error"],
+    ...     "hallucination_score": [0.0, 1.0, None], "faithfulness_score": [1.0, 0.0, None],
+    ...     "n_claims": [2, 1, 0], "n_supported": [2, 0, 0], "n_contradicted": [0, 1, 0],
+    ...     "n_unsupported": [0, 0, 0], "n_speculative": [0, 0, 0], "llm_calls": [0.5, 0.5, 1.0],
+    ...     "prompt_tokens": [10, 10, 20], "completion_tokens": [2, 2, 0], "cost_usd": [0.1, 0.1, None]})
+    >>> row = daily_aggregates(scored).row(0, named=True)
+    >>> (row["answers"], row["error_answers"], row["hallucination_mean"], row["over_threshold_share"])
+    (3, 1, 0.5, 0.5)
+    """
+    if day_column not in scored.columns:
+        raise ValueError(f"daily_aggregates needs a day column {day_column!r}; columns: {scored.columns}")
+    model = pl.col(model_column).cast(pl.String) if model_column in scored.columns else pl.lit(None, dtype=pl.String)
+    day = pl.col(day_column)
+    if isinstance(scored.schema[day_column], pl.Datetime):
+        day = day.dt.date()
+    frame = scored.with_columns(day.alias("__day"), model.alias("__model"))
+    ok = pl.col("status") == "ok"
+    halluc = _ok(pl.col("hallucination_score"))
+    faith = _ok(pl.col("faithfulness_score"))
+    grouped = frame.group_by("__day", "__model", maintain_order=False).agg(
+        pl.len().cast(pl.Int64).alias("answers"),
+        ok.sum().cast(pl.Int64).alias("scored_answers"),
+        (~ok).sum().cast(pl.Int64).alias("error_answers"),
+        (ok & (pl.col("n_claims") == 0)).sum().cast(pl.Int64).alias("zero_claim_answers"),
+        *[
+            _ok(pl.col(src)).sum().cast(pl.Int64).alias(dst)
+            for src, dst in (
+                ("n_claims", "claims"),
+                ("n_supported", "supported_claims"),
+                ("n_contradicted", "contradicted_claims"),
+                ("n_unsupported", "unsupported_claims"),
+                ("n_speculative", "speculative_claims"),
+            )
+        ],
+        halluc.mean().alias("hallucination_mean"),
+        halluc.quantile(0.5, interpolation="linear").alias("hallucination_p50"),
+        halluc.quantile(0.9, interpolation="linear").alias("hallucination_p90"),
+        faith.mean().alias("faithfulness_mean"),
+        faith.quantile(0.5, interpolation="linear").alias("faithfulness_p50"),
+        faith.quantile(0.9, interpolation="linear").alias("faithfulness_p90"),
+        (halluc > hallucination_threshold).sum().cast(pl.Int64).alias("over_threshold_answers"),
+        halluc.count().cast(pl.Int64).alias("__with_score"),
+        pl.col("llm_calls").sum().alias("llm_calls"),
+        pl.col("prompt_tokens").sum().cast(pl.Int64).alias("prompt_tokens"),
+        pl.col("completion_tokens").sum().cast(pl.Int64).alias("completion_tokens"),
+        pl.col("cost_usd").sum().alias("cost_usd"),
+        pl.col("cost_usd").is_null().sum().cast(pl.Int64).alias("cost_unknown_answers"),
+    )
+    result = grouped.with_columns(
+        pl.col("__day").alias("day"),
+        pl.col("__model").alias("model"),
+        (pl.col("error_answers") / pl.col("answers")).alias("error_rate"),
+        pl.lit(hallucination_threshold, dtype=pl.Float64).alias("hallucination_threshold"),
+        pl.when(pl.col("__with_score") > 0)
+        .then(pl.col("over_threshold_answers") / pl.col("__with_score"))
+        .alias("over_threshold_share"),
+        (pl.col("prompt_tokens") + pl.col("completion_tokens")).alias("total_tokens"),
+    )
+    return result.select([pl.col(n).cast(d) for n, d in AGGREGATE_SCHEMA.items()]).sort("day", "model", nulls_last=True)

@@ -1,0 +1,8 @@
+"""The Dagster code location (``dagster dev``, ``dg``): the definitions built from ``FP_*`` environment variables.
+
+Everything lives in :mod:`faithfulness_pipeline.defs`; see its docstring for the variables.
+"""
+
+from faithfulness_pipeline.defs import DefsSettings, build_defs
+
+defs = build_defs(DefsSettings.from_env())

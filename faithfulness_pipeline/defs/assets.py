@@ -1,0 +1,308 @@
+"""The assets: thin wiring of the scoring core, one asset per step, one Parquet partition per day.
+
+raw_conversations -> extracted_claims -> judged_claims -> scored_conversations -> claim_table
+                                                                              -> daily_answer_quality
+scored_conversations + claim_table + daily_answer_quality -> answer_quality_duckdb
+
+The two LLM steps run in the ``llm_judge`` pool (limit in dagster_home/dagster.yaml), so concurrent runs
+and backfills never run more judge steps at once than the pool allows. Code versions of everything the
+judge produces carry the judge model and prompt version: after a prompt change Dagster shows those
+tables as stale.
+"""
+
+# No `from __future__ import annotations`: Dagster reads these annotations at runtime.
+import asyncio
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import date
+
+import dagster as dg
+import polars as pl
+
+from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.aggregates import daily_aggregates
+from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.core.judge import Judge
+from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
+from faithfulness_pipeline.core.outputs import claim_table as build_claim_table
+from faithfulness_pipeline.core.pipeline import RowProgress, extract_step, score_step, verdict_step
+from faithfulness_pipeline.defs import checks
+from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
+from faithfulness_pipeline.defs.landing import file_schema, list_landing, load_day
+from faithfulness_pipeline.defs.metadata import aggregates_md, judge_metadata, scored_metadata
+from faithfulness_pipeline.defs.resources import JudgeResource, LandingResource, ScoringResource, WarehouseResource
+
+GROUP = "answer_quality"
+LLM_POOL = "llm_judge"
+
+RAW = "raw_conversations"
+CLAIMS = "extracted_claims"
+VERDICTS = "judged_claims"
+SCORED = "scored_conversations"
+CLAIM_TABLE = "claim_table"
+DAILY = "daily_answer_quality"
+DUCKDB = "answer_quality_duckdb"
+
+# Bump a revision when an asset's own code changes what it writes.
+_RAW_REVISION = "raw-1"
+_CLAIMS_REVISION = "claims-1"
+_VERDICTS_REVISION = "verdicts-1"
+_SCORED_REVISION = "scored-1"
+_CLAIM_TABLE_REVISION = "claim-table-1"
+_DAILY_REVISION = "daily-1"
+_DUCKDB_REVISION = "duckdb-1"
+
+# Staging columns: which judge produced the stage ("model|prompt version"); dropped before scoring.
+_EXTRACT_JUDGE = "_fp_extract_judge"
+_VERDICT_JUDGE = "_fp_verdict_judge"
+
+
+def _progress(context: dg.AssetExecutionContext, total: int, step: str) -> RowProgress:
+    """Logs every tenth of the way: the UI shows how far a long LLM step is."""
+    done = [0.0, 0.0]  # rows finished in this step, rows at the last log line
+
+    def report(rows: float) -> None:
+        done[0] += rows * 2  # the core counts each row as half per LLM step
+        if total and done[0] - done[1] >= total / 10:
+            done[1] = done[0]
+            context.log.info(f"{step}: {min(done[0], total):.0f} of {total} rows")
+
+    return report
+
+
+def _run_with_judge(judge: Judge, step: Callable[[Judge], Awaitable[pl.DataFrame]]) -> pl.DataFrame:
+    """One event loop per step; the judge's network clients and store are closed before it ends."""
+
+    async def run() -> pl.DataFrame:
+        try:
+            return await step(judge)
+        finally:
+            await judge.aclose()
+
+    return asyncio.run(run())
+
+
+def _judge_label(judge: Judge) -> str:
+    return f"{judge.model_name}|{judge.prompt_version}"
+
+
+def _judge_identity(frame: pl.DataFrame) -> tuple[str, str]:
+    """judge_model and prompt_version for the scored table; both steps' judges when they differ."""
+    labels: list[str] = []
+    for column in (_EXTRACT_JUDGE, _VERDICT_JUDGE):
+        if column in frame.columns:
+            labels += [v for v in frame.get_column(column).unique().sort().to_list() if v and v not in labels]
+    models = list(dict.fromkeys(label.split("|", 1)[0] for label in labels))
+    prompts = list(dict.fromkeys(label.split("|", 1)[1] for label in labels))
+    return " + ".join(models), " + ".join(prompts)
+
+
+def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -> list[dg.AssetsDefinition]:
+    """All assets for ``partitions``; ``judge_version`` ("model:prompt version") goes into code versions."""
+
+    def versioned(revision: str) -> str:
+        return f"{revision}:{judge_version}"
+
+    @dg.asset(
+        name=RAW,
+        group_name=GROUP,
+        partitions_def=partitions,
+        code_version=_RAW_REVISION,
+        kinds={"parquet", "polars"},
+        check_specs=checks.input_check_specs(RAW),
+        description="Conversations of the day from the landing location, validated and normalised: one row per "
+        "judged answer (passthrough columns + row_key + the answer, question and context that will be judged).",
+    )
+    def raw_conversations(
+        context: dg.AssetExecutionContext, landing: LandingResource, scoring: ScoringResource
+    ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
+        day = date.fromisoformat(context.partition_key)
+        config = scoring.config()
+        files = list_landing(landing.path)
+        if not files:
+            raise InputError(f"the landing location {landing.path!r} holds no Parquet files yet")
+        prepared: list[pl.DataFrame] = []
+        schemas = []
+        keyed = []
+        for file, frame in load_day(files, day, landing.timestamp_column, landing.undated()):
+            # One registry per file: duplicates across files are reported by the unique-keys check, which
+            # can name the files; duplicates inside one file are refused here with examples.
+            table = prepare(frame, config, KeyRegistry())
+            prepared.append(table)
+            schemas.append((file, file_schema(file.path), frame.height))
+            keyed.append((file, table.get_column(S.ROW_KEY)))
+        raw = pl.concat(prepared, how="diagonal_relaxed")
+        contributing = sum(1 for _, _, rows in schemas if rows)
+        yield dg.Output(
+            raw,
+            metadata={"landing": landing.path, "landing_files": len(files), "files_with_rows": contributing},
+        )
+        yield checks.input_schema_result(
+            RAW,
+            schemas,
+            required=landing.required_columns,
+            model_column=scoring.model_column,
+            timestamp_column=landing.timestamp_column,
+        )
+        yield checks.unique_keys_result(RAW, keyed)
+
+    @dg.asset(
+        name=CLAIMS,
+        group_name=GROUP,
+        partitions_def=partitions,
+        code_version=versioned(_CLAIMS_REVISION),
+        pool=LLM_POOL,
+        kinds={"parquet", "llm"},
+        description="Step a: the atomic claims of every answer (one LLM extraction per answer, packed into few "
+        "requests; shared by both scorers). Empty answers have no claims and cost nothing.",
+    )
+    def extracted_claims(
+        context: dg.AssetExecutionContext,
+        raw_conversations: pl.DataFrame,
+        judge: JudgeResource,
+        warehouse: WarehouseResource,
+    ) -> dg.Output[pl.DataFrame]:
+        made = judge.make(warehouse.judge_store())
+        progress = _progress(context, raw_conversations.height, "claims")
+        out = _run_with_judge(made, lambda j: extract_step(raw_conversations, j, progress))
+        out = out.with_columns(pl.lit(_judge_label(made), dtype=pl.String).alias(_EXTRACT_JUDGE))
+        claims = out.get_column(S.CLAIMS).list.len().sum()
+        errors = out.get_column(S.ERROR).is_not_null().sum()
+        meta = {
+            **judge_metadata(made.stats(), made.model_name, made.prompt_version),
+            "claims": int(claims or 0),
+            "error_rows": int(errors),
+        }
+        return dg.Output(out, metadata=meta)
+
+    @dg.asset(
+        name=VERDICTS,
+        group_name=GROUP,
+        partitions_def=partitions,
+        code_version=versioned(_VERDICTS_REVISION),
+        pool=LLM_POOL,
+        kinds={"parquet", "llm"},
+        description="Step b: a verdict for every claim against the answer's context only (supported / "
+        "contradicted / unsupported, hedging, reason, evidence). An empty context makes no call.",
+    )
+    def judged_claims(
+        context: dg.AssetExecutionContext,
+        extracted_claims: pl.DataFrame,
+        judge: JudgeResource,
+        warehouse: WarehouseResource,
+    ) -> dg.Output[pl.DataFrame]:
+        made = judge.make(warehouse.judge_store())
+        progress = _progress(context, extracted_claims.height, "verdicts")
+        out = _run_with_judge(made, lambda j: verdict_step(extracted_claims, j, progress))
+        out = out.with_columns(pl.lit(_judge_label(made), dtype=pl.String).alias(_VERDICT_JUDGE))
+        meta = {
+            **judge_metadata(made.stats(), made.model_name, made.prompt_version),
+            "error_rows": int(out.get_column(S.ERROR).is_not_null().sum()),
+            "context_truncated_rows": int(out.get_column(S.CONTEXT_TRUNCATED).sum() or 0),
+        }
+        return dg.Output(out, metadata=meta)
+
+    @dg.asset(
+        name=SCORED,
+        group_name=GROUP,
+        partitions_def=partitions,
+        code_version=versioned(_SCORED_REVISION),
+        kinds={"parquet", "polars"},
+        description="The scored table (one row per judged answer): passthrough columns, claims, verdicts, "
+        "counts, hallucination and faithfulness scores with reasons, status/error, judge model, prompt "
+        "version and usage. Scores are Mastra's; error rows have null scores, never 0.",
+    )
+    def scored_conversations(judged_claims: pl.DataFrame, scoring: ScoringResource) -> dg.Output[pl.DataFrame]:
+        config = scoring.config()
+        model, prompt = _judge_identity(judged_claims)
+        staged = judged_claims.drop([c for c in (_EXTRACT_JUDGE, _VERDICT_JUDGE) if c in judged_claims.columns])
+        scored = score_step(staged, config, judge_model=model, prompt_version=prompt)
+        return dg.Output(
+            scored, metadata=scored_metadata(scored, scale=config.scale, answer_column=config.columns.output)
+        )
+
+    @dg.asset(
+        name=CLAIM_TABLE,
+        group_name=GROUP,
+        partitions_def=partitions,
+        code_version=versioned(_CLAIM_TABLE_REVISION),
+        kinds={"parquet", "polars"},
+        description="One row per claim with its verdict, reason and evidence, keyed by the answer's row_key "
+        "(join to scored_conversations on ds, row_key).",
+    )
+    def claim_table(scored_conversations: pl.DataFrame) -> dg.Output[pl.DataFrame]:
+        table = build_claim_table(scored_conversations)
+        by_verdict = dict(table.group_by("verdict").len().sort("verdict").rows())
+        return dg.Output(table, metadata={f"{v}_claims": int(n) for v, n in by_verdict.items()})
+
+    @dg.asset(
+        name=DAILY,
+        group_name=GROUP,
+        partitions_def=partitions,
+        code_version=versioned(_DAILY_REVISION),
+        kinds={"parquet", "polars"},
+        description="BI aggregates per day x model: answers, errors, mean/p50/p90 of both scores, share over "
+        "the hallucination threshold, claim counts, tokens and cost.",
+    )
+    def daily_answer_quality(
+        context: dg.AssetExecutionContext, scored_conversations: pl.DataFrame, scoring: ScoringResource
+    ) -> dg.Output[pl.DataFrame]:
+        day = date.fromisoformat(context.partition_key)
+        dated = scored_conversations.with_columns(pl.lit(day, dtype=pl.Date).alias("__fp_day"))
+        table = daily_aggregates(
+            dated,
+            day_column="__fp_day",
+            model_column=scoring.model_column,
+            hallucination_threshold=scoring.hallucination_threshold,
+        )
+        return dg.Output(table, metadata={"preview": dg.MetadataValue.md(aggregates_md(table))})
+
+    @dg.asset(
+        name=DUCKDB,
+        group_name=GROUP,
+        partitions_def=partitions,
+        code_version=_DUCKDB_REVISION,
+        kinds={"duckdb"},
+        deps=list(BI_TABLES),
+        description="DuckDB file with views over the BI tables (all days). Open it from any SQL BI tool.",
+    )
+    def answer_quality_duckdb(warehouse: WarehouseResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
+        target = warehouse.duckdb_file()
+        rows = build_database(target, warehouse.root_path())
+        return dg.MaterializeResult(
+            metadata={
+                "path": dg.MetadataValue.path(str(target)),
+                **{f"rows_{t}": n for t, n in rows.items()},
+                "connect": f"duckdb {target}",
+            }
+        )
+
+    return [
+        raw_conversations,
+        extracted_claims,
+        judged_claims,
+        scored_conversations,
+        claim_table,
+        daily_answer_quality,
+        answer_quality_duckdb,
+    ]
+
+
+def build_checks(partitions: dg.PartitionsDefinition[str]) -> list[dg.AssetChecksDefinition]:
+    # Partitioned asset checks are a "preview" feature of Dagster 1.13; without a partitions_def a check
+    # would load every partition of its asset, so the preview is the right tool and its warning is noise.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return _checks(partitions)
+
+
+def _checks(partitions: dg.PartitionsDefinition[str]) -> list[dg.AssetChecksDefinition]:
+    return [
+        checks.rows_preserved_check(CLAIMS, RAW, partitions),
+        checks.rows_preserved_check(VERDICTS, CLAIMS, partitions),
+        checks.rows_preserved_check(SCORED, VERDICTS, partitions),
+        checks.claims_preserved_check(CLAIM_TABLE, SCORED, partitions),
+        checks.aggregates_preserved_check(DAILY, SCORED, partitions),
+        checks.scores_in_range_check(SCORED, partitions),
+        checks.error_rate_check(SCORED, partitions),
+    ]

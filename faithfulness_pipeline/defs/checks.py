@@ -1,0 +1,280 @@
+"""Asset checks. Each failed check says which rows (or files, or columns) broke the rule, and why.
+
+- ``raw_conversations``: ``input_schema`` and ``unique_row_keys`` are evaluated while loading (that is
+  when every landing file's own schema is at hand) and are *blocking*: a failure stops the LLM steps
+  of the run, so a bad delivery costs nothing.
+- every later asset: ``no_rows_lost`` compares its rows with its upstream partition.
+- ``scored_conversations``: ``scores_in_range`` and ``error_rate``.
+
+The later checks load the stored partitions, so they can be re-run on their own from the UI.
+"""
+
+# No `from __future__ import annotations`: Dagster reads these annotations at runtime.
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+import polars as pl
+
+from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.defs.landing import LandingFile
+from faithfulness_pipeline.defs.resources import ScoringResource
+
+_EXAMPLES = 10
+
+INPUT_SCHEMA = "input_schema"
+UNIQUE_KEYS = "unique_row_keys"
+NO_ROWS_LOST = "no_rows_lost"
+SCORES_IN_RANGE = "scores_in_range"
+ERROR_RATE = "error_rate"
+
+
+def input_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
+    return [
+        dg.AssetCheckSpec(
+            INPUT_SCHEMA,
+            asset=asset,
+            blocking=True,
+            description="Landing files of this day agree on column types; required columns are there; the model "
+            "column is text.",
+        ),
+        dg.AssetCheckSpec(
+            UNIQUE_KEYS,
+            asset=asset,
+            blocking=True,
+            description="Every judged answer has its own row key, across all landing files of this day.",
+        ),
+    ]
+
+
+def _md_list(items: Sequence[str]) -> dg.MetadataValue:
+    return dg.MetadataValue.md("\n".join(f"- {i}" for i in items) or "-")
+
+
+def _is_text(dtype: pl.DataType) -> bool:
+    return dtype in (pl.String, pl.Null) or isinstance(dtype, pl.Categorical | pl.Enum)
+
+
+def input_schema_result(
+    asset: str,
+    files: Sequence[tuple[LandingFile, pl.Schema, int]],
+    *,
+    required: Sequence[str],
+    model_column: str,
+    timestamp_column: str,
+) -> dg.AssetCheckResult:
+    """``files`` = (file, its schema, its rows of this day); files without rows that day are ignored."""
+    used = [(f, schema) for f, schema, rows in files if rows]
+    problems: list[str] = []
+    seen: dict[str, dict[str, list[str]]] = {}
+    for file, schema in used:
+        for name, dtype in schema.items():
+            if dtype != pl.Null:  # an all-null column fits any type
+                seen.setdefault(name, {}).setdefault(str(dtype), []).append(file.path)
+        missing = [c for c in required if c not in schema]
+        if missing:
+            problems.append(f"`{file.path}` lacks required column(s) {missing}; it has {list(schema.names())}")
+        if model_column in schema and not _is_text(schema[model_column]):
+            problems.append(
+                f"`{file.path}`: model column `{model_column}` is {schema[model_column]}, expected text "
+                f"(the BI aggregates group by it)"
+            )
+    for name, types in sorted(seen.items()):
+        if len(types) > 1:
+            detail = "; ".join(f"{t} in {', '.join(f'`{p}`' for p in paths)}" for t, paths in sorted(types.items()))
+            problems.append(f"column `{name}` has different types across files: {detail}")
+    undated = [f.path for f, schema in used if timestamp_column not in schema]
+    metadata: dict[str, Any] = {
+        "files": _md_list([f"`{f.path}`: {rows} row(s)" for f, _, rows in files if rows]),
+        "problems": _md_list(problems),
+        "files_without_timestamp_column": _md_list(undated),
+    }
+    return dg.AssetCheckResult(
+        asset_key=asset,
+        check_name=INPUT_SCHEMA,
+        passed=not problems,
+        metadata=metadata,
+        description=problems[0] if problems else None,
+    )
+
+
+def unique_keys_result(asset: str, keyed: Sequence[tuple[LandingFile, pl.Series]]) -> dg.AssetCheckResult:
+    """Keys are unique within one file already (normalisation refuses duplicates); this looks across files."""
+    frames = [pl.DataFrame({"row_key": keys, "file": [f.path] * len(keys)}) for f, keys in keyed]
+    frame = pl.concat(frames) if frames else pl.DataFrame(schema={"row_key": pl.String, "file": pl.String})
+    dupes = (
+        frame.group_by("row_key")
+        .agg(pl.len().alias("rows"), pl.col("file").unique().sort().alias("files"))
+        .filter(pl.col("rows") > 1)
+        .sort("row_key")
+    )
+    examples = [
+        f"`{r['row_key']}` x{r['rows']} in {', '.join(f'`{p}`' for p in r['files'])}"
+        for r in dupes.head(_EXAMPLES).iter_rows(named=True)
+    ]
+    return dg.AssetCheckResult(
+        asset_key=asset,
+        check_name=UNIQUE_KEYS,
+        passed=dupes.is_empty(),
+        metadata={"duplicate_keys": dupes.height, "examples": _md_list(examples)},
+        description=(
+            f"{dupes.height} row key(s) appear in more than one landing file (a file delivered twice?)"
+            if examples
+            else None
+        ),
+    )
+
+
+def _key_diff(table: pl.DataFrame, upstream: pl.DataFrame) -> tuple[list[str], list[str], int]:
+    mine = table.get_column(S.ROW_KEY)
+    theirs = set(upstream.get_column(S.ROW_KEY).to_list())
+    mine_set = set(mine.to_list())
+    lost = sorted(theirs - mine_set)
+    extra = sorted(mine_set - theirs)
+    duplicated = mine.len() - mine.n_unique()
+    return lost, extra, duplicated
+
+
+def rows_preserved_check(
+    asset: str, upstream: str, partitions: dg.PartitionsDefinition[str]
+) -> dg.AssetChecksDefinition:
+    """One row per upstream row, same keys: nothing dropped, nothing added, nothing duplicated."""
+
+    @dg.asset_check(
+        asset=asset,
+        name=NO_ROWS_LOST,
+        partitions_def=partitions,
+        additional_ins={"upstream": dg.AssetIn(upstream)},
+        description=f"Same rows (row keys) as {upstream}: nothing dropped, added or duplicated.",
+    )
+    def _check(table: pl.DataFrame, upstream: pl.DataFrame) -> dg.AssetCheckResult:
+        lost, extra, duplicated = _key_diff(table, upstream)
+        problems = []
+        if lost:
+            problems.append(f"{len(lost)} row(s) of the upstream table are missing, e.g. {lost[:_EXAMPLES]}")
+        if extra:
+            problems.append(f"{len(extra)} row(s) have keys the upstream table lacks, e.g. {extra[:_EXAMPLES]}")
+        if duplicated:
+            problems.append(f"{duplicated} row(s) repeat a key")
+        return dg.AssetCheckResult(
+            passed=not problems,
+            metadata={"rows": table.height, "upstream_rows": upstream.height, "problems": _md_list(problems)},
+            description="; ".join(problems) or None,
+        )
+
+    return _check
+
+
+def claims_preserved_check(
+    asset: str, upstream: str, partitions: dg.PartitionsDefinition[str]
+) -> dg.AssetChecksDefinition:
+    """The claim table holds exactly n_claims rows for every scored answer."""
+
+    @dg.asset_check(
+        asset=asset,
+        name=NO_ROWS_LOST,
+        partitions_def=partitions,
+        additional_ins={"scored": dg.AssetIn(upstream)},
+        description=f"Exactly n_claims rows per answer of {upstream} (answers with an error have none).",
+    )
+    def _check(table: pl.DataFrame, scored: pl.DataFrame) -> dg.AssetCheckResult:
+        expected = scored.filter(pl.col("status") == S.STATUS_OK).select(
+            S.ROW_KEY, pl.col("n_claims").cast(pl.Int64).alias("expected")
+        )
+        got = table.group_by(S.ROW_KEY).agg(pl.len().cast(pl.Int64).alias("got"))
+        joined = expected.join(got, on=S.ROW_KEY, how="full", coalesce=True).with_columns(
+            pl.col("expected").fill_null(0), pl.col("got").fill_null(0)
+        )
+        wrong = joined.filter(pl.col("expected") != pl.col("got")).sort(S.ROW_KEY)
+        examples = [
+            f"`{r[S.ROW_KEY]}`: {r['got']} claim row(s), n_claims = {r['expected']}"
+            for r in wrong.head(_EXAMPLES).iter_rows(named=True)
+        ]
+        return dg.AssetCheckResult(
+            passed=wrong.is_empty(),
+            metadata={"claim_rows": table.height, "answers_off": wrong.height, "examples": _md_list(examples)},
+            description=f"{wrong.height} answer(s) have the wrong number of claim rows" if examples else None,
+        )
+
+    return _check
+
+
+def aggregates_preserved_check(
+    asset: str, upstream: str, partitions: dg.PartitionsDefinition[str]
+) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=asset,
+        name=NO_ROWS_LOST,
+        partitions_def=partitions,
+        additional_ins={"scored": dg.AssetIn(upstream)},
+        description=f"The aggregates count every row of {upstream}.",
+    )
+    def _check(table: pl.DataFrame, scored: pl.DataFrame) -> dg.AssetCheckResult:
+        counted = int(table.get_column("answers").sum() or 0)
+        passed = counted == scored.height
+        return dg.AssetCheckResult(
+            passed=passed,
+            metadata={"answers_counted": counted, "scored_rows": scored.height},
+            description=None if passed else f"aggregates count {counted} answers, the scored table has {scored.height}",
+        )
+
+    return _check
+
+
+def scores_in_range_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=asset,
+        name=SCORES_IN_RANGE,
+        partitions_def=partitions,
+        description="Both scores lie in [0, scale]; ok rows with claims have scores; error rows have none.",
+    )
+    def _check(table: pl.DataFrame, scoring: ScoringResource) -> dg.AssetCheckResult:
+        scale = scoring.scale
+        problems: list[str] = []
+        ok = pl.col("status") == S.STATUS_OK
+        for column in ("hallucination_score", "faithfulness_score"):
+            score = pl.col(column)
+            bad = table.filter(score.is_not_null() & ((score < 0) | (score > scale)) | score.is_nan())
+            out_of_range = bad.select(S.ROW_KEY, column).iter_rows()
+            problems += [f"`{k}`: {column} = {v} outside [0, {scale:g}]" for k, v in out_of_range]
+            missing = table.filter(ok & (pl.col("n_claims") > 0) & score.is_null()).get_column(S.ROW_KEY)
+            problems += [f"`{k}`: status ok with claims but {column} is null" for k in missing]
+            leaked = table.filter(~ok & score.is_not_null())
+            problems += [f"`{k}`: status error but {column} = {v}" for k, v in leaked.select(S.ROW_KEY, column).rows()]
+        return dg.AssetCheckResult(
+            passed=not problems,
+            metadata={"scale": scale, "bad_rows": len(problems), "examples": _md_list(problems[:_EXAMPLES])},
+            description=problems[0] if problems else None,
+        )
+
+    return _check
+
+
+def error_rate_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=asset,
+        name=ERROR_RATE,
+        partitions_def=partitions,
+        description="At most max_error_rate (scoring resource) of the rows have status 'error'.",
+    )
+    def _check(table: pl.DataFrame, scoring: ScoringResource) -> dg.AssetCheckResult:
+        errors = table.filter(pl.col("status") != S.STATUS_OK).sort(S.ROW_KEY)
+        rate = errors.height / table.height if table.height else 0.0
+        passed = rate <= scoring.max_error_rate
+        examples = [f"`{k}`: {e}" for k, e in errors.select(S.ROW_KEY, "error").head(_EXAMPLES).rows()]
+        return dg.AssetCheckResult(
+            passed=passed,
+            metadata={
+                "error_rows": errors.height,
+                "rows": table.height,
+                "error_rate": rate,
+                "max_error_rate": scoring.max_error_rate,
+                "examples": _md_list(examples),
+            },
+            description=None
+            if passed
+            else f"{errors.height} of {table.height} rows failed ({rate:.1%} > {scoring.max_error_rate:.1%}), "
+            f"e.g. {examples[0]}",
+        )
+
+    return _check

@@ -1,0 +1,126 @@
+"""The landing location: which Parquet files are there, which days they hold, and one day's rows.
+
+A row belongs to the UTC calendar day of its timestamp column. A row without a timestamp (the table
+has no such column, or the cell is null) belongs to its file's *arrival day*: the UTC date of the
+file's modification time, like ingestion-time partitioning in a warehouse. ``undated_day`` pins all
+such rows to one fixed day instead (for a one-off import of an old, undated table).
+
+Files may have different schemas (flat and chat shapes side by side): each is read on its own.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import polars as pl
+import pyarrow.fs as pafs
+
+from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.core.io import resolve_inputs
+
+
+@dataclass(frozen=True, slots=True)
+class LandingFile:
+    path: str
+    mtime_ns: int
+    size: int
+
+    @property
+    def arrival_day(self) -> date:
+        return datetime.fromtimestamp(self.mtime_ns / 1e9, tz=UTC).date()
+
+    @property
+    def fingerprint(self) -> str:
+        return f"{self.path}|{self.mtime_ns}|{self.size}"
+
+
+def _stat(path: str) -> LandingFile:
+    if "://" in path and not path.startswith("file://"):
+        fs, inner = pafs.FileSystem.from_uri(path)
+        info = fs.get_file_info(inner)
+        mtime = info.mtime_ns if info.mtime_ns is not None else 0
+        return LandingFile(path, mtime, info.size or 0)
+    st = Path(path).stat()
+    return LandingFile(path, st.st_mtime_ns, st.st_size)
+
+
+def list_landing(spec: str) -> list[LandingFile]:
+    """Every Parquet file of the landing location, sorted by path; empty when there are none yet."""
+    try:
+        paths = resolve_inputs(spec)
+    except InputError:
+        if _exists(spec):
+            return []  # an existing but empty landing folder is a normal state, not an error
+        raise
+    return [_stat(p) for p in paths]
+
+
+def _exists(spec: str) -> bool:
+    return "://" not in spec and os.path.isdir(spec)
+
+
+def file_schema(path: str) -> pl.Schema:
+    try:
+        return pl.scan_parquet(path).collect_schema()
+    except (OSError, pl.exceptions.ComputeError) as exc:
+        raise InputError(f"cannot read {path!r} as Parquet: {exc}") from exc
+
+
+def day_expr(schema: pl.Schema, column: str, path: str) -> pl.Expr | None:
+    """The UTC date of each row's timestamp, or None when the file has no timestamp column."""
+    if column not in schema:
+        return None
+    dtype = schema[column]
+    col = pl.col(column)
+    if isinstance(dtype, pl.Datetime):
+        # A naive timestamp is taken to be UTC already; an aware one is converted.
+        return (col.dt.convert_time_zone("UTC") if dtype.time_zone else col).dt.date()
+    if dtype == pl.Date:
+        return col
+    if dtype == pl.String:
+        return col.str.to_datetime(time_zone="UTC", strict=True).dt.date()
+    raise InputError(
+        f"timestamp column {column!r} in {path!r} has type {dtype}; expected a datetime, a date or ISO-8601 "
+        f"text. Point the landing resource's timestamp_column at the right column."
+    )
+
+
+def _row_days(file: LandingFile, timestamp_column: str, undated_day: date | None) -> pl.LazyFrame:
+    schema = file_schema(file.path)
+    fallback = pl.lit(undated_day or file.arrival_day, dtype=pl.Date)
+    expr = day_expr(schema, timestamp_column, file.path)
+    return pl.scan_parquet(file.path).with_columns(
+        (fallback if expr is None else expr.fill_null(fallback)).alias("__fp_day")
+    )
+
+
+def file_days(file: LandingFile, timestamp_column: str, undated_day: date | None) -> set[date]:
+    """The days that rows of ``file`` belong to (reads the timestamp column only)."""
+    try:
+        days = _row_days(file, timestamp_column, undated_day).select(pl.col("__fp_day").unique()).collect()
+    except pl.exceptions.InvalidOperationError as exc:
+        raise InputError(f"cannot read timestamps of {file.path!r} column {timestamp_column!r}: {exc}") from exc
+    return set(days.get_column("__fp_day").to_list())
+
+
+def load_day(
+    files: list[LandingFile], day: date, timestamp_column: str, undated_day: date | None
+) -> list[tuple[LandingFile, pl.DataFrame]]:
+    """Each file's rows of ``day``, columns as they are in the file (a file without rows that day gives an
+    empty frame, so an empty day still has every column)."""
+    out = []
+    for file in files:
+        try:
+            frame = (
+                _row_days(file, timestamp_column, undated_day)
+                .filter(pl.col("__fp_day") == day)
+                .drop("__fp_day")
+                .collect()
+            )
+        except pl.exceptions.InvalidOperationError as exc:
+            raise InputError(f"cannot read timestamps of {file.path!r} column {timestamp_column!r}: {exc}") from exc
+        out.append((file, frame))
+    return out

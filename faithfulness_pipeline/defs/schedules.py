@@ -1,0 +1,96 @@
+"""Automation: the scoring job, a daily schedule for yesterday, and a sensor for new landing files."""
+
+# No `from __future__ import annotations`: Dagster reads these annotations at runtime.
+import hashlib
+import json
+from collections.abc import Mapping
+
+import dagster as dg
+from dagster._core.definitions.partitions.partitioned_schedule import UnresolvedPartitionedAssetScheduleDefinition
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+
+from faithfulness_pipeline.defs.landing import LandingFile, file_days, list_landing
+from faithfulness_pipeline.defs.resources import LandingResource
+
+JOB = "score_conversations"
+SCHEDULE = "daily_scoring"
+SENSOR = "new_landing_files"
+
+
+def build_job() -> UnresolvedAssetJobDefinition:
+    # Partitioned like its assets (daily): Dagster infers it from the selection.
+    return dg.define_asset_job(
+        JOB,
+        selection=dg.AssetSelection.all(),
+        description="Every asset and check for one day: load, claims, verdicts, scores, claim table, BI "
+        "aggregates, DuckDB views.",
+    )
+
+
+def build_schedule(
+    job: UnresolvedAssetJobDefinition,
+) -> dg.ScheduleDefinition | UnresolvedPartitionedAssetScheduleDefinition:
+    # The last partition of a daily partitioning is yesterday: at 01:30 UTC the day is complete.
+    return dg.build_schedule_from_partitioned_job(
+        job,
+        name=SCHEDULE,
+        hour_of_day=1,
+        minute_of_hour=30,
+        description="Scores yesterday's conversations (UTC) every day at 01:30 UTC.",
+    )
+
+
+def _load_cursor(raw: str | None) -> dict[str, str]:
+    if not raw:
+        return {}
+    loaded = json.loads(raw)
+    return {str(k): str(v) for k, v in loaded.items()} if isinstance(loaded, Mapping) else {}
+
+
+def _stamp(file: LandingFile) -> str:
+    return f"{file.mtime_ns}:{file.size}"
+
+
+def new_files(files: list[LandingFile], cursor: dict[str, str]) -> list[LandingFile]:
+    """Files the sensor has not seen in this exact version (a rewritten file counts as new)."""
+    return [f for f in files if cursor.get(f.path) != _stamp(f)]
+
+
+def build_sensor(job: UnresolvedAssetJobDefinition, partitions: dg.PartitionsDefinition[str]) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=SENSOR,
+        job=job,
+        minimum_interval_seconds=60,
+        description="Requests a run for every day that a new or rewritten landing Parquet file has rows for. "
+        "Days without a partition yet (today) are left to the daily schedule.",
+    )
+    def new_landing_files(
+        context: dg.SensorEvaluationContext, landing: LandingResource
+    ) -> dg.SensorResult | dg.SkipReason:
+        # The cursor maps every seen file to its mtime and size: exact even when a copy keeps an old mtime.
+        cursor = _load_cursor(context.cursor)
+        files = list_landing(landing.path)
+        fresh = new_files(files, cursor)
+        if not fresh:
+            return dg.SkipReason(f"no new Parquet files in {landing.path}")
+        existing = set(partitions.get_partition_keys())
+        by_day: dict[str, list[str]] = {}
+        for file in fresh:
+            for day in file_days(file, landing.timestamp_column, landing.undated()):
+                key = day.isoformat()
+                if key in existing:
+                    by_day.setdefault(key, []).append(file.fingerprint)
+                else:
+                    context.log.info(f"{file.path}: rows of {key} wait for that day's partition to exist")
+        requests = [
+            dg.RunRequest(
+                partition_key=key,
+                run_key=f"{key}:{hashlib.sha256(chr(10).join(sorted(prints)).encode()).hexdigest()[:16]}",
+                tags={"faithfulness/trigger": "new_landing_files"},
+            )
+            for key, prints in sorted(by_day.items())
+        ]
+        seen = {f.path: _stamp(f) for f in files}
+        return dg.SensorResult(run_requests=requests, cursor=json.dumps(seen, sort_keys=True))
+
+    return new_landing_files

@@ -1,0 +1,147 @@
+"""Daily BI aggregates: exact counts, percentiles, error handling and the threshold share."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+import pytest
+
+from faithfulness_pipeline.core.aggregates import AGGREGATE_SCHEMA, daily_aggregates
+
+D1 = dt.date(2026, 11, 24)
+D2 = dt.date(2026, 11, 25)
+
+
+def scored(rows: list[dict[str, object]]) -> pl.DataFrame:
+    base = {
+        "day": D1,
+        "model": "m",
+        "status": "ok",
+        "hallucination_score": 0.0,
+        "faithfulness_score": 1.0,
+        "n_claims": 1,
+        "n_supported": 1,
+        "n_contradicted": 0,
+        "n_unsupported": 0,
+        "n_speculative": 0,
+        "llm_calls": 0.5,
+        "prompt_tokens": 10,
+        "completion_tokens": 2,
+        "cost_usd": 0.01,
+    }
+    return pl.DataFrame([{**base, **r} for r in rows], schema_overrides={"cost_usd": pl.Float64})
+
+
+def test_one_group_exact_statistics() -> None:
+    halluc = [0.0, 0.25, 0.5, 0.75, 1.0]
+    table = daily_aggregates(
+        scored(
+            [
+                {
+                    "hallucination_score": h,
+                    "faithfulness_score": 1 - h,
+                    "n_claims": 4,
+                    "n_contradicted": int(h * 4),
+                    "n_supported": 4 - int(h * 4),
+                }
+                for h in halluc
+            ]
+        ),
+        hallucination_threshold=0.5,
+    )
+    assert table.height == 1
+    row = table.row(0, named=True)
+    assert row["answers"] == 5 and row["scored_answers"] == 5 and row["error_answers"] == 0
+    assert row["hallucination_mean"] == pytest.approx(0.5)
+    assert row["hallucination_p50"] == pytest.approx(0.5)
+    # linear interpolation, like SQL quantile_cont: 0.9 * 4 = 3.6 -> 0.75 + 0.6 * 0.25
+    assert row["hallucination_p90"] == pytest.approx(0.9)
+    assert row["faithfulness_p90"] == pytest.approx(0.9)
+    # strictly greater than the threshold: 0.75 and 1.0
+    assert row["over_threshold_answers"] == 2
+    assert row["over_threshold_share"] == pytest.approx(0.4)
+    assert row["claims"] == 20 and row["contradicted_claims"] == 10
+    assert row["prompt_tokens"] == 50 and row["completion_tokens"] == 10 and row["total_tokens"] == 60
+    assert row["llm_calls"] == pytest.approx(2.5)
+    assert row["cost_usd"] == pytest.approx(0.05) and row["cost_unknown_answers"] == 0
+
+
+def test_errors_are_counted_never_averaged_as_zero() -> None:
+    table = daily_aggregates(
+        scored(
+            [
+                {"hallucination_score": 1.0, "faithfulness_score": 0.0},
+                {
+                    "status": "error",
+                    "hallucination_score": None,
+                    "faithfulness_score": None,
+                    "n_claims": 0,
+                    "n_supported": 0,
+                    "cost_usd": None,
+                },
+            ]
+        )
+    )
+    row = table.row(0, named=True)
+    assert row["answers"] == 2 and row["scored_answers"] == 1 and row["error_answers"] == 1
+    assert row["error_rate"] == pytest.approx(0.5)
+    assert row["hallucination_mean"] == pytest.approx(1.0)
+    assert row["over_threshold_share"] == pytest.approx(1.0)
+    assert row["cost_usd"] == pytest.approx(0.01) and row["cost_unknown_answers"] == 1
+
+
+def test_groups_per_day_and_model_sorted() -> None:
+    table = daily_aggregates(
+        scored(
+            [
+                {"day": D2, "model": "b"},
+                {"day": D1, "model": "b"},
+                {"day": D1, "model": "a"},
+                {"day": D2, "model": None},
+            ]
+        )
+    )
+    assert table.select("day", "model").rows() == [(D1, "a"), (D1, "b"), (D2, "b"), (D2, None)]
+    assert table.get_column("answers").to_list() == [1, 1, 1, 1]
+
+
+def test_zero_claim_answers_and_null_scores() -> None:
+    table = daily_aggregates(
+        scored(
+            [
+                {"n_claims": 0, "n_supported": 0, "hallucination_score": None, "faithfulness_score": None},
+                {"hallucination_score": 0.0},
+            ]
+        )
+    )
+    row = table.row(0, named=True)
+    assert row["zero_claim_answers"] == 1
+    assert row["hallucination_mean"] == pytest.approx(0.0)
+    assert row["over_threshold_share"] == pytest.approx(0.0)
+
+
+def test_missing_model_column_and_datetime_day() -> None:
+    frame = (
+        scored([{"hallucination_score": 0.5}])
+        .drop("model")
+        .with_columns(pl.lit(dt.datetime(2026, 11, 24, 23, 59)).alias("day"))
+    )
+    table = daily_aggregates(frame)
+    assert table.select("day", "model").rows() == [(D1, None)]
+
+
+def test_empty_input_keeps_the_schema() -> None:
+    table = daily_aggregates(scored([{}]).clear())
+    assert table.is_empty()
+    assert dict(table.schema) == AGGREGATE_SCHEMA
+
+
+def test_missing_day_column_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="day column"):
+        daily_aggregates(scored([{}]).drop("day"))
+
+
+def test_cjk_model_names_group_fine() -> None:
+    table = daily_aggregates(scored([{"model": "模型-한국어"}, {"model": "模型-한국어"}]))
+    assert table.select("model", "answers").rows() == [("模型-한국어", 2)]

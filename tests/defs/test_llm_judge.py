@@ -1,0 +1,90 @@
+"""The graph with the litellm judge against the fake OpenAI-compatible server on 127.0.0.1.
+
+Real HTTP through litellm; the key comes from the environment through dg.EnvVar and never shows up in
+metadata, logs or tables; the result store under the warehouse makes a re-run free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from faithfulness_pipeline.core.prompts import PROMPT_VERSION
+from faithfulness_pipeline.defs import DefsSettings, build_defs
+from tests.defs.conftest import SAMPLE
+from tests.fakellm.scripted import ScriptedJudge as ScriptedResponder
+from tests.fakellm.server import FakeLLMServer
+
+KEY_ENV = "FP_TEST_DAGSTER_JUDGE_KEY"
+CANARY = "sk-fp-canary-dagster-4Hq8TzW1"
+DAY = "2026-11-25"
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(ScriptedResponder()) as srv:
+        yield srv
+
+
+def _meta(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, object]:
+    for event in result.get_asset_materialization_events():
+        if event.asset_key == dg.AssetKey(asset):
+            return {k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()}
+    raise AssertionError(f"{asset} was not materialised")
+
+
+def test_litellm_judge_scores_through_dagster_without_leaking_the_key(
+    server: FakeLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instance: dg.DagsterInstance
+) -> None:
+    monkeypatch.setenv(KEY_ENV, CANARY)
+    for name, value in {"LITELLM_OFFLINE_MODE": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}.items():
+        monkeypatch.setenv(name, value)
+    warehouse = tmp_path / "warehouse"
+    settings = DefsSettings.from_env(
+        {
+            "FP_JUDGE_MODEL": "openai/fake-judge",
+            "FP_JUDGE_API_BASE": server.base_url,
+            "FP_JUDGE_API_KEY_ENV": KEY_ENV,
+            "FP_JUDGE_TIMEOUT_S": "10",
+            "FP_LANDING": str(SAMPLE),
+            "FP_WAREHOUSE": str(warehouse),
+        }
+    )
+    defs = build_defs(settings)
+    everything = [*(defs.assets or []), *(defs.asset_checks or [])]
+
+    first = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources)  # type: ignore[arg-type]
+    assert first.success
+    assert all(e.passed for e in first.get_asset_check_evaluations())
+    claims = _meta(first, "extracted_claims")
+    assert claims["judge_model"] == "openai/fake-judge" and claims["prompt_version"] == PROMPT_VERSION
+    assert isinstance(claims["llm_requests"], int) and 1 <= claims["llm_requests"] < 9  # packed, not per row
+    assert isinstance(claims["prompt_tokens"], int) and claims["prompt_tokens"] > 0
+    scored = _meta(first, "scored_conversations")
+    assert scored["judge_model"] == "openai/fake-judge" and scored["prompt_version"] == PROMPT_VERSION
+
+    sent = server.stats().requests
+    verdicts = _meta(first, "judged_claims")
+    assert sent == claims["llm_requests"] + verdicts["llm_requests"]  # type: ignore[operator]
+
+    # a re-run is served by the result store under the warehouse: no request at all
+    second = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources)  # type: ignore[arg-type]
+    assert second.success
+    again = _meta(second, "extracted_claims")
+    assert again["llm_requests"] == 0 and isinstance(again["cached_items"], int) and again["cached_items"] > 0
+    assert _meta(second, "judged_claims")["llm_requests"] == 0
+    assert server.stats().requests == sent
+    assert (warehouse / "_judge_store.sqlite").is_file()
+
+    # the key is nowhere: metadata, event log, tables, result store
+    seen = [
+        str(_meta(r, a)) for r in (first, second) for a in ("extracted_claims", "judged_claims", "scored_conversations")
+    ]
+    seen += [str(e.message) + str(e.dagster_event) for r in (first, second) for e in instance.all_logs(r.run_id)]
+    assert not [s for s in seen if CANARY in s]
+    for path in warehouse.rglob("*"):
+        if path.is_file():
+            assert CANARY.encode() not in path.read_bytes(), path
