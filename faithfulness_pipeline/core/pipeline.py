@@ -7,8 +7,9 @@ chunks. No step ever drops a row: a row the judge could not handle gets ``status
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from itertools import accumulate
 from typing import Any
 
 import polars as pl
@@ -17,6 +18,8 @@ import pyarrow as pa
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.judge import (
+    NO_USAGE,
+    ClaimVerdict,
     ExtractItem,
     Judge,
     Usage,
@@ -33,15 +36,29 @@ NO_CONTEXT_REASON = "No context was provided to check this claim against."
 
 # Building nested columns through Arrow is an order of magnitude faster than from python lists of dicts.
 _CLAIMS_ARROW = pa.large_list(pa.large_string())
-_VERDICTS_ARROW = pa.large_list(
-    pa.struct([("verdict", pa.large_string()), ("speculative", pa.bool_()), ("reason", pa.large_string()),
-               ("evidence_index", pa.int32())])
-)
+_NO_CONTEXT_VERDICT = ClaimVerdict("unsupported", False, NO_CONTEXT_REASON, None)
 
 
 def _nested(name: str, values: list[Any], arrow_type: pa.DataType) -> pl.Series:
     series = pl.Series(name, pa.array(values, type=arrow_type))
     return series
+
+
+def _verdict_column(per_row: list[Sequence[ClaimVerdict] | None]) -> pl.Series:
+    """``_fp_verdicts`` built field by field (flat arrays and offsets), not verdict by verdict."""
+    flat = [v for verdicts in per_row if verdicts for v in verdicts]
+    struct = pa.StructArray.from_arrays(
+        [
+            pa.array([v.verdict for v in flat], pa.large_string()),
+            pa.array([v.speculative for v in flat], pa.bool_()),
+            pa.array([v.reason for v in flat], pa.large_string()),
+            pa.array([v.evidence for v in flat], pa.int32()),
+        ],
+        names=["verdict", "speculative", "reason", "evidence_index"],
+    )
+    offsets = pa.array(list(accumulate((len(v) if v else 0 for v in per_row), initial=0)), pa.int64())
+    missing = pa.array([v is None for v in per_row], pa.bool_())
+    return pl.Series(S.VERDICTS, pa.LargeListArray.from_arrays(offsets, struct, mask=missing))
 
 
 def _usage_frame(usages: list[Usage]) -> dict[str, pl.Series]:
@@ -113,20 +130,17 @@ async def verdict_step(df: pl.DataFrame, judge: Judge, progress: RowProgress | N
     questions = df.get_column(S.QUESTION).to_list()
     errors = df.get_column(S.ERROR).to_list()
 
-    verdicts: list[list[dict[str, Any]] | None] = [None] * df.height
+    verdicts: list[Sequence[ClaimVerdict] | None] = [None] * df.height
     truncated = [False] * df.height
-    usages = [Usage() for _ in range(df.height)]
+    usages = [NO_USAGE] * df.height
     todo: list[int] = []
     for i in range(df.height):
         if errors[i] is not None:
             continue
         if not claims[i]:
-            verdicts[i] = []
+            verdicts[i] = ()
         elif not contexts[i]:
-            verdicts[i] = [
-                {"verdict": "unsupported", "speculative": False, "reason": NO_CONTEXT_REASON, "evidence_index": None}
-                for _ in claims[i]
-            ]
+            verdicts[i] = (_NO_CONTEXT_VERDICT,) * len(claims[i])
         else:
             todo.append(i)
     if progress is not None and len(todo) < df.height:
@@ -143,12 +157,9 @@ async def verdict_step(df: pl.DataFrame, judge: Judge, progress: RowProgress | N
         if result.verdicts is None or len(result.verdicts) != len(claims[i]):
             errors[i] = f"claim verdicts failed: {result.error or 'judge returned a wrong number of verdicts'}"
             continue
-        verdicts[i] = [
-            {"verdict": v.verdict, "speculative": v.speculative, "reason": v.reason, "evidence_index": v.evidence}
-            for v in result.verdicts
-        ]
+        verdicts[i] = result.verdicts
     out = df.with_columns(
-        _nested(S.VERDICTS, verdicts, _VERDICTS_ARROW),
+        _verdict_column(verdicts),
         pl.Series(S.CONTEXT_TRUNCATED, truncated, dtype=pl.Boolean),
         pl.Series(S.ERROR, errors, dtype=pl.String),
     )

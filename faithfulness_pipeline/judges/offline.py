@@ -22,33 +22,42 @@ and its agreement with human labels is published by ``bench/offline_agreement.py
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import multiprocessing
+import os
+import weakref
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.judge import (
     ClaimVerdict,
     ExtractItem,
     ExtractResult,
     JudgeStats,
     ProgressCallback,
+    Verdict,
     VerdictItem,
     VerdictResult,
 )
 from faithfulness_pipeline.judges.offline_text import (
     Features,
-    Unit,
+    Haystack,
     absolutes,
     features,
     has_content,
     is_lead_in,
     is_pleasantry,
     is_question,
+    may_approximate,
     missing_terms,
     negated,
     negated_sentences,
     number_matches,
-    passage_units,
-    sentence_units,
+    passage_haystack,
+    sentence_haystacks,
     split_sentences,
 )
 
@@ -65,7 +74,8 @@ HANGUL_SUPPORT_COVERAGE = 0.6
 #: Share of a claim one context sentence must hold before a different number there is a conflict
 #: rather than a different topic.
 CONFLICT_COVERAGE = 0.5
-#: Items handled between progress reports and event-loop yields.
+#: Items handled between progress reports and event-loop yields; also the piece of a batch that
+#: one process judges at a time when several share it.
 _CHUNK = 256
 
 
@@ -89,43 +99,43 @@ def extract_claims(answer: str | None) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- context
 
 
-#: (text, units, numbers) of one context sentence
-_Sentence = tuple[str, set[Unit], tuple[float, ...]]
+#: (text, haystack, numbers) of one context sentence
+_Sentence = tuple[str, Haystack, tuple[float, ...]]
 
 
 @dataclass(slots=True)
 class _Passage:
     index: int  # in the item's context (blank passages are skipped but keep their place)
     text: str
-    units: set[Unit]
+    haystack: Haystack
     numbers: tuple[float, ...]
     may_negate: bool
     _sentences: list[_Sentence] | None = None
     _negated: dict[int, bool] = field(default_factory=dict)
-    _negated_units: list[set[Unit]] | None = None
+    _negated_haystacks: list[Haystack] | None = None
     _absolutes: frozenset[str] | None = None
 
     @classmethod
     def of(cls, index: int, text: str) -> _Passage:
-        return cls(index, text, *passage_units(text))
+        return cls(index, text, *passage_haystack(text))
 
     @property
     def sentences(self) -> list[_Sentence]:
         # Only a claim that nearly matches this passage and has a negation or number to check
         # needs the sentence level: built on demand, once.
         if self._sentences is None:
-            self._sentences = sentence_units(self.text)
+            self._sentences = sentence_haystacks(self.text)
         return self._sentences
 
-    def negated_units(self) -> list[set[Unit]]:
-        """Units of the passage's negated sentences: a cheap first look before ``sentences``."""
-        if self._negated_units is None:
-            self._negated_units = (
-                [passage_units(s)[0] for s in negated_sentences(self.text)]
+    def negated_haystacks(self) -> list[Haystack]:
+        """The passage's negated sentences: a cheap first look before ``sentences``."""
+        if self._negated_haystacks is None:
+            self._negated_haystacks = (
+                [passage_haystack(s)[0] for s in negated_sentences(self.text)]
                 if self.may_negate
                 else []
             )
-        return self._negated_units
+        return self._negated_haystacks
 
     def negated(self, i: int) -> bool:
         found = self._negated.get(i)
@@ -145,11 +155,22 @@ class _Context:
 
     passages: list[_Passage]
     numbers: tuple[float, ...]
+    number_set: frozenset[float]
 
     @classmethod
     def of(cls, context: Sequence[str]) -> _Context:
         passages = [_Passage.of(i, text) for i, text in enumerate(context) if text and not text.isspace()]
-        return cls(passages, tuple(x for p in passages for x in p.numbers))
+        numbers = tuple(x for p in passages for x in p.numbers)
+        return cls(passages, numbers, frozenset(numbers))
+
+    def missing(self, claimed: Sequence[float]) -> list[float]:
+        """The claimed numbers the context does not state (``number_matches`` none of its numbers)."""
+        return [
+            x
+            for x in claimed
+            if x not in self.number_set
+            and not (may_approximate(x) and any(number_matches(x, y) for y in self.numbers))
+        ]
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -166,8 +187,8 @@ def _judge_one(claim: str, ctx: _Context) -> ClaimVerdict:
     hedged = feats.hedged
     if not ctx.passages:
         return ClaimVerdict("unsupported", hedged, "The context is empty.", None)
-    units, claimed_numbers = feats.units, feats.numbers
-    total = sum(units.values())
+    claimed_numbers = feats.numbers
+    total = feats.total
     if total == 0.0 and not claimed_numbers:
         return ClaimVerdict("unsupported", hedged, "The claim has no content to check.", None)
 
@@ -175,17 +196,17 @@ def _judge_one(claim: str, ctx: _Context) -> ClaimVerdict:
     if total:
         best_cov = -1.0
         for p in ctx.passages:
-            cov = _coverage(units, total, p.units)
+            cov = _coverage(feats, total, p.haystack)
             if cov > best_cov:
                 best, best_cov = p, cov
     best_i = best.index
-    missing = [x for x in claimed_numbers if not any(number_matches(x, y) for y in ctx.numbers)]
+    missing = ctx.missing(claimed_numbers)
     bar = _support_bar(feats, total)
 
     # A bare number ("42.") has no words to find its sentence by: it is only looked up.
     look_closer = bool(total) and best_cov >= CONFLICT_COVERAGE
-    if look_closer and _worth_a_closer_look(feats, units, total, best, bar, best_cov, missing):
-        si, sentence_cov = _closest_sentence(units, total, best)
+    if look_closer and _worth_a_closer_look(feats, total, best, bar, best_cov, missing):
+        si, sentence_cov = _closest_sentence(feats, total, best)
         if si is not None and sentence_cov >= CONFLICT_COVERAGE:
             # A negation decides only when that one sentence carries the claim: long passages have
             # unrelated "not"s in sentences that merely share a few words with it.
@@ -211,7 +232,7 @@ def _judge_one(claim: str, ctx: _Context) -> ClaimVerdict:
     elif added and best_cov >= bar:
         reason = f"The context does not say '{sorted(added)[0]}'."
     else:
-        absent = missing_terms(claim, best.units)
+        absent = missing_terms(claim, best.haystack)
         reason = (
             "The context does not mention " + ", ".join(absent[:3]) + "."
             if absent
@@ -222,7 +243,6 @@ def _judge_one(claim: str, ctx: _Context) -> ClaimVerdict:
 
 def _worth_a_closer_look(
     feats: Features,
-    units: dict[Unit, float],
     total: float,
     passage: _Passage,
     bar: float,
@@ -237,15 +257,13 @@ def _worth_a_closer_look(
         return False
     # Negations disagree only if a negated sentence carries a positive claim, or none carries a
     # negated one.
-    negated_match = any(_coverage(units, total, u) >= bar for u in passage.negated_units())
+    negated_match = any(_coverage(feats, total, h) >= bar for h in passage.negated_haystacks())
     return negated_match != (feats.negations > 0)
 
 
-def _coverage(units: dict[Unit, float], total: float, against: set[Unit]) -> float:
-    if not total:
-        return 0.0
-    matched = against.intersection(units)
-    return sum(map(units.__getitem__, matched)) / total
+def _coverage(feats: Features, total: float, against: Haystack) -> float:
+    # Weights are halves and ones: their sums are exact in any order.
+    return against.weight(feats) / total if total else 0.0
 
 
 def _support_bar(feats: Features, total: float) -> float:
@@ -260,11 +278,11 @@ def _support_bar(feats: Features, total: float) -> float:
     ) / total
 
 
-def _closest_sentence(units: dict[Unit, float], total: float, passage: _Passage) -> tuple[int | None, float]:
+def _closest_sentence(feats: Features, total: float, passage: _Passage) -> tuple[int | None, float]:
     best: int | None = None
     best_cov = -1.0
     for i, sentence in enumerate(passage.sentences):
-        cov = _coverage(units, total, sentence[1]) if total else 1.0
+        cov = _coverage(feats, total, sentence[1]) if total else 1.0
         if cov > best_cov:
             best, best_cov = i, cov
     return best, best_cov
@@ -286,44 +304,189 @@ def _fmt(x: float) -> str:
 # --------------------------------------------------------------------------- the Judge
 
 
+#: Environment variable: how many processes (this one included) judge a large batch of claims.
+PROCESSES_ENV = "FAITHFULNESS_OFFLINE_PROCESSES"
+#: A batch with fewer items is done in this process alone: a worker process costs about a second
+#: to start (it imports the package), which only a large batch repays.
+PARALLEL_MIN_ITEMS = 2000
+#: At most this many processes by default; the judge is CPU-bound, so more than the cores is waste.
+_MAX_DEFAULT_PROCESSES = 4
+
+#: A verdict as it crosses a process boundary: plain tuples pickle several times faster.
+_WireVerdict = tuple[Verdict, bool, str | None, int | None]
+
+
+def default_processes() -> int:
+    """``FAITHFULNESS_OFFLINE_PROCESSES`` if set, else the usable cores (at most 4)."""
+    raw = os.environ.get(PROCESSES_ENV, "").strip()
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"{PROCESSES_ENV} must be a whole number of processes, got {raw!r}") from None
+        if value < 1:
+            raise ConfigError(f"{PROCESSES_ENV} must be at least 1, got {value}")
+        return value
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, _MAX_DEFAULT_PROCESSES))
+
+
+_Work = TypeVar("_Work")
+_Wire = TypeVar("_Wire")
+_Result = TypeVar("_Result")
+#: One verdict item as it is sent to a worker: (claims, context).
+_VerdictWork = tuple[tuple[str, ...], tuple[str, ...]]
+
+
+def _judge_item(work: _VerdictWork) -> tuple[ClaimVerdict, ...]:
+    return judge_claims(*work)
+
+
+def _judge_in_worker(work: list[_VerdictWork]) -> list[tuple[_WireVerdict, ...]]:
+    return [
+        tuple((v.verdict, v.speculative, v.reason, v.evidence) for v in judge_claims(claims, context))
+        for claims, context in work
+    ]
+
+
+def _from_wire(judged: list[tuple[_WireVerdict, ...]]) -> list[tuple[ClaimVerdict, ...]]:
+    return [tuple(ClaimVerdict(*v) for v in verdicts) for verdicts in judged]
+
+
+def _extract_in_worker(answers: list[str]) -> list[tuple[str, ...]]:
+    return [extract_claims(answer) for answer in answers]
+
+
 class OfflineJudge:
     """Deterministic lexical judge (implements :class:`~faithfulness_pipeline.core.judge.Judge`).
 
     It costs nothing: every result carries zero usage and the stats stay at zero requests.
-    The judgement of an item depends on that item alone, so results can be cached per item.
+    The judgement of an item depends on that item alone, so results can be cached per item, and a
+    large batch can be split across processes without changing any result: with ``processes`` > 1
+    (default: :func:`default_processes`), batches of at least ``parallel_min_items`` verdict items
+    are shared between this process and ``processes - 1`` worker processes, and every result is put
+    back in its item's place; claim extraction is shared the same way.
+
+    Workers start from a fork server and import the package; like every multiprocessing program,
+    a script that scores large tables this way needs an ``if __name__ == "__main__":`` guard (the
+    workers import the main module). ``FAITHFULNESS_OFFLINE_PROCESSES=1`` keeps everything in one
+    process. If a worker dies, its pieces and all later ones are judged in this process.
     """
 
     model_name: str = OFFLINE_MODEL_NAME
     prompt_version: str = OFFLINE_PROMPT_VERSION
 
-    def __init__(self) -> None:
+    def __init__(self, processes: int | None = None, parallel_min_items: int = PARALLEL_MIN_ITEMS) -> None:
         self._stats = JudgeStats()
+        self._processes = default_processes() if processes is None else processes
+        if self._processes < 1:
+            raise ConfigError(f"processes must be at least 1, got {self._processes}")
+        self._parallel_min_items = parallel_min_items
+        self._pool: ProcessPoolExecutor | None = None
+        self._pool_failed = False
+        self._worker_pieces = 0
+
+    @property
+    def processes(self) -> int:
+        """How many processes (this one included) share a large batch of verdict items."""
+        return self._processes
+
+    @property
+    def worker_pieces(self) -> int:
+        """How many pieces (of up to 256 items) worker processes have done so far."""
+        return self._worker_pieces
+
+    def _pool_for(self, n_items: int) -> ProcessPoolExecutor | None:
+        if self._processes < 2 or self._pool_failed or n_items < self._parallel_min_items:
+            return None
+        if self._pool is None:
+            # forkserver: workers start from a clean process, not a fork of this one (which may hold
+            # polars' threads and locks).
+            method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+            self._pool = ProcessPoolExecutor(
+                max_workers=self._processes - 1, mp_context=multiprocessing.get_context(method)
+            )
+            weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
+        return self._pool
+
+    def _drop_pool(self) -> None:
+        """After a worker failure every piece is judged here: same results, only slower."""
+        self._pool_failed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     async def extract_claims(
         self, items: Sequence[ExtractItem], progress: ProgressCallback | None = None
     ) -> list[ExtractResult]:
-        out: list[ExtractResult] = []
-        for start in range(0, len(items), _CHUNK):
-            chunk = items[start : start + _CHUNK]
-            out.extend(ExtractResult(id=it.id, claims=extract_claims(it.answer)) for it in chunk)
-            await _report(progress, len(chunk))
-        return out
+        claims = await self._share([it.answer for it in items], extract_claims, _extract_in_worker, list, progress)
+        return [ExtractResult(id=it.id, claims=found) for it, found in zip(items, claims, strict=True)]
 
     async def judge_claims(
         self, items: Sequence[VerdictItem], progress: ProgressCallback | None = None
     ) -> list[VerdictResult]:
-        out: list[VerdictResult] = []
-        for start in range(0, len(items), _CHUNK):
-            chunk = items[start : start + _CHUNK]
-            out.extend(VerdictResult(id=it.id, verdicts=judge_claims(it.claims, it.context)) for it in chunk)
-            await _report(progress, len(chunk))
-        return out
+        work = [(it.claims, it.context) for it in items]
+        verdicts = await self._share(work, _judge_item, _judge_in_worker, _from_wire, progress)
+        return [VerdictResult(id=it.id, verdicts=v) for it, v in zip(items, verdicts, strict=True)]
+
+    async def _share(
+        self,
+        work: list[_Work],
+        here: Callable[[_Work], _Result],
+        there: Callable[[list[_Work]], list[_Wire]],
+        received: Callable[[list[_Wire]], list[_Result]],
+        progress: ProgressCallback | None,
+    ) -> list[_Result]:
+        """``[here(w) for w in work]``, in pieces; with workers, they do ``there`` on pieces from the
+        front while this process works from the back, so neither waits for the other."""
+        pieces = [work[start : start + _CHUNK] for start in range(0, len(work), _CHUNK)]
+        done: list[list[_Result] | None] = [None] * len(pieces)
+        running: dict[int, Future[list[_Wire]]] = {}
+        depth = 2 * (self._processes - 1)  # pieces queued per worker: it never waits for this process
+        front, back = 0, len(pieces)
+        while front < back or running:
+            pool = self._pool_for(len(work))
+            while pool is not None and front < back and len(running) < depth:
+                try:
+                    running[front] = pool.submit(there, pieces[front])
+                except (BrokenProcessPool, RuntimeError):
+                    self._drop_pool()
+                    break
+                front += 1
+            if front < back:
+                back -= 1
+                done[back] = [here(w) for w in pieces[back]]
+                await _report(progress, len(pieces[back]))
+            elif running:
+                await asyncio.wait([asyncio.wrap_future(f) for f in running.values()], return_when=FIRST_COMPLETED)
+            for index in [i for i, f in running.items() if f.done()]:
+                future = running.pop(index)
+                if not future.cancelled() and future.exception() is None:
+                    done[index] = received(future.result())
+                    self._worker_pieces += 1
+                else:
+                    # A worker died (killed, out of memory), a piece could not be sent, or the judge
+                    # has a bug: the piece is done here, where a bug raises as it would without
+                    # workers, and so is every piece after it.
+                    self._drop_pool()
+                    done[index] = [here(w) for w in pieces[index]]
+                await _report(progress, len(pieces[index]))
+            if self._pool is None and running:
+                for index in list(running):  # pieces a dropped pool still held
+                    running.pop(index).cancel()
+                    done[index] = [here(w) for w in pieces[index]]
+                    await _report(progress, len(pieces[index]))
+        return [result for piece in done if piece is not None for result in piece]
 
     def stats(self) -> JudgeStats:
         return self._stats
 
     async def aclose(self) -> None:
-        return None
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+
+
 
 
 async def _report(progress: ProgressCallback | None, n: int) -> None:

@@ -10,7 +10,7 @@ import pytest
 from faithfulness_pipeline import ColumnMap, InputError, ScoringConfig
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
+from faithfulness_pipeline.core.normalize import KeyHashes, KeyRegistry, key_hashes, prepare
 
 MESSAGE = pl.Struct({"role": pl.String, "content": pl.String, "tool_call_id": pl.String, "name": pl.String})
 
@@ -177,3 +177,29 @@ def test_reserved_column_names_are_refused_with_the_fix() -> None:
                                   "日本語の回答です。", "한국어 답변입니다."])
 def test_any_unicode_answer_passes_through_unchanged(text: str) -> None:
     assert prepare(pl.DataFrame({"output": [text]}), ScoringConfig())[S.ANSWER][0] == text
+
+
+def test_key_hashes_answer_membership_like_a_set() -> None:
+    import random
+
+    hashes, added, rng = KeyHashes(), set(), random.Random(3)
+    for _ in range(200):
+        keys = [f"k{rng.randrange(5000)}" for _ in range(rng.randint(0, 300))]
+        series = pl.Series(keys, dtype=pl.String)
+        assert hashes.contains(key_hashes(series)).to_list() == [k in added for k in keys]
+        hashes.add(key_hashes(series))
+        added.update(keys)
+    assert len(hashes) >= len(added)
+
+
+def test_content_keys_are_numbered_across_chunks() -> None:
+    registry = KeyRegistry()
+    first = pl.DataFrame({"output": ["same", "same", "other"], "context": [["c"], ["c"], ["c"]]})
+    second = pl.DataFrame({"output": ["same", "new", "other", "new"], "context": [["c"]] * 4})
+    a = prepare(first, ScoringConfig(), registry)[S.ROW_KEY].to_list()
+    b = prepare(second, ScoringConfig(), registry)[S.ROW_KEY].to_list()
+    same, other, new = a[0], a[2], b[1]
+    assert a == [same, same + "~2", other]
+    assert b == [same + "~3", new, other + "~2", new + "~2"]
+    whole = prepare(pl.concat([first, second]), ScoringConfig())[S.ROW_KEY].to_list()
+    assert whole == a + b  # chunking changes no key

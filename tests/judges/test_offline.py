@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.judge import (
     ExtractItem,
     ExtractResult,
@@ -25,7 +26,9 @@ from faithfulness_pipeline.core.scoring import round_half_up
 from faithfulness_pipeline.judges.offline import (
     OFFLINE_MODEL_NAME,
     OFFLINE_PROMPT_VERSION,
+    PROCESSES_ENV,
     OfflineJudge,
+    default_processes,
     extract_claims,
     judge_claims,
 )
@@ -488,3 +491,71 @@ def test_throughput_is_measured(lang, capsys):
     assert verdicts["supported"] and verdicts["unsupported"]
     with capsys.disabled():
         print(f"\n[offline judge {lang}] {len(rows) / elapsed:,.0f} answers/s (CPU time, one core); verdicts {dict(verdicts)}")
+
+
+# --------------------------------------------------------------------------- worker processes
+
+
+def _mixed_items(per_language: int) -> list[VerdictItem]:
+    rows = [row for lang in ("en", "zh", "ko") for row in _synthetic_rows(lang, per_language, random.Random(11))]
+    return [VerdictItem(f"i{k}", extract_claims(answer), tuple(context)) for k, (answer, context) in enumerate(rows)]
+
+
+async def _judged_by_two_processes(items: list[VerdictItem]) -> tuple[list[VerdictResult], int]:
+    judge = OfflineJudge(processes=2, parallel_min_items=1)
+    try:
+        return await judge.judge_claims(items), judge.worker_pieces
+    finally:
+        await judge.aclose()
+
+
+def test_a_worker_process_changes_no_result():
+    items = _mixed_items(200)  # three pieces: the worker is sent the first two, this process takes the last
+    alone = asyncio.run(OfflineJudge(processes=1).judge_claims(items))
+    shared, worker_pieces = asyncio.run(_judged_by_two_processes(items))
+    assert worker_pieces == 2
+    assert shared == alone
+
+
+class _Unpicklable(str):
+    def __reduce__(self) -> str:
+        raise TypeError("this passage cannot be sent to another process")
+
+
+def test_a_piece_a_worker_cannot_take_is_judged_here():
+    items = _mixed_items(200)
+    first = items[0]
+    items[0] = VerdictItem(first.id, first.claims, tuple(_Unpicklable(p) for p in first.context))
+    alone = asyncio.run(OfflineJudge(processes=1).judge_claims(items))
+    shared, _ = asyncio.run(_judged_by_two_processes(items))
+    assert shared == alone
+
+
+def test_processes_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv(PROCESSES_ENV, "1")
+    assert OfflineJudge().processes == 1
+    monkeypatch.setenv(PROCESSES_ENV, " 3 ")
+    assert default_processes() == 3
+    for bad in ("two", "0"):
+        monkeypatch.setenv(PROCESSES_ENV, bad)
+        with pytest.raises(ConfigError, match=PROCESSES_ENV):
+            default_processes()
+    monkeypatch.delenv(PROCESSES_ENV)
+    assert 1 <= default_processes() <= min(4, os.cpu_count() or 1)
+
+
+def test_claims_extracted_by_a_worker_process_are_the_same():
+    answers = [ExtractItem(f"a{k}", answer) for k, (answer, _) in
+               enumerate(row for lang in ("en", "zh", "ko") for row in _synthetic_rows(lang, 200, random.Random(5)))]
+
+    async def shared() -> tuple[list[ExtractResult], int]:
+        judge = OfflineJudge(processes=2, parallel_min_items=1)
+        try:
+            return await judge.extract_claims(answers), judge.worker_pieces
+        finally:
+            await judge.aclose()
+
+    alone = asyncio.run(OfflineJudge(processes=1).extract_claims(answers))
+    results, worker_pieces = asyncio.run(shared())
+    assert worker_pieces == 2
+    assert results == alone
