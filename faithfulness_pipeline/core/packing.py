@@ -13,10 +13,11 @@ truncated (``truncate_passages``), and the caller marks that row.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
+
+from faithfulness_pipeline.core.prompts import split_sentences
 
 Count = Callable[[str], int]
 
@@ -61,40 +62,70 @@ class Pack:
     output_tokens: int  # upper bound for the reply: what the request's max_tokens is set to
 
 
+class Packer:
+    """Greedy packing in arrival order, one entry at a time, so that requests can leave while later
+    items are still being counted. Items of one group that arrive together share their passages.
+
+    Packs depend on the items alone (not on concurrency or timing), and greedily in order: a re-run
+    that resumes after a crash re-packs the unfinished tail of a step into the same packs, so every
+    row's share of the usage comes out the same as in an uninterrupted run.
+    """
+
+    def __init__(self, frame_tokens: int, limits: Limits) -> None:
+        self.frame_tokens = frame_tokens
+        self.limits = limits
+        self._current: list[int] = []
+        self._groups: set[int] = set()
+        self._prompt = frame_tokens
+        self._output = REPLY_SLACK_TOKENS
+
+    def push(self, entry: Entry) -> Pack | None:
+        """Adds ``entry``; returns the pack it closed (the one before it) when it did not fit there."""
+        closed: Pack | None = None
+        cost = _cost(entry, self._groups)
+        limits = self.limits
+        fits = (
+            len(self._current) < limits.max_items
+            and self._prompt + cost <= limits.pack_tokens
+            and self._output + entry.output_tokens <= limits.max_output_tokens
+            and self._prompt + cost + self._output + entry.output_tokens <= limits.usable_window
+        )
+        if self._current and not fits:
+            closed = self.flush()
+            cost = entry.prompt_tokens
+        self._current.append(entry.index)
+        if entry.group is not None:
+            self._groups.add(entry.group)
+        self._prompt += cost
+        self._output += entry.output_tokens
+        return closed
+
+    def flush(self) -> Pack | None:
+        """Closes the open pack, if any."""
+        if not self._current:
+            return None
+        pack = Pack(tuple(self._current), self._prompt, min(self._output, self.limits.max_output_tokens))
+        self._current, self._groups = [], set()
+        self._prompt, self._output = self.frame_tokens, REPLY_SLACK_TOKENS
+        return pack
+
+
+def _cost(entry: Entry, groups: set[int]) -> int:
+    if entry.group is not None and entry.group in groups and entry.shared_prompt_tokens is not None:
+        return entry.shared_prompt_tokens
+    return entry.prompt_tokens
+
+
 def pack_entries(entries: Sequence[Entry], frame_tokens: int, limits: Limits) -> list[Pack]:
     """Greedy packing in input order, with items of one group kept together (they share passages)."""
-    ordered = _grouped(entries)
-    packs: list[Pack] = []
-    current: list[int] = []
-    groups: set[int] = set()
-    prompt = frame_tokens
-    output = REPLY_SLACK_TOKENS
-    for entry in ordered:
-        cost = entry.prompt_tokens
-        if entry.group is not None and entry.group in groups and entry.shared_prompt_tokens is not None:
-            cost = entry.shared_prompt_tokens
-        fits = (
-            len(current) < limits.max_items
-            and prompt + cost <= limits.pack_tokens
-            and output + entry.output_tokens <= limits.max_output_tokens
-            and prompt + cost + output + entry.output_tokens <= limits.usable_window
-        )
-        if current and not fits:
-            packs.append(Pack(tuple(current), prompt, output))
-            current, groups = [], set()
-            prompt, output = frame_tokens, REPLY_SLACK_TOKENS
-            cost = entry.prompt_tokens
-        current.append(entry.index)
-        if entry.group is not None:
-            groups.add(entry.group)
-        prompt += cost
-        output += entry.output_tokens
-    if current:
-        packs.append(Pack(tuple(current), prompt, output))
-    return [Pack(p.indices, p.prompt_tokens, min(p.output_tokens, limits.max_output_tokens)) for p in packs]
+    packer = Packer(frame_tokens, limits)
+    packs = [p for p in (packer.push(e) for e in grouped(entries)) if p is not None]
+    last = packer.flush()
+    return [*packs, last] if last is not None else packs
 
 
-def _grouped(entries: Sequence[Entry]) -> list[Entry]:
+def grouped(entries: Sequence[Entry]) -> list[Entry]:
+    """``entries`` with the members of each group moved next to its first member."""
     members: dict[int, list[Entry]] = {}
     for e in entries:
         if e.group is not None:
@@ -121,7 +152,8 @@ def halves(indices: Sequence[int]) -> list[tuple[int, ...]]:
 
 
 def extract_output_bound(answer_tokens: int) -> int:
-    """Reply tokens an answer's claims may take: atomic claims repeat subjects, so allow twice the text."""
+    """Reply tokens an answer's claims may take when all are written out: atomic claims repeat subjects,
+    so allow twice the text (a reply that names sentences by number needs a fraction of it)."""
     return 2 * answer_tokens + 16
 
 
@@ -179,9 +211,6 @@ def largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
     return shares
 
 
-_SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n+")
-
-
 def rough_sentences(text: str) -> list[str]:
-    """Sentences by punctuation (``.!?`` then space, or ``。！？``): an estimate of an answer's claims."""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+    """The answer's sentences as the extraction prompt numbers them: an estimate of its claims."""
+    return list(split_sentences(text))

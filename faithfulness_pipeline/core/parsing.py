@@ -15,13 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from pydantic import StrictStr, TypeAdapter, ValidationError
+from pydantic import StrictInt, StrictStr, TypeAdapter, ValidationError
 
 from faithfulness_pipeline.core.judge import ClaimVerdict, Verdict
 
 T = TypeVar("T")
 
 _STRINGS: Final = TypeAdapter(list[StrictStr])
+_ENTRIES: Final = TypeAdapter(list[StrictInt | StrictStr])
 _DECODER: Final = json.JSONDecoder()
 _FENCE: Final = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?|\n?```\s*$")
 _CODE: Final = re.compile(r"\s*([SCUscu])\s*(\?)?\s*(\d+)?\s*(?:\|(.*))?", re.DOTALL)
@@ -111,24 +112,51 @@ def _collect(text: str, ids: Sequence[str]) -> tuple[dict[str, tuple[Any, int]],
     return seen, failed, tuple(unknown), complete
 
 
-def parse_extract_reply(text: str, ids: Sequence[str]) -> ParsedReply[tuple[str, ...]]:
-    """Claims per id: a list of non-empty strings (an empty list is a valid "no claims")."""
-    seen, failed, unknown, complete = _collect(text, ids)
+def parse_extract_reply(text: str, sentences: Mapping[str, Sequence[str]]) -> ParsedReply[tuple[str, ...]]:
+    """Claims per id, rebuilt from the reply's sentence numbers and written-out claims.
+
+    ``sentences[id]`` are the numbered sentences the request showed (number ``n`` is
+    ``sentences[id][n - 1]``). A member is valid when it is a list whose entries are either a sentence
+    number (an integer, or a string of digits only) or a non-empty claim text, with the numbers in
+    range and strictly increasing (claims come in answer order, none twice). An empty list is a valid
+    "no claims".
+    """
+    seen, failed, unknown, complete = _collect(text, list(sentences))
     ok: dict[str, tuple[str, ...]] = {}
     weights: dict[str, int] = {}
     for key, (value, chars) in seen.items():
         try:
-            claims = _STRINGS.validate_python(value, strict=True)
-        except ValidationError:
-            failed[key] = "claims are not a list of strings"
+            ok[key] = _claims(value, sentences[key])
+        except ValueError as exc:
+            failed[key] = str(exc)
             continue
-        stripped = tuple(c.strip() for c in claims)
-        if any(not c for c in stripped):
-            failed[key] = "a claim is empty"
-            continue
-        ok[key] = stripped
         weights[key] = chars
     return ParsedReply(ok=ok, failed=failed, unknown_ids=unknown, complete=complete, weights=weights)
+
+
+def _claims(value: Any, sentences: Sequence[str]) -> tuple[str, ...]:
+    try:
+        entries = _ENTRIES.validate_python(value, strict=True)
+    except ValidationError:
+        raise ValueError("claims are not a list of sentence numbers and texts") from None
+    claims: list[str] = []
+    last = 0
+    for entry in entries:
+        if isinstance(entry, str):
+            text = entry.strip()
+            if not text:
+                raise ValueError("a claim is empty")
+            if not (text.isascii() and text.isdecimal()):
+                claims.append(text)
+                continue
+            entry = int(text)  # a number written as a string still names a sentence
+        if not 1 <= entry <= len(sentences):
+            raise ValueError(f"sentence {entry} does not exist (the answer has {len(sentences)})")
+        if entry <= last:
+            raise ValueError("sentence numbers are repeated or out of order")
+        last = entry
+        claims.append(sentences[entry - 1])
+    return tuple(claims)
 
 
 def parse_code(code: str, n_passages: int) -> ClaimVerdict:

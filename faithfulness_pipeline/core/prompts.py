@@ -9,13 +9,19 @@ Untrusted text (answers, questions, claims, passages) only ever appears as JSON 
 nothing inside the data can spell the section delimiters, close a string early or start a new line of
 its own, so a passage that says "<<<END DATA>>> new instructions: ..." stays inert data.
 
-Replies are compact on purpose (completion tokens are the slow and expensive part): claims come back as
-plain strings, verdicts as short codes (``S0``, ``S?2``, ``C1|reason``, ``U|reason``) in claim order,
-with a reason only where a human needs one.
+Replies are compact on purpose (completion tokens are the slow and expensive part of a request):
+
+* an answer goes to the judge split into numbered sentences (:func:`split_sentences`); most sentences
+  of a RAG answer already are one self-contained claim, so the reply names them by number and writes
+  out only the claims that needed splitting or rewriting. The claim texts are rebuilt in code
+  (``core.parsing``), so stored and returned claims are always texts;
+* verdicts are short codes (``S0``, ``S?2``, ``C1|reason``, ``U|reason``) in claim order, with a reason
+  only where a human needs one.
 
 Versions are derived from the text: any edit of a prompt, of the data layout or of the reply format
 changes ``EXTRACT_PROMPT_VERSION`` / ``VERDICT_PROMPT_VERSION``, and with them the result-store keys,
-so a stored result can never be served for a prompt that did not produce it.
+so a stored result can never be served for a prompt that did not produce it. ``FORMAT_REVISION``
+covers what code decides without a text change (the sentence splitter, how replies are read).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 #: Bump when the *code* that renders data or reads replies changes meaning without a text change.
-FORMAT_REVISION: Final = "1"
+FORMAT_REVISION: Final = "2"
 
 DATA_OPEN: Final = "<<<DATA>>>"
 DATA_CLOSE: Final = "<<<END DATA>>>"
@@ -42,7 +48,7 @@ _UNTRUSTED_RULE: Final = (
 EXTRACT_SYSTEM: Final = f"""You extract factual claims from answers written by an AI assistant, for a faithfulness audit.
 
 INPUT
-The user message holds a DATA section between the lines {DATA_OPEN} and {DATA_CLOSE}. Each line is one JSON object: {{"id": ..., "question": ..., "answer": ...}}; "question" may be absent. The question only helps you understand the answer; take claims from the answer alone.
+The user message holds a DATA section between the lines {DATA_OPEN} and {DATA_CLOSE}. Each line is one JSON object: {{"id": ..., "question": ..., "sentences": {{"1": ..., "2": ...}}}}: the answer, cut into numbered sentences at punctuation and line breaks (a cut may fall in the wrong place, for example after an abbreviation). "question" may be absent. The question only helps you understand the answer; take claims from the answer alone.
 {_UNTRUSTED_RULE}
 
 RULES
@@ -55,7 +61,7 @@ RULES
 7. An answer without claims (a refusal, only a greeting) gets an empty list.
 
 REPLY
-One JSON object and nothing else. Each id from DATA is a key exactly once, mapped to the list of its claims in the order they appear in the answer. Example: {{"a1":["claim","claim"],"a2":[]}}"""
+One JSON object and nothing else. Each id from DATA is a key exactly once, mapped to the list of its claims in the order they appear in the answer. Most sentences already are exactly one claim that follows rules 1-6: give such a sentence as its number alone (the integer, not its text). Write a claim out in full, as a string, only where a sentence must be split or rewritten to follow the rules, or where a claim runs across a wrong cut. Leave out the number of a sentence without a claim (rule 4). Example: {{"a1":[1,2,"The museum opened in 1998.","The museum is in Oslo.",4],"a2":[]}}"""
 
 VERDICT_SYSTEM: Final = f"""You check claims against source passages, for a faithfulness audit.
 
@@ -109,16 +115,91 @@ def encode_data(value: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e")
 
 
+#: A candidate sentence end: ``.!?`` (plus closing quotes) before whitespace, ``。！？`` (plus closing
+#: brackets) anywhere, or a line break. Candidates are then vetted by :func:`split_sentences`.
+_BOUNDARY: Final = re.compile(
+    r"[.!?]+[\"'”’)\]]*(?=\s)|[。！？][。！？!?]*[」』”’）)\"']*|\n"
+)
+#: Words after which a period rarely ends the sentence (case-sensitive: "No." yes, "no." no).
+_ABBREVIATIONS: Final = frozenset(
+    {"Mr", "Mrs", "Ms", "Dr", "Prof", "Sr", "Jr", "St", "Mt", "Gen", "Gov", "Sen", "Rep", "Fig", "No", "Vol",
+     "Inc", "Ltd", "Co", "Corp", "vs", "cf", "approx", "e.g", "i.e", "U.S", "U.K"}
+)
+_LIST_MARKER: Final = re.compile(r"^(?:[-*•·]|\d{1,3}[.)])(?:\s+|$)")
+_WORD: Final = re.compile(r"\w")
+
+
+def split_sentences(text: str) -> tuple[str, ...]:
+    """The answer's sentences, in English, Chinese and Korean, as the extraction prompt numbers them.
+
+    Cuts after ``.!?`` followed by whitespace, after ``。！？`` and at line breaks; not after a known
+    abbreviation or a single-letter initial (``U.S.``, ``Dr.``, ``J. K.``), nor where the next sentence
+    would start with a lower-case letter; never inside a number (``3.5``). List markers (``-``, ``1.``)
+    are dropped and pieces without a letter or digit join their neighbour. A wrong cut costs only reply
+    tokens: the judge writes a claim that runs across it out in full.
+    """
+    pieces: list[str] = []
+    start = 0
+    for match in _BOUNDARY.finditer(text):
+        end = match.end()
+        piece = text[start:end].strip()
+        if not piece:
+            start = end
+            continue
+        if match.group() != "\n" and _continues(piece, text, end):
+            continue
+        pieces.append(piece)
+        start = end
+    tail = text[start:].strip()
+    if tail:
+        pieces.append(tail)
+    out: list[str] = []
+    for piece in pieces:
+        piece = _LIST_MARKER.sub("", piece).strip()
+        if not piece:
+            continue
+        if out and not _WORD.search(piece):  # "?!" or a stray bracket: part of the previous sentence
+            out[-1] = f"{out[-1]}{piece}"
+        else:
+            out.append(piece)
+    return tuple(out)
+
+
+def _continues(piece: str, text: str, end: int) -> bool:
+    """Whether a candidate boundary after ``piece`` (ending at ``end`` in ``text``) is not a sentence end."""
+    if not piece.endswith("."):
+        return False
+    last = piece.rsplit(None, 1)[-1].rstrip(".")
+    if last in _ABBREVIATIONS or (len(last) == 1 and last.isalpha() and last.isupper()):
+        return True
+    rest = text[end:].lstrip()
+    return bool(rest) and rest[0].islower() and rest[0].isascii()
+
+
+#: The id data lines are rendered with once per item; :func:`with_id` puts the request's id in.
+ID_SLOT: Final = "a99"
+_ID_PREFIX: Final = '{"id":"'
+
+
+def with_id(line: str, item_id: str) -> str:
+    """A data line rendered under :data:`ID_SLOT`, now under ``item_id`` (ids are plain ASCII)."""
+    slot = _ID_PREFIX + ID_SLOT + '"'
+    if not line.startswith(slot):
+        raise ValueError("not a data line rendered under ID_SLOT")
+    return _ID_PREFIX + item_id + line[len(slot) - 1 :]
+
+
 def local_id(position: int) -> str:
     """The id of the ``position``-th (0-based) item of a request: ``a1``, ``a2``, ..."""
     return f"a{position + 1}"
 
 
-def extract_line(item_id: str, answer: str, question: str | None) -> str:
-    data: dict[str, str] = {"id": item_id}
+def extract_line(item_id: str, sentences: Sequence[str], question: str | None) -> str:
+    """One extraction item: the answer as numbered sentences (from :func:`split_sentences`)."""
+    data: dict[str, Any] = {"id": item_id}
     if question is not None and question.strip():
         data["question"] = _clean(question)
-    data["answer"] = _clean(answer)
+    data["sentences"] = {str(n): _clean(s) for n, s in enumerate(sentences, start=1)}
     return encode_data(data)
 
 
@@ -170,8 +251,8 @@ def frame_text(step: str) -> str:
     raise ValueError(f"unknown step {step!r}")
 
 
-def _object_schema(name: str, ids: Sequence[str]) -> dict[str, Any]:
-    item = {"type": "array", "items": {"type": "string"}}
+def _object_schema(name: str, ids: Sequence[str], item: dict[str, Any]) -> dict[str, Any]:
+    values = {"type": "array", "items": item}
     return {
         "type": "json_schema",
         "json_schema": {
@@ -179,7 +260,7 @@ def _object_schema(name: str, ids: Sequence[str]) -> dict[str, Any]:
             "strict": True,
             "schema": {
                 "type": "object",
-                "properties": {i: item for i in ids},
+                "properties": {i: values for i in ids},
                 "required": list(ids),
                 "additionalProperties": False,
             },
@@ -188,10 +269,10 @@ def _object_schema(name: str, ids: Sequence[str]) -> dict[str, Any]:
 
 
 def extract_response_format(ids: Sequence[str]) -> dict[str, Any]:
-    """A strict JSON schema for an extraction reply: exactly these ids, each a list of strings."""
-    return _object_schema("claims", ids)
+    """A strict JSON schema for an extraction reply: exactly these ids, each a list of numbers or texts."""
+    return _object_schema("claims", ids, {"anyOf": [{"type": "integer"}, {"type": "string"}]})
 
 
 def verdict_response_format(ids: Sequence[str]) -> dict[str, Any]:
     """A strict JSON schema for a verdict reply (the code grammar and counts are checked in parsing)."""
-    return _object_schema("verdicts", ids)
+    return _object_schema("verdicts", ids, {"type": "string"})

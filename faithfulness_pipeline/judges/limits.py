@@ -15,6 +15,7 @@ Time is injectable (``clock``, ``sleep``) so the tests can check every decision 
 from __future__ import annotations
 
 import asyncio
+import collections
 import email.utils
 import random
 import time
@@ -107,30 +108,41 @@ class RequestLimiter:
         self._last_cut = float("-inf")
         self._successes = 0
         self._streak_429 = 0
-        self._cond: asyncio.Condition | None = None
+        # Waiting requests in arrival order; a freed slot is handed to exactly one of them (waking
+        # every waiter on each release costs quadratic time with thousands of packs queued).
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.counters = LimiterCounters(min_cap_seen=max_in_flight)
 
     # ------------------------------------------------------------------------------ admission
 
-    def _condition(self) -> asyncio.Condition:
+    def _bind_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        if self._cond is None or self._loop is not loop:
+        if self._loop is not loop:
             # A new event loop (a new run): the old loop's waiters and slots are gone with it.
-            self._cond = asyncio.Condition()
             self._loop = loop
+            self._waiters = collections.deque()
             self.in_flight = 0
-        return self._cond
 
     def slot(self, tokens: int) -> Slot:
         return Slot(self, tokens)
 
     async def _enter(self, tokens: int) -> None:
-        cond = self._condition()
-        async with cond:
-            await cond.wait_for(lambda: self.in_flight < self.cap)
+        self._bind_loop()
+        if not self._waiters and self.in_flight < self.cap:
             self.in_flight += 1
-            self.counters.max_in_flight_seen = max(self.counters.max_in_flight_seen, self.in_flight)
+        else:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter  # resolved by _hand_over, which has counted this request in flight
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._release()  # handed a slot just as it was cancelled: pass it on
+                else:
+                    waiter.cancel()
+                raise
+        self.counters.max_in_flight_seen = max(self.counters.max_in_flight_seen, self.in_flight)
         try:
             while True:
                 now = self._clock()
@@ -147,14 +159,21 @@ class RequestLimiter:
             if self._tpm is not None:
                 self._tpm.take(tokens, now)
         except BaseException:
-            await self._exit()
+            self._release()
             raise
 
-    async def _exit(self) -> None:
-        cond = self._condition()
-        async with cond:
-            self.in_flight = max(0, self.in_flight - 1)
-            cond.notify_all()
+    def _release(self) -> None:
+        self.in_flight = max(0, self.in_flight - 1)
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Gives free slots (the cap may have grown) to the longest-waiting requests, one each."""
+        while self._waiters and self.in_flight < self.cap:
+            waiter = self._waiters.popleft()
+            if waiter.done():  # cancelled while it waited
+                continue
+            self.in_flight += 1
+            waiter.set_result(None)
 
     def settle(self, reserved: int, actual: int) -> None:
         """Corrects the TPM bucket once the reply's real token usage is known."""
@@ -219,7 +238,7 @@ class Slot:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self._limiter._exit()
+        self._limiter._release()
 
     def settle(self, actual_tokens: int) -> None:
         self._limiter.settle(self.tokens, actual_tokens)

@@ -9,7 +9,8 @@ Per step (claims, then verdicts) a call to the judge:
    store already holds (``refresh`` skips the lookups, never the writes);
 2. counts every remaining item's tokens with litellm's offline tokenizer and packs the items into
    requests under ``pack_tokens`` (truncating the passages of an item only when it alone exceeds the
-   model's window, and saying so on its result);
+   model's window, and saying so on its result). Packs leave while later items are still counted
+   (:meth:`_run`);
 3. sends the packs concurrently through one shared :class:`RequestLimiter` (in-flight cap, RPM, TPM,
    429 pauses), with litellm's own retries off so that every 429 reaches the limiter;
 4. validates each reply item by item, stores every valid item at once, and re-asks only for the items
@@ -23,10 +24,13 @@ environment once, handed to litellm and to nothing else, and scrubbed from every
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
+import gc
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
@@ -50,6 +54,8 @@ from faithfulness_pipeline.core.packing import (
     Count,
     Entry,
     Limits,
+    Pack,
+    Packer,
     extract_output_bound,
     halves,
     largest_remainder,
@@ -72,9 +78,15 @@ from faithfulness_pipeline.judges.store import (
 log = logging.getLogger(__name__)
 
 #: Prompt tokens per request, instructions included. Chosen by measurement on typical RAG rows (3-6
-#: sentence answers, 3-8 passages of 60-150 words): see BENCHMARKS.md and tests/judges/test_packing.py.
-DEFAULT_PACK_TOKENS: Final = 8000
-DEFAULT_MAX_ITEMS_PER_PACK: Final = 16
+#: sentence answers, 3-8 passages of 60-150 words; see BENCHMARKS.md and bench/overhead.py): ~8 answers'
+#: verdicts a request. Each request costs the client ~6 ms of CPU inside litellm, so fewer, bigger
+#: requests are what keeps the client under 2 ms per answer; bigger still (32k) lengthens the requests
+#: so much that short steps end on half-empty waves. A model's window caps it anyway (8k-window models
+#: get packs of up to ~7k tokens).
+DEFAULT_PACK_TOKENS: Final = 16000
+#: Items per request at most. Binds for claim extraction (answers are short): 32 answers' sentence
+#: numbers make a reply of ~400 tokens, a request of ~1 s at 2 ms per token.
+DEFAULT_MAX_ITEMS_PER_PACK: Final = 32
 #: For models litellm has no card for (local and proxy models): a window most of them have.
 DEFAULT_CONTEXT_WINDOW: Final = 8192
 DEFAULT_MAX_OUTPUT_TOKENS: Final = 4096
@@ -213,10 +225,33 @@ def token_counter(model: str) -> Count:
     except ImportError:
         pass
 
+    encoding = _tiktoken_encoding(name)
+    if encoding is not None:
+        # The encoding litellm's token_counter would use, called directly: token_counter spends
+        # 0.1-0.3 ms per call resolving the model before it counts, and the judge counts every item.
+        def count_directly(text: str) -> int:
+            return len(encoding.encode(text, disallowed_special=()))
+
+        return count_directly
+
     def count(text: str) -> int:
         return int(litellm.token_counter(model=name, text=text))
 
     return count
+
+
+def _tiktoken_encoding(model: str) -> Any:
+    """litellm's tiktoken encoding for ``model``, or None when litellm counts it another way."""
+    try:
+        from litellm.litellm_core_utils.token_counter import openai_tokenizer_encoding
+        from litellm.utils import select_tokenizer
+
+        if select_tokenizer(model)["type"] != "openai_tokenizer":
+            return None
+        encoding = openai_tokenizer_encoding(model)
+    except Exception:  # a litellm without these helpers: its token_counter still works
+        return None
+    return encoding if callable(getattr(encoding, "encode", None)) else None
 
 
 # ----------------------------------------------------------------------------------------- secrets
@@ -318,6 +353,7 @@ class Redactor:
 # ----------------------------------------------------------------------------------- step plans
 
 R = TypeVar("R", ExtractResult, VerdictResult)
+T = TypeVar("T")
 
 
 class _Plan(Generic[R]):
@@ -335,8 +371,17 @@ class _Plan(Generic[R]):
         zero = Usage(cost_usd=0.0 if judge.card.priced else None)
         self.usage: dict[int, Usage] = dict.fromkeys(indices, zero)
 
-    def packs(self) -> list[Any]:
-        entries = [self.entries[i] for i in self.indices if i in self.entries]
+    def order(self) -> list[int]:
+        """The items in packing order (items that share passages next to each other)."""
+        return self.indices
+
+    def add(self, i: int) -> Entry | None:
+        """Counts item ``i`` and returns its packing entry; None (and ``oversize[i]``) if it cannot go."""
+        raise NotImplementedError
+
+    def packs(self) -> list[Pack]:
+        """Every item counted, then packed the way a run packs them (for the dry-run estimate)."""
+        entries = [e for e in (self.add(i) for i in self.order()) if e is not None]
         return pack_entries(entries, self.judge.frame_tokens[self.step], self.judge.limits)
 
     def render(self, indices: Sequence[int]) -> tuple[list[dict[str, str]], dict[str, int], Any]:
@@ -374,38 +419,44 @@ class _ExtractPlan(_Plan[ExtractResult]):
     ) -> None:
         super().__init__(judge, indices, keys)
         self.items = items
-        count = judge.count_tokens
-        frame = judge.frame_tokens[self.step]
-        for i in self.indices:
-            item = items[i]
-            answer_tokens = count(item.answer)
-            line = prompts.extract_line("a99", item.answer, _question(item.question))
-            prompt = count(line) + 3
-            bound = extract_output_bound(answer_tokens)
-            room = judge.limits.usable_window - frame - prompt - REPLY_SLACK_TOKENS
-            if bound > room:
-                # A long answer alone: the generous bound does not fit, a tight one may (claims restate
-                # the answer, a little longer at most). An answer is never cut.
-                if room < answer_tokens * 5 // 4 + 16:
-                    self.oversize[i] = (
-                        f"the answer ({answer_tokens} tokens) is too long for the model's context window "
-                        f"of {judge.limits.context_window} tokens"
-                    )
-                    continue
-                bound = room
-            self.entries[i] = Entry(index=i, prompt_tokens=prompt, output_tokens=bound)
+        self.sentences: dict[int, tuple[str, ...]] = {}
+        self.lines: dict[int, str] = {}  # the data line under prompts.ID_SLOT, rendered once
+
+    def add(self, i: int) -> Entry | None:
+        judge = self.judge
+        item = self.items[i]
+        sentences = prompts.split_sentences(item.answer)
+        line = prompts.extract_line(prompts.ID_SLOT, sentences, _question(item.question))
+        prompt = judge.count_tokens(line) + 3
+        # Claims written out in full restate the answer, split and with their subjects repeated:
+        # allow twice its size (the data line is the answer plus a little JSON), an upper bound.
+        bound = extract_output_bound(prompt)
+        room = judge.limits.usable_window - judge.frame_tokens[self.step] - prompt - REPLY_SLACK_TOKENS
+        if bound > room:
+            # A long answer alone: the generous bound does not fit, a tight one may (claims restate
+            # the answer, a little longer at most). An answer is never cut.
+            if room < prompt * 5 // 4 + 16:
+                self.oversize[i] = (
+                    f"the answer ({prompt} tokens) is too long for the model's context window "
+                    f"of {judge.limits.context_window} tokens"
+                )
+                return None
+            bound = room
+        self.sentences[i] = sentences
+        self.lines[i] = line
+        entry = Entry(index=i, prompt_tokens=prompt, output_tokens=bound)
+        self.entries[i] = entry
+        return entry
 
     def expected_output(self, i: int) -> int:
-        claims = rough_sentences(self.items[i].answer)
-        return self.judge.count_tokens(prompts.encode_data(claims)) + 4
+        # The dry-run estimate: every sentence given back by its number (rewritten claims cost more).
+        return 2 * len(self.sentences[i]) + 4
 
     def render(self, indices: Sequence[int]) -> tuple[list[dict[str, str]], dict[str, int], Any]:
         ids = [prompts.local_id(n) for n in range(len(indices))]
-        lines = [
-            prompts.extract_line(local, self.items[i].answer, _question(self.items[i].question))
-            for local, i in zip(ids, indices, strict=True)
-        ]
-        return prompts.extract_messages(lines, ids), dict(zip(ids, indices, strict=True)), ids
+        lines = [prompts.with_id(self.lines[i], local) for local, i in zip(ids, indices, strict=True)]
+        sentences = {local: self.sentences[i] for local, i in zip(ids, indices, strict=True)}
+        return prompts.extract_messages(lines, ids), dict(zip(ids, indices, strict=True)), sentences
 
     def response_format(self, ids: Sequence[str]) -> dict[str, Any]:
         return prompts.extract_response_format(ids)
@@ -436,47 +487,67 @@ class _VerdictPlan(_Plan[VerdictResult]):
         super().__init__(judge, indices, keys)
         self.items = items
         self.passages: dict[int, tuple[str, ...]] = {}
+        self.lines: dict[int, str] = {}  # the data line with passages under prompts.ID_SLOT, rendered once
         self.truncated: set[int] = set()
+        self.group_of: dict[int, int] = {}
+        self.group_size: dict[int, int] = {}
+
+    def order(self) -> list[int]:
+        # Rows with equal passages (a static context) travel together: later ones refer back.
+        groups: dict[tuple[str, ...], int] = {}
+        members: dict[int, list[int]] = {}
+        for i in self.indices:
+            g = groups.setdefault(tuple(self.items[i].context), len(groups))
+            self.group_of[i] = g
+            members.setdefault(g, []).append(i)
+        self.group_size = {g: len(m) for g, m in members.items()}
+        if len(groups) == len(self.indices):
+            return self.indices
+        return [i for m in members.values() for i in m]
+
+    def add(self, i: int) -> Entry | None:
+        judge = self.judge
         count = judge.count_tokens
         frame = judge.frame_tokens[self.step]
         window = judge.limits.usable_window
-        groups: dict[tuple[str, ...], int] = {}
-        for i in self.indices:
-            claims = items[i].claims
-            passages = tuple(items[i].context)
-            bound = verdict_output_bound(len(claims))
-            tight = 12 * len(claims) + 8  # codes without many reasons: the least a reply can need
-            cost = count(prompts.verdict_line("a99", claims, passages)) + 4
-            room = window - frame - cost - REPLY_SLACK_TOKENS
-            if bound > room and room >= tight:
-                bound = room
-            elif bound > room:
-                # Only an item that alone exceeds the window is cut, and its result says so.
-                bare = count(prompts.verdict_line("a99", claims, ())) + 4
-                budget = window - frame - bare - REPLY_SLACK_TOKENS - tight
-                passages = truncate_passages(passages, budget, count) if budget > 0 else ()
-                if not passages:
-                    self.oversize[i] = (
-                        "the claims alone are too long for the model's context window "
-                        f"of {judge.limits.context_window} tokens"
-                    )
-                    continue
-                self.truncated.add(i)
-                cost = count(prompts.verdict_line("a99", claims, passages)) + 4
-                bound = max(tight, window - frame - cost - REPLY_SLACK_TOKENS)
-            self.passages[i] = passages
-            self.entries[i] = Entry(i, cost, bound, groups.setdefault(passages, len(groups)))
-        sizes: dict[int | None, int] = {}
-        for e in self.entries.values():
-            sizes[e.group] = sizes.get(e.group, 0) + 1
-        for i, e in list(self.entries.items()):
-            if sizes[e.group] > 1:  # rows sharing passages (a static context): later ones refer back
-                shared = count(prompts.verdict_line("a99", items[i].claims, None, passages_of="a99")) + 4
-                self.entries[i] = Entry(e.index, e.prompt_tokens, e.output_tokens, e.group, shared)
+        claims = self.items[i].claims
+        passages = tuple(self.items[i].context)
+        group = self.group_of.get(i)
+        bound = verdict_output_bound(len(claims))
+        tight = 12 * len(claims) + 8  # codes without many reasons: the least a reply can need
+        line = prompts.verdict_line(prompts.ID_SLOT, claims, passages)
+        cost = count(line) + 4
+        room = window - frame - cost - REPLY_SLACK_TOKENS
+        if bound > room and room >= tight:
+            bound = room
+        elif bound > room:
+            # Only an item that alone exceeds the window is cut, and its result says so.
+            bare = count(prompts.verdict_line(prompts.ID_SLOT, claims, ())) + 4
+            budget = window - frame - bare - REPLY_SLACK_TOKENS - tight
+            passages = truncate_passages(passages, budget, count) if budget > 0 else ()
+            if not passages:
+                self.oversize[i] = (
+                    "the claims alone are too long for the model's context window "
+                    f"of {judge.limits.context_window} tokens"
+                )
+                return None
+            self.truncated.add(i)
+            group = None  # its passages are its own now
+            line = prompts.verdict_line(prompts.ID_SLOT, claims, passages)
+            cost = count(line) + 4
+            bound = max(tight, window - frame - cost - REPLY_SLACK_TOKENS)
+        shared = None
+        if group is not None and self.group_size.get(group, 1) > 1:
+            shared = count(prompts.verdict_line(prompts.ID_SLOT, claims, None, passages_of=prompts.ID_SLOT)) + 4
+        self.passages[i] = passages
+        self.lines[i] = line
+        entry = Entry(i, cost, bound, group, shared)
+        self.entries[i] = entry
+        return entry
 
     def expected_output(self, i: int) -> int:
-        # A code is ~4 tokens; about one claim in four needs a reason of ~16 tokens.
-        return 8 * len(self.items[i].claims) + 4
+        # A code is ~3 tokens; about one claim in five needs a reason of ~12 tokens.
+        return 6 * len(self.items[i].claims) + 2
 
     def render(self, indices: Sequence[int]) -> tuple[list[dict[str, str]], dict[str, int], Any]:
         ids = [prompts.local_id(n) for n in range(len(indices))]
@@ -487,7 +558,7 @@ class _VerdictPlan(_Plan[VerdictResult]):
             passages, claims = self.passages[i], self.items[i].claims
             ref = first_of.setdefault(passages, local)
             if ref == local:
-                lines.append(prompts.verdict_line(local, claims, passages))
+                lines.append(prompts.with_id(self.lines[i], local))
             else:
                 lines.append(prompts.verdict_line(local, claims, None, passages_of=ref))
             expected[local] = (len(claims), len(passages))
@@ -579,6 +650,45 @@ class _RequestFailed(Exception):
         self.sent = sent
 
 
+#: Items counted between two chances for the workers to run: ~5 ms of counting passages.
+_YIELD_EVERY: Final = 16
+
+
+class _PackQueue:
+    """Packs waiting for a worker, first in first out."""
+
+    def __init__(self) -> None:
+        self._packs: collections.deque[Pack] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._closed = False
+        self.active = 0  # packs taken by workers and not finished
+
+    def put(self, pack: Pack) -> None:
+        self._packs.append(pack)
+        self._wake(1)
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake(len(self._waiters))
+
+    def _wake(self, n: int) -> None:
+        while n > 0 and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                n -= 1
+
+    async def get(self) -> Pack | None:
+        """The next pack, or None once the queue is closed and empty."""
+        while not self._packs:
+            if self._closed:
+                return None
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+        return self._packs.popleft()
+
+
 class LiteLLMJudge:
     """The Judge port over litellm. Build it once per run (or process); ``await aclose()`` after a run."""
 
@@ -643,16 +753,20 @@ class LiteLLMJudge:
                 results[i] = ExtractResult(id=item.id, claims=())  # nothing to extract: no call
             else:
                 todo.append(i)
-        keys = {i: self._extract_key(items[i]) for i in todo}
-        hits = self._lookup([keys[i] for i in todo])
+        keys: dict[int, bytes] = {}
+        if self.store is not None:  # keys only address the store: no store, no hashing
+            make = self._extract_keys.key
+            keys = {i: make(_question(items[i].question), items[i].answer) for i in todo}
         misses: list[int] = []
-        for i in todo:
-            value = hits.get(keys[i])
-            if value is None:
-                misses.append(i)
-            else:
-                claims, usage = decode_claims(value)
-                results[i] = ExtractResult(id=items[i].id, claims=claims, usage=usage, cached=True)
+        hits = self._lookup(list(keys.values()))
+        with _gc_paused():
+            for i in todo:
+                value = hits.get(keys[i]) if hits else None
+                decoded = self._decoded(decode_claims, value)
+                if decoded is None:
+                    misses.append(i)
+                else:
+                    results[i] = ExtractResult(items[i].id, decoded[0], None, decoded[1], True)
         self._stats.cached_items += len(todo) - len(misses)
         _tick(progress, len(items) - len(misses))
         if misses:
@@ -675,18 +789,21 @@ class LiteLLMJudge:
                 results[i] = VerdictResult(id=item.id, verdicts=tuple(none for _ in item.claims))
             else:
                 todo.append(i)
-        keys = {i: self._verdict_key(items[i]) for i in todo}
-        hits = self._lookup([keys[i] for i in todo])
+        keys: dict[int, bytes] = {}
+        if self.store is not None:
+            pairs = [(items[i].claims, items[i].context) for i in todo]
+            keys = dict(zip(todo, self._verdict_keys.keys_of_pairs(pairs), strict=True))
         misses: list[int] = []
-        for i in todo:
-            value = hits.get(keys[i])
-            if value is None:
-                misses.append(i)
-            else:
-                verdicts, usage, cut = decode_verdicts(value)
-                results[i] = VerdictResult(
-                    id=items[i].id, verdicts=verdicts, usage=usage, cached=True, context_truncated=cut
-                )
+        hits = self._lookup(list(keys.values()))
+        with _gc_paused():
+            for i in todo:
+                value = hits.get(keys[i]) if hits else None
+                decoded = self._decoded(decode_verdicts, value)
+                if decoded is None:
+                    misses.append(i)
+                else:
+                    verdicts, usage, cut = decoded
+                    results[i] = VerdictResult(items[i].id, verdicts, None, usage, True, cut)
         self._stats.cached_items += len(todo) - len(misses)
         _tick(progress, len(items) - len(misses))
         if misses:
@@ -695,6 +812,18 @@ class LiteLLMJudge:
             for i, result in plan.results.items():
                 results[i] = result
         return _all_set(results)
+
+    def _decoded(self, decode: Callable[[str], T], value: str | None) -> T | None:
+        """A stored value decoded, or None: absent, or unreadable (then it is asked for again)."""
+        if value is None:
+            return None
+        try:
+            return decode(value)
+        except (ValueError, TypeError, KeyError, IndexError):
+            note = "unreadable results in the result store were asked for again"
+            if note not in self._stats.notes:
+                self._stats.notes.append(note)
+            return None
 
     def stats(self) -> JudgeStats:
         s = self._stats
@@ -803,10 +932,42 @@ class LiteLLMJudge:
     # ------------------------------------------------------------------------------ running
 
     async def _run(self, plan: _Plan[Any], progress: ProgressCallback | None) -> None:
-        for i, reason in plan.oversize.items():
-            self._finish_error(plan, i, reason, progress)
-        packs = plan.packs()
-        await asyncio.gather(*(self._guarded(plan, p.indices, progress) for p in packs))
+        """Counts, packs and sends one step's items, the first requests leaving while the rest are counted.
+
+        Counting is the judge's main CPU cost (every passage goes through the tokenizer): done up front
+        it would leave every request slot idle at the start of each step. So packs queue as they
+        close, in item order, and ``max_concurrency`` workers send them in that order.
+        """
+        queue = _PackQueue()
+        workers = [
+            asyncio.create_task(self._work(plan, queue, progress)) for _ in range(self.config.max_concurrency)
+        ]
+        try:
+            packer = Packer(self.frame_tokens[plan.step], self.limits)
+            for n, i in enumerate(plan.order()):
+                entry = plan.add(i)
+                if entry is None:
+                    self._finish_error(plan, i, plan.oversize[i], progress)
+                    continue
+                closed = packer.push(entry)
+                if closed is not None:
+                    queue.put(closed)
+                if n % _YIELD_EVERY == _YIELD_EVERY - 1:
+                    await asyncio.sleep(0)  # let the workers send what is packed and read replies
+            last = packer.flush()
+            if last is not None:
+                queue.put(last)
+        finally:
+            queue.close()
+            await asyncio.gather(*workers)
+
+    async def _work(self, plan: _Plan[Any], queue: _PackQueue, progress: ProgressCallback | None) -> None:
+        while (pack := await queue.get()) is not None:
+            queue.active += 1
+            try:
+                await self._guarded(plan, pack.indices, progress)
+            finally:
+                queue.active -= 1
 
     async def _guarded(self, plan: _Plan[Any], indices: tuple[int, ...], progress: ProgressCallback | None) -> None:
         try:
@@ -1007,6 +1168,23 @@ class LiteLLMJudge:
             # most likely the setup (a parameter the server rejects): do not multiply the requests.
             return _RequestFailed("isolate" if self._replies else "fatal", f"{name}: {detail}")
         return _RequestFailed("transient", f"{name}{f' {status}' if status else ''}: {detail}")
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while stored results are decoded.
+
+    Decoding builds a few small objects per verdict, none in a cycle; with a big heap (a chunk of
+    rows with their passages) every automatic collection walks all of it, which made decoding four
+    times slower. The collector's previous state comes back afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _content(response: Any) -> str:

@@ -27,10 +27,10 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-import struct
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
@@ -47,42 +47,92 @@ _VERDICT: Final[dict[str, Verdict]] = {"S": "supported", "C": "contradicted", "U
 class KeyMaker:
     """Result keys: SHA-256 over fixed settings, then over one item's content fields, cut to 16 bytes.
 
-    Every field is length-prefixed, so no two different field sequences can hash the same bytes.
-    SHA-256 because CPUs hash it in hardware: a warm re-run hashes every row's passages again.
+    The content goes into the hash as one string: a header with the length (in code points) of every
+    field, then the fields themselves, so no two different field sequences give the same bytes, and a
+    row costs one ``encode`` and one ``update`` however many passages it has (a warm re-run hashes
+    every row's passages again: this is its hot path). SHA-256 because CPUs hash it in hardware.
     """
 
     def __init__(self, *settings: str | None) -> None:
-        self._base = hashlib.sha256(b"fp-result-v1")
-        for s in settings:
-            _feed(self._base, s)
+        self._base = hashlib.sha256(b"fp-result-v2")
+        self._base.update(_content(settings))
 
     def key(self, *fields: str | None) -> bytes:
         h = self._base.copy()
-        for f in fields:
-            _feed(h, f)
+        h.update(_content(fields))
         return h.digest()[:16]
 
     def key_of_lists(self, *groups: Sequence[str] | str | None) -> bytes:
         """A key over fields that are themselves sequences of strings (claims, passages)."""
+        return self._digest(_list_content(groups))
+
+    def keys_of_pairs(self, pairs: Sequence[tuple[Sequence[str], Sequence[str]]]) -> list[bytes]:
+        """``key_of_lists(a, b)`` for every ``(a, b)``, hashed on two threads for a big batch.
+
+        hashlib lets go of the GIL while it hashes more than 2 KiB, and passages are ~4 KiB a row:
+        the two halves of a batch hash in parallel (a warm re-run does little else).
+        """
+        data = [_pair_content(a, b) for a, b in pairs]
+        if len(data) < _PARALLEL_MIN:
+            return self._digests(data)
+        mid = len(data) // 2
+        second = _pool().submit(self._digests, data[mid:])
+        return self._digests(data[:mid]) + second.result()
+
+    def _digest(self, data: bytes) -> bytes:
         h = self._base.copy()
-        for g in groups:
-            if g is None or isinstance(g, str):
-                _feed(h, g)
-                continue
-            # Bytes 0xFE and 0xFF never occur in UTF-8, so they delimit without lengths: one update
-            # per list (warm re-runs hash every row's passages again, so this is a hot path).
-            data = b"\xff".join([s.encode("utf-8", "surrogatepass") for s in g])
-            h.update(b"L%d\xfe%b\xfe" % (len(g), data))
+        h.update(data)
         return h.digest()[:16]
 
+    def _digests(self, data: Sequence[tuple[bytes, bytes]]) -> list[bytes]:
+        out: list[bytes] = []
+        for head, body in data:
+            h = self._base.copy()
+            h.update(head)
+            h.update(body)
+            out.append(h.digest()[:16])
+        return out
 
-def _feed(h: Any, value: str | None) -> None:
-    if value is None:
-        h.update(b"N")
-        return
-    data = value.encode("utf-8", "surrogatepass")
-    h.update(struct.pack("<cq", b"S", len(data)))
-    h.update(data)
+
+_PARALLEL_MIN: Final = 512
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _pool() -> ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="fp-keys"))
+    return _POOL[0]
+
+
+def _pair_content(first: Sequence[str], second: Sequence[str]) -> tuple[bytes, bytes]:
+    """``_list_content((first, second))`` as (header, body), without its generality: the verdict step's
+    hot path, hashed in two updates so that the ~4 KiB body is never copied."""
+    body = "\x00".join([*first, *second])
+    if body.count("\x00") != max(len(first) + len(second) - 1, 0):
+        whole = _list_content((first, second))
+        return b"", whole
+    try:
+        data = body.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: the same bytes the slower error handler gives
+        data = body.encode("utf-8", "surrogatepass")
+    return f"l{len(first)},l{len(second)}\x01".encode(), data
+
+
+def _list_content(groups: Sequence[Sequence[str] | str | None]) -> bytes:
+    # Texts joined by NUL with the number of texts per group in the header: unambiguous as long as no
+    # text holds a NUL, which one scan of the joined text checks; otherwise every length goes in.
+    shape = ",".join(["n" if g is None else "s" if isinstance(g, str) else f"l{len(g)}" for g in groups])
+    texts = [t for g in groups if g is not None for t in ((g,) if isinstance(g, str) else g)]
+    body = "\x00".join(texts)
+    if body.count("\x00") != max(len(texts) - 1, 0):
+        shape = "L" + ",".join(str(len(t)) for t in texts) + ";" + shape
+    return (shape + "\x01" + body).encode("utf-8", "surrogatepass")
+
+
+def _content(fields: Sequence[str | None]) -> bytes:
+    head = ",".join(["n" if f is None else str(len(f)) for f in fields])
+    body = "".join([f for f in fields if f is not None])
+    return (head + "\x00" + body).encode("utf-8", "surrogatepass")
 
 
 class ResultStore:
@@ -169,46 +219,63 @@ class ResultStore:
 
 
 # ------------------------------------------------------------------------------------- value codecs
+#
+# Values are flat JSON arrays (fewer objects to parse than nested ones: decoding is most of a warm
+# re-run): claims ``[calls, prompt, completion, cost, claim, ...]``; verdicts ``[calls, prompt,
+# completion, cost, truncated, letter, speculative, evidence, reason, letter, ...]``. The key prefix
+# (``fp-result-v2``) changed with this layout, so values of the older layout are never looked up.
+
+_DECODER: Final = json.JSONDecoder()
+_VERDICT_FIELDS: Final = 4
 
 
-def _usage_list(u: Usage) -> list[Any]:
-    return [u.llm_calls, u.prompt_tokens, u.completion_tokens, u.cost_usd]
+def _dumps(value: list[Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _usage(raw: Sequence[Any]) -> Usage:
-    calls, prompt, completion, cost = raw  # written by _usage_list: already float, int, int, float|None
-    return Usage(calls, prompt, completion, cost)
+def _decode(value: str) -> list[Any]:
+    data, _ = _DECODER.raw_decode(value)  # values are ours: no surrounding whitespace to skip
+    if not isinstance(data, list):
+        raise ValueError("not a stored result")
+    return data
 
 
 def encode_claims(claims: Sequence[str], usage: Usage) -> str:
-    return json.dumps({"c": list(claims), "u": _usage_list(usage)}, ensure_ascii=False, separators=(",", ":"))
+    return _dumps([usage.llm_calls, usage.prompt_tokens, usage.completion_tokens, usage.cost_usd, *claims])
 
 
 def decode_claims(value: str) -> tuple[tuple[str, ...], Usage]:
-    data = json.loads(value)
-    return tuple(data["c"]), _usage(data["u"])
+    data = _decode(value)
+    return tuple(data[4:]), Usage(data[0], data[1], data[2], data[3])
 
 
 def encode_verdicts(verdicts: Sequence[ClaimVerdict], usage: Usage, truncated: bool) -> str:
-    rows = [[_LETTER[v.verdict], int(v.speculative), v.evidence, v.reason] for v in verdicts]
-    payload = {"v": rows, "t": int(truncated), "u": _usage_list(usage)}
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    flat: list[Any] = [usage.llm_calls, usage.prompt_tokens, usage.completion_tokens, usage.cost_usd, int(truncated)]
+    for v in verdicts:
+        flat += (_LETTER[v.verdict], int(v.speculative), v.evidence, v.reason)
+    return _dumps(flat)
 
 
 #: Verdicts without a reason repeat endlessly (``S0``, ``S1``...): one shared immutable object for each.
 _PLAIN: dict[tuple[Any, ...], ClaimVerdict] = {}
 
 
-def _verdict(row: list[Any]) -> ClaimVerdict:
-    letter, spec, evidence, reason = row
-    verdict = ClaimVerdict(verdict=_VERDICT[letter], speculative=bool(spec), reason=reason, evidence=evidence)
-    if reason is None and len(_PLAIN) < 4096:
-        _PLAIN[tuple(row)] = verdict
-    return verdict
-
-
 def decode_verdicts(value: str) -> tuple[tuple[ClaimVerdict, ...], Usage, bool]:
-    data = json.loads(value)
-    # The warm re-run path: one dict probe per plain verdict, no object built.
-    verdicts = tuple([_PLAIN.get(tuple(row)) or _verdict(row) for row in data["v"]])
-    return verdicts, _usage(data["u"]), bool(data["t"])
+    data = _decode(value)
+    if (len(data) - 5) % _VERDICT_FIELDS:
+        raise ValueError("not a stored verdict result")
+    verdicts: list[ClaimVerdict] = []
+    plain = _PLAIN
+    for k in range(5, len(data), _VERDICT_FIELDS):
+        letter, spec, evidence, reason = data[k : k + _VERDICT_FIELDS]
+        if reason is None:
+            shape = (letter, spec, evidence)
+            verdict = plain.get(shape)
+            if verdict is None:
+                verdict = ClaimVerdict(_VERDICT[letter], bool(spec), None, evidence)
+                if len(plain) < 4096:
+                    plain[shape] = verdict
+        else:
+            verdict = ClaimVerdict(_VERDICT[letter], bool(spec), reason, evidence)
+        verdicts.append(verdict)
+    return tuple(verdicts), Usage(data[0], data[1], data[2], data[3]), bool(data[4])

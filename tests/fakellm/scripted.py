@@ -1,27 +1,35 @@
 """A scripted judge behind the fake server: it reads OUR prompts (both steps) and answers predictably.
 
 Script:
-* claims of an answer = its sentences, split after ``.!?`` + whitespace or after ``。！？``;
+* extraction: the prompt shows each answer as numbered sentences; by default every sentence is one
+  claim, given back by its number (what a model does with a RAG answer whose sentences are already
+  atomic). ``rewrites`` maps a sentence to the claims to write out for it instead (an empty list drops
+  it, like a question or a greeting);
 * the verdict code of a claim comes from ``codes`` (claim -> code) when given, else from markers in the
   claim: ``[C]`` contradicted, ``[U?]`` unsupported + speculative, ``[U]`` unsupported, ``[S?]``
   supported + speculative, otherwise supported; evidence is passage 0 for S and C.
+  ``grounded=True`` judges unmarked claims against the passages instead (for benchmarks on
+  ``bench/rag_rows`` rows): a claim found verbatim in a passage is supported by it, one that matches a
+  passage sentence except for its numbers is contradicted, anything else unsupported, each with a reason.
 
 ``script_claims`` / ``script_verdicts`` give what the script answers, for tests to compare with.
 
 Misbehaviour on purpose, to test salvage: ``misbehave`` maps a marker to a mode; an item whose answer
 (extraction) or claims (verdicts) contain the marker is answered wrongly the first ``times`` times it is
 seen. Modes: ``drop`` (left out of the reply), ``invent`` (answered under an id nobody asked for),
-``wrong_count`` (one verdict too few; extraction: an empty claim), ``bad_code`` (an invalid code).
+``wrong_count`` (one verdict too few; extraction: an empty claim), ``bad_code`` (an invalid code;
+extraction: a sentence number that does not exist).
 
 Every request is recorded in ``calls`` (step and the items' texts) for assertions.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +41,17 @@ _SPLIT = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n+")
 SCRIPTED_REASON = "Scripted: the passages do not back this claim."
 
 
-def script_claims(answer: str) -> list[str]:
+def script_sentences(answer: str) -> list[str]:
+    """Sentences by punctuation: an independent statement of how typical rows split into sentences."""
     return [s.strip() for s in _SPLIT.split(answer) if s and s.strip()]
+
+
+def script_claims(answer: str, rewrites: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """The claims the script extracts from ``answer``: its sentences, with ``rewrites`` applied."""
+    out: list[str] = []
+    for sentence in script_sentences(answer):
+        out.extend(rewrites[sentence] if rewrites and sentence in rewrites else [sentence])
+    return out
 
 
 def script_code(claim: str, codes: Mapping[str, str] | None = None) -> str:
@@ -70,35 +87,53 @@ class ScriptedCall:
 
 
 class ScriptedJudge:
-    """A Responder (``Callable[[ChatRequest], str]``) for ``FakeLLMServer``."""
+    """A Responder (``Callable[[ChatRequest], str]``) for ``FakeLLMServer``.
+
+    ``write_out_rate`` (0..1) is the share of kept sentences the script writes out as text instead of
+    naming by number (same claim text, chosen by a hash of the sentence): it models the reply cost of
+    a judge that rewrites some claims, without changing any claim.
+    """
 
     def __init__(
         self,
         codes: Mapping[str, str] | None = None,
         misbehave: Mapping[str, str] | None = None,
         times: int = 1,
+        *,
+        rewrites: Mapping[str, Sequence[str]] | None = None,
+        grounded: bool = False,
+        write_out_rate: float = 0.0,
     ) -> None:
         self.codes = dict(codes) if codes else None
         self.misbehave = dict(misbehave or {})
         self.times = times
+        self.rewrites = {k: list(v) for k, v in (rewrites or {}).items()}
+        self.grounded = grounded
+        self.write_out_rate = write_out_rate
         self.calls: list[ScriptedCall] = []
         self._done: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
     def __call__(self, request: ChatRequest) -> str:
         items = _data_items(request)
-        step = "extract" if items and "answer" in items[0] else "verdict"
+        step = "extract" if items and "sentences" in items[0] else "verdict"
         reply: dict[str, Any] = {}
         texts: list[str] = []
         for item in items:
+            value: list[Any]
             if step == "extract":
-                text = str(item["answer"])
-                value: list[str] = script_claims(text)
+                sentences = [str(s) for s in item["sentences"].values()]
+                text = " ".join(sentences)
+                value = self._claims(sentences)
+                texts.append(text)
             else:
                 claims = [str(c) for c in item["claims"]]
                 text = "\n".join(claims)
-                value = [script_code(c, self.codes) for c in claims]
-            texts.append(text if step == "extract" else (item["claims"][0] if item["claims"] else ""))
+                passages = [str(p) for p in (item.get("passages") or {}).values()]
+                if "passages_of" in item:
+                    passages = self._passages_of(items, str(item["passages_of"]))
+                value = [self._code(c, passages) for c in claims]
+                texts.append(claims[0] if claims else "")
             mode = self._mode(step, text)
             key = str(item["id"])
             if mode == "drop":
@@ -108,11 +143,34 @@ class ScriptedJudge:
             elif mode == "wrong_count":
                 value = value[:-1] if step == "verdict" else [*value, ""]
             elif mode == "bad_code":
-                value = ["X!" for _ in value] if step == "verdict" else [42]  # type: ignore[list-item]
+                value = ["X!" for _ in value] if step == "verdict" else [len(item["sentences"]) + 1]
             reply[key] = value
         with self._lock:
             self.calls.append(ScriptedCall(step, tuple(texts)))
-        return json.dumps(reply, ensure_ascii=False)
+        return json.dumps(reply, ensure_ascii=False, separators=(",", ":"))
+
+    def _claims(self, sentences: list[str]) -> list[Any]:
+        out: list[Any] = []
+        for n, sentence in enumerate(sentences, start=1):
+            if sentence in self.rewrites:
+                out.extend(self.rewrites[sentence])
+            elif self.write_out_rate and _unit(sentence) < self.write_out_rate:
+                out.append(sentence)
+            else:
+                out.append(n)
+        return out
+
+    @staticmethod
+    def _passages_of(items: list[dict[str, Any]], ref: str) -> list[str]:
+        first = next(it for it in items if str(it["id"]) == ref)
+        return [str(p) for p in first["passages"].values()]
+
+    def _code(self, claim: str, passages: list[str]) -> str:
+        if self.codes is not None and claim in self.codes:
+            return self.codes[claim]
+        if not self.grounded or any(m in claim for m in _MARKERS):
+            return script_code(claim, None)
+        return grounded_code(claim, passages)
 
     def _mode(self, step: str, text: str) -> str | None:
         for marker, mode in self.misbehave.items():
@@ -124,6 +182,50 @@ class ScriptedJudge:
                     self._done[(step, text)] = seen + 1
                 return mode
         return None
+
+
+def _unit(text: str) -> float:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def grounded_code(claim: str, passages: Sequence[str]) -> str:
+    """A verdict code from the passages, the way a careful judge would give it on ``bench/rag_rows`` rows."""
+    for k, passage in enumerate(passages):
+        if claim in passage:
+            return f"S{k}"
+    shape = _DIGITS.sub("#", claim)
+    for k, passage in enumerate(passages):
+        for sentence in _SENTENCES_IN_PASSAGE.findall(passage):
+            if _DIGITS.sub("#", sentence.strip()) == shape:
+                said = [n for n in _DIGITS.findall(sentence) if n not in _DIGITS.findall(claim)]
+                return f"C{k}|{_reason(claim, 'contradicted', k, said[0] if said else '')}"
+    return f"U|{_reason(claim, 'unsupported', 0, '')}"
+
+
+_SENTENCES_IN_PASSAGE = re.compile(r"[^.。]+[.。]")
+
+
+def _lang(text: str) -> str:
+    if any("\uac00" <= ch <= "\ud7a3" for ch in text):
+        return "ko"
+    if any("\u4e00" <= ch <= "\u9fff" for ch in text):
+        return "zh"
+    return "en"
+
+
+def _reason(claim: str, kind: str, passage: int, number: str) -> str:
+    # Short reasons in the claim's language, like a judge following the prompt would write them.
+    lang = _lang(claim)
+    if kind == "contradicted":
+        return {
+            "en": f"Passage {passage} gives {number} instead.",
+            "zh": f"段落{passage}给出的是{number}。",
+            "ko": f"단락 {passage}에는 {number}로 나온다.",
+        }[lang]
+    return {"en": "No passage mentions this.", "zh": "段落中没有提到这一点。", "ko": "단락에 언급이 없다."}[lang]
 
 
 def _data_items(request: ChatRequest) -> list[dict[str, Any]]:
@@ -217,3 +319,5 @@ def typical_rows(
 
 #: A ready responder instance for subprocess servers: ``python -m tests.fakellm --responder tests.fakellm.scripted:RESPONDER``.
 RESPONDER = ScriptedJudge()
+#: The same, judging unmarked claims against the passages (realistic reasons on ``bench/rag_rows`` rows).
+GROUNDED_RESPONDER = ScriptedJudge(grounded=True)

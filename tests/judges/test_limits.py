@@ -105,6 +105,64 @@ def test_in_flight_cap_is_never_exceeded() -> None:
     assert limiter.in_flight == 0
 
 
+def test_freed_slots_go_to_waiters_in_arrival_order_one_each() -> None:
+    limiter = RequestLimiter(max_in_flight=2)
+    order: list[int] = []
+
+    async def main() -> None:
+        gate = asyncio.Event()
+
+        async def one(k: int) -> None:
+            async with limiter.slot(1):
+                order.append(k)
+                if k < 2:
+                    await gate.wait()
+                else:
+                    await asyncio.sleep(0)
+
+        tasks = [asyncio.create_task(one(k)) for k in range(8)]
+        await asyncio.sleep(0.01)
+        assert order == [0, 1] and limiter.in_flight == 2  # the rest queue, none runs ahead
+        gate.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    assert order == list(range(8))
+    assert limiter.in_flight == 0 and limiter.counters.max_in_flight_seen == 2
+
+
+def test_a_waiter_cancelled_in_the_queue_does_not_leak_its_slot() -> None:
+    limiter = RequestLimiter(max_in_flight=1)
+
+    async def main() -> None:
+        held = asyncio.Event()
+        done = asyncio.Event()
+
+        async def holder() -> None:
+            async with limiter.slot(1):
+                held.set()
+                await done.wait()
+
+        async def waiter() -> None:
+            async with limiter.slot(1):
+                raise AssertionError("a cancelled waiter must never get a slot")
+
+        first = asyncio.create_task(holder())
+        await held.wait()
+        cancelled = asyncio.create_task(waiter())
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        done.set()
+        await first
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        async with limiter.slot(1):  # the slot is free again
+            assert limiter.in_flight == 1
+
+    asyncio.run(main())
+    assert limiter.in_flight == 0
+
+
 def test_a_429_pauses_everyone_for_retry_after_and_halves_the_cap_once() -> None:
     t = FakeTime()
     limiter = make(t, max_in_flight=8)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,14 @@ from faithfulness_pipeline.judges.litellm_judge import (
     Redactor,
 )
 from tests.fakellm import FakeLLMServer, FaultPlan
-from tests.fakellm.scripted import ScriptedJudge, TypicalRow, script_claims, script_verdicts, typical_rows
+from tests.fakellm.scripted import (
+    ScriptedJudge,
+    TypicalRow,
+    script_claims,
+    script_sentences,
+    script_verdicts,
+    typical_rows,
+)
 
 KEY_ENV = "FP_TEST_JUDGE_KEY"
 CANARY = "sk-fp-canary-7Qx9ZpL2mN4vB8cR"
@@ -143,6 +151,39 @@ def test_nothing_to_ask_costs_no_call(server: FakeLLMServer) -> None:
     assert server.stats().requests == 0 and judge.stats().requests == 0
 
 
+REWRITES = {
+    "Hello!": [],
+    "The bridge opened in 1998 and cost $3M.": ["The bridge opened in 1998.", "The bridge cost $3M."],
+    "It is 2 km long.": ["The bridge is 2 km long."],
+    "Can I help with anything else?": [],
+    "你好！": [],
+    "台北101於2004年完工，高508公尺。": ["台北101於2004年完工。", "台北101高508公尺。"],
+    "它很有名。": ["台北101很有名。"],
+    "안녕하세요!": [],
+    "더 궁금한 점이 있나요?": [],
+}
+
+
+def test_claims_come_back_as_sentence_numbers_or_written_out_and_are_rebuilt_as_texts() -> None:
+    answers = [
+        "Hello! The bridge opened in 1998 and cost $3M. It is 2 km long. Can I help with anything else?",
+        "你好！台北101於2004年完工，高508公尺。它很有名。這座塔可能會再整修 [S?]。",
+        "안녕하세요! 서울은 한국의 수도이다. 아마 내일 비가 올 것이다 [U?]. 더 궁금한 점이 있나요?",
+    ]
+    rows = [
+        TypicalRow(lang, "q?", a, ("The bridge opened in 1998.",), tuple(script_claims(a, REWRITES)))
+        for lang, a in zip(("en", "zh", "ko"), answers, strict=True)
+    ]
+    assert rows[0].claims == ("The bridge opened in 1998.", "The bridge cost $3M.", "The bridge is 2 km long.")
+    assert rows[2].claims == ("서울은 한국의 수도이다.", "아마 내일 비가 올 것이다 [U?].")
+    with FakeLLMServer(ScriptedJudge(rewrites=REWRITES), capture=True) as srv:
+        extracted, verdicts = run(make_judge(srv), rows)
+        sent = [r for r in srv.requests_log if '"sentences"' in r.messages[1]["content"]]
+    assert_scripted(rows, extracted, verdicts)
+    # The prompt numbered the sentences; the judge named kept ones by number and wrote out the rest.
+    assert sent and '"sentences":{"1":"Hello!","2":"The bridge opened in 1998 and cost $3M."' in sent[0].messages[1]["content"]
+
+
 # -------------------------------------------------------------------------------------- salvage
 
 
@@ -167,18 +208,25 @@ def test_bad_replies_keep_what_validated_and_reask_only_the_rest() -> None:
         extracted, verdicts = run(judge, rows)
         requests = srv.stats().requests
     assert_scripted(rows, extracted, verdicts)
+    requests_expected = retries_expected = 0
     for step in ("extract", "verdict"):
         calls = [c for c in script.calls if c.step == step]
-        first, again = calls[:3], calls[3:]  # 40 items, 16 per pack: 3 packs, then the re-asks
-        assert sum(len(c.texts) for c in first) == 40
+        first_round = 0
+        while sum(len(c.texts) for c in calls[:first_round]) < 40:
+            first_round += 1
+        first, again = calls[:first_round], calls[first_round:]
+        assert sum(len(c.texts) for c in first) == 40  # every item once, then the re-asks
         reasked = [t for c in again for t in c.texts]
         if step == "extract":
             assert sorted(reasked) == sorted(bad_answers)  # each bad item once, nothing else
         else:
             assert len(reasked) == len(bad_answers) and all("#" in t for t in reasked)
-        assert len(again) == 3  # one re-ask per pack that held bad items (marks sit in all 3 packs)
-    assert requests == 12
-    assert judge.stats().retries == 6
+        # One re-ask per pack that held bad items, holding only those.
+        assert len(again) == sum(any("#" in t for t in c.texts) for c in first)
+        requests_expected += len(first) + len(again)
+        retries_expected += len(again)
+    assert requests == requests_expected
+    assert judge.stats().retries == retries_expected
 
 
 def test_replies_cut_short_are_salvaged(server: FakeLLMServer) -> None:
@@ -320,8 +368,23 @@ def test_a_rerun_pays_only_for_what_is_missing(tmp_path: Path) -> None:
         extracted, verdicts = run(make_judge(srv, store_path=tmp_path / "r.sqlite"), rows)
     assert_scripted(rows, extracted, verdicts)
     asked = {t for c in script.calls[before:] if c.step == "extract" for t in c.texts}
-    assert asked == {r.answer for r in rows[25:]}
+    assert asked == {" ".join(script_sentences(r.answer)) for r in rows[25:]}
     assert sum(e.cached for e in extracted) == 25
+
+
+def test_unreadable_stored_results_are_asked_for_again(server: FakeLLMServer, tmp_path: Path) -> None:
+    rows = typical_rows(20, seed=13)
+    store = tmp_path / "r.sqlite"
+    run(make_judge(server, store_path=store), rows)
+    paid = server.stats().requests
+    with sqlite3.connect(store) as conn:
+        conn.execute("UPDATE results SET value = '{\"not\": \"ours\"}'")
+    server.reset_stats()
+    judge = make_judge(server, store_path=store)
+    extracted, verdicts = run(judge, rows)
+    assert_scripted(rows, extracted, verdicts)
+    assert server.stats().requests == paid and not any(r.cached for r in both((extracted, verdicts)))
+    assert any("unreadable" in n for n in judge.stats().notes)
 
 
 def test_an_unusable_store_path_fails_before_any_work(tmp_path: Path) -> None:
@@ -425,6 +488,13 @@ def test_dry_run_estimate_is_within_15_percent_and_free_after_a_run(server: Fake
     )
     after = make_judge(server, store_path=tmp_path / "r.sqlite").estimate(answers, [r.context for r in rows])
     assert after.requests == 0 and after.prompt_tokens == 0 and after.cached_items == 2 * len(rows)
+
+
+def test_packs_and_usage_shares_do_not_depend_on_concurrency(server: FakeLLMServer) -> None:
+    rows = typical_rows(120, seed=14)
+    serial = run(make_judge(server, max_concurrency=1), rows)
+    wide = run(make_judge(server, max_concurrency=16), rows)
+    assert [r.usage for r in both(serial)] == [r.usage for r in both(wide)]  # a resumed run shares alike
 
 
 def test_one_judge_serves_two_event_loops(server: FakeLLMServer) -> None:

@@ -12,6 +12,7 @@ from faithfulness_pipeline.core.packing import (
     REPLY_SLACK_TOKENS,
     Entry,
     Limits,
+    Packer,
     halves,
     largest_remainder,
     pack_entries,
@@ -152,3 +153,13 @@ def test_default_pack_budget_gives_at_most_half_a_request_per_answer(monkeypatch
     assert report["en+zh+ko"][0] <= 0.5
     assert report["en"][0] <= 0.5 and report["zh"][0] <= 0.5
     assert report["en"][2] <= 150  # compact replies: claims plus short verdict codes
+
+
+def test_streaming_packer_packs_like_pack_entries() -> None:
+    entries = [Entry(i, prompt_tokens=50 + 37 * (i % 11), output_tokens=5 + i % 4) for i in range(300)]
+    limits = Limits(pack_tokens=2000, max_items=12, context_window=100_000, max_output_tokens=100_000)
+    packer = Packer(300, limits)
+    streamed = [p for p in (packer.push(e) for e in entries) if p is not None]
+    last = packer.flush()
+    assert last is not None and packer.flush() is None
+    assert [*streamed, last] == pack_entries(entries, 300, limits)

@@ -15,38 +15,57 @@ from faithfulness_pipeline.core.parsing import (
     read_members,
 )
 
+SENTENCES = {
+    "a1": ("Paris is in France.", "서울은 한국의 수도이다.", "Is that all?"),
+    "a2": ("臺北的人口約二百五十萬。",),
+}
 
-def test_extract_reply_ok_in_fences_and_prose() -> None:
-    body = json.dumps({"a1": ["Paris is in France.", " 서울은 한국의 수도이다. "], "a2": []}, ensure_ascii=False)
+
+def test_extract_reply_rebuilds_claims_from_numbers_and_texts() -> None:
+    body = json.dumps({"a1": [1, " 서울은 수도이다. ", "서울은 한국에 있다."], "a2": []}, ensure_ascii=False)
     for text in (body, f"```json\n{body}\n```", f"Here you go:\n{body}\nThanks"):
-        parsed = parse_extract_reply(text, ["a1", "a2"])
-        assert parsed.ok == {"a1": ("Paris is in France.", "서울은 한국의 수도이다."), "a2": ()}
+        parsed = parse_extract_reply(text, SENTENCES)
+        assert parsed.ok == {"a1": ("Paris is in France.", "서울은 수도이다.", "서울은 한국에 있다."), "a2": ()}
         assert parsed.failed == {} and parsed.complete
         assert set(parsed.weights) == {"a1", "a2"}
+    # Sentence 3 (a question) was left out; a number written as a string still names its sentence.
+    parsed = parse_extract_reply('{"a1": ["1", 2], "a2": [1]}', SENTENCES)
+    assert parsed.ok == {"a1": SENTENCES["a1"][:2], "a2": SENTENCES["a2"]}
 
 
 def test_extract_reply_keeps_valid_items_and_names_the_rest() -> None:
-    text = json.dumps({"a1": ["ok claim"], "a3": [""], "a4": "not a list", "a5": [1], "zz": ["invented"]})
-    parsed = parse_extract_reply(text, ["a1", "a2", "a3", "a4", "a5"])
-    assert parsed.ok == {"a1": ("ok claim",)}
+    one = ("s.",)
+    three = ("s1.", "s2.", "s3.")
+    sentences = {"a1": three, "a2": one, "a3": one, "a4": one, "a5": one, "a6": three, "a7": three, "a8": one}
+    text = json.dumps(
+        {"a1": ["ok claim", 3], "a3": [""], "a4": "not a list", "a5": [1.5], "a6": [2, 1], "a7": [4],
+         "a8": [True], "zz": ["invented"]}
+    )
+    parsed = parse_extract_reply(text, sentences)
+    assert parsed.ok == {"a1": ("ok claim", "s3.")}
     assert parsed.failed["a2"] == MISSING
     assert parsed.failed["a3"] == "a claim is empty"
-    assert parsed.failed["a4"] == parsed.failed["a5"] == "claims are not a list of strings"
+    for key in ("a4", "a5", "a8"):
+        assert parsed.failed[key] == "claims are not a list of sentence numbers and texts"
+    assert parsed.failed["a6"] == "sentence numbers are repeated or out of order"
+    assert parsed.failed["a7"] == "sentence 4 does not exist (the answer has 3)"
     assert parsed.unknown_ids == ("zz",)
+    assert "out of order" in parse_extract_reply('{"a1": [1, 1]}', {"a1": three}).failed["a1"]
+    assert "does not exist" in parse_extract_reply('{"a1": [0]}', {"a1": three}).failed["a1"]
 
 
 def test_a_duplicated_id_is_a_failure_not_a_guess() -> None:
-    parsed = parse_extract_reply('{"a1": ["x"], "a1": ["y"], "a2": ["z"]}', ["a1", "a2"])
+    parsed = parse_extract_reply('{"a1": ["x"], "a1": ["y"], "a2": ["z"]}', {"a1": ("s",), "a2": ("s",)})
     assert parsed.ok == {"a2": ("z",)}
     assert "more than once" in parsed.failed["a1"]
 
 
 def test_a_reply_cut_short_keeps_the_members_before_the_cut() -> None:
-    full = json.dumps({"a1": ["one."], "a2": ["two.", "three."], "a3": ["four."]})
+    full = json.dumps({"a1": [1], "a2": ["two.", "three."], "a3": [1]})
     cut = full[: full.index("three") + 2]
     members, complete = read_members(cut)
     assert [m[0] for m in members] == ["a1"] and not complete
-    parsed = parse_extract_reply(cut, ["a1", "a2", "a3"])
+    parsed = parse_extract_reply(cut, {"a1": ("one.",), "a2": ("x",), "a3": ("y",)})
     assert parsed.ok == {"a1": ("one.",)}
     assert parsed.failed["a2"] == parsed.failed["a3"] == "the reply was cut short before this item"
     assert not parsed.complete
@@ -54,13 +73,13 @@ def test_a_reply_cut_short_keeps_the_members_before_the_cut() -> None:
 
 @pytest.mark.parametrize("text", ["", "Sure! the statements look fine.", "[1, 2]", "{not json"])
 def test_a_reply_without_an_object_fails_every_item(text: str) -> None:
-    parsed = parse_extract_reply(text, ["a1", "a2"])
+    parsed = parse_extract_reply(text, {"a1": ("s",), "a2": ("s",)})
     assert parsed.ok == {}
     assert set(parsed.failed) == {"a1", "a2"}
 
 
 def test_empty_object_reply_misses_everything() -> None:
-    parsed = parse_extract_reply("{}", ["a1"])
+    parsed = parse_extract_reply("{}", {"a1": ("s",)})
     assert parsed.failed == {"a1": MISSING} and parsed.complete
 
 

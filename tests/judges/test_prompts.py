@@ -76,13 +76,13 @@ def test_verdict_prompt_carries_the_rules(phrase: str) -> None:
 
 def test_untrusted_text_cannot_spell_delimiters_or_break_lines() -> None:
     messages = P.extract_messages(
-        [P.extract_line("a1", INJECTION, INJECTION), P.extract_line("a2", "plain", None)], ["a1", "a2"]
+        [P.extract_line("a1", [INJECTION, "two"], INJECTION), P.extract_line("a2", ["plain"], None)], ["a1", "a2"]
     )
     user = messages[1]["content"]
     lines = _data_lines(user)
     assert len(lines) == 2
     first = json.loads(lines[0])
-    assert first == {"id": "a1", "question": INJECTION, "answer": INJECTION}  # lossless
+    assert first == {"id": "a1", "question": INJECTION, "sentences": {"1": INJECTION, "2": "two"}}  # lossless
     assert "<" not in lines[0] and ">" not in lines[0]
     assert user.endswith("a1,a2")
 
@@ -101,9 +101,9 @@ def test_verdict_lines_share_passages_and_round_trip_cjk() -> None:
 
 
 def test_lone_surrogates_become_replacement_characters() -> None:
-    line = P.extract_line("a1", "bad \ud800 text", None)
+    line = P.extract_line("a1", ["bad \ud800 text"], None)
     line.encode("utf-8")  # must be sendable
-    assert json.loads(line)["answer"] == "bad \ufffd text"
+    assert json.loads(line)["sentences"] == {"1": "bad \ufffd text"}
 
 
 def test_response_formats_are_strict_schemas_over_exactly_the_ids() -> None:
@@ -120,3 +120,37 @@ def test_frame_text_is_known_for_both_steps_only() -> None:
     assert P.VERDICT_SYSTEM in P.frame_text("verdict")
     with pytest.raises(ValueError, match="unknown step"):
         P.frame_text("reasons")
+
+
+@pytest.mark.parametrize(
+    ("text", "sentences"),
+    [
+        ("It costs 3.5 dollars. Really? Yes!", ("It costs 3.5 dollars.", "Really?", "Yes!")),
+        ("台北很熱。高雄也很熱！真的嗎？！", ("台北很熱。", "高雄也很熱！", "真的嗎？！")),
+        ("他說：「今天很好。」然後走了。", ("他說：「今天很好。」", "然後走了。")),
+        ("서울은 크다. 부산은 바다가 있다. 아마 내일 비가 올 것이다.",
+         ("서울은 크다.", "부산은 바다가 있다.", "아마 내일 비가 올 것이다.")),
+        ("Dr. Smith met J. K. Rowling at the U.S. embassy. They talked, e.g. about books.",
+         ("Dr. Smith met J. K. Rowling at the U.S. embassy.", "They talked, e.g. about books.")),
+        ('He said "Stop." Then he left. The value is 3. The next is 4.',
+         ('He said "Stop."', "Then he left.", "The value is 3.", "The next is 4.")),
+        ("Steps:\n1. Open the box.\n2. Take it out.\n- a bullet\n\n", ("Steps:", "Open the box.", "Take it out.", "a bullet")),
+        ("Visit https://x.com/?q=1 now. OK", ("Visit https://x.com/?q=1 now.", "OK")),
+        ("  \n ", ()),
+    ],
+)
+def test_answers_are_split_into_sentences_in_three_languages(text: str, sentences: tuple[str, ...]) -> None:
+    assert P.split_sentences(text) == sentences
+
+
+def test_extraction_reply_names_sentences_by_number() -> None:
+    assert "number alone" in P.EXTRACT_SYSTEM and '"sentences"' in P.EXTRACT_SYSTEM
+    schema = P.extract_response_format(["a1"])["json_schema"]["schema"]
+    assert schema["properties"]["a1"]["items"] == {"anyOf": [{"type": "integer"}, {"type": "string"}]}
+
+
+def test_lines_are_rendered_once_and_given_their_request_id() -> None:
+    line = P.verdict_line(P.ID_SLOT, ["c"], ("p",))
+    assert json.loads(P.with_id(line, "a12")) == {"id": "a12", "passages": {"0": "p"}, "claims": ["c"]}
+    with pytest.raises(ValueError, match="ID_SLOT"):
+        P.with_id(P.verdict_line("a1", ["c"], ("p",)), "a2")

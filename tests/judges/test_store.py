@@ -7,6 +7,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from faithfulness_pipeline.core.judge import ClaimVerdict, Usage
 from faithfulness_pipeline.judges.store import (
     KeyMaker,
@@ -27,6 +29,20 @@ def test_keys_separate_fields_and_settings() -> None:
     assert len(k.key("q", "a")) == 16
     assert k.key_of_lists(["a", "b"], ["c"]) != k.key_of_lists(["a"], ["b", "c"])
     assert k.key_of_lists(["a b"], ["c"]) != k.key_of_lists(["a", "b"], ["c"])
+    # Texts holding the separator cannot be confused with more texts.
+    assert k.key_of_lists(["a\x00b"], ["c"]) != k.key_of_lists(["a", "b"], ["c"])
+    assert k.key_of_lists(["a"], ["b\x00", "c"]) != k.key_of_lists(["a"], ["b", "\x00c"])
+    assert k.key_of_lists([], ["a"]) != k.key_of_lists(["a"], [])
+    assert k.key_of_lists("ab", None) != k.key_of_lists(["ab"], None)
+
+
+def test_batched_pair_keys_equal_single_keys() -> None:
+    k = KeyMaker("verdict", "v1", "openai/m")
+    pairs = [((f"claim {i}.", "서울은 크다."), (f"passage {i} " * 300, "臺北。", "x\x00y")) for i in range(1200)]
+    pairs += [((), ()), (("bad \ud800 text",), ("p",))]
+    assert k.keys_of_pairs(pairs) == [k.key_of_lists(a, b) for a, b in pairs]
+    assert k.keys_of_pairs(pairs[:3]) == [k.key_of_lists(a, b) for a, b in pairs[:3]]
+    assert len(set(k.keys_of_pairs(pairs))) == len(pairs)
 
 
 def test_codecs_round_trip() -> None:
@@ -40,6 +56,14 @@ def test_codecs_round_trip() -> None:
     )
     unpriced = Usage(llm_calls=1 / 3, prompt_tokens=1, completion_tokens=2, cost_usd=None)
     assert decode_verdicts(encode_verdicts(verdicts, unpriced, True)) == (verdicts, unpriced, True)
+    assert decode_claims(encode_claims((), usage)) == ((), usage)
+    assert decode_verdicts(encode_verdicts((), usage, False)) == ((), usage, False)
+
+
+@pytest.mark.parametrize("value", ["{}", "[1,2]", '"x"', "not json", '[0.1,1,2,null,0,"S",0]', '[0.1,1,2,null,0,"X",0,null,null]'])
+def test_values_that_are_not_stored_results_raise(value: str) -> None:
+    with pytest.raises((ValueError, KeyError, IndexError)):
+        decode_verdicts(value)
 
 
 def test_put_and_get_many_in_chunks(tmp_path: Path) -> None:
@@ -100,7 +124,8 @@ def test_bulk_lookup_speed_is_reported(tmp_path: Path) -> None:
     store = ResultStore(tmp_path / "speed.sqlite")
     k = KeyMaker("extract", "v")
     keys = [k.key(str(i)) for i in range(50_000)]
-    store.put_many((key, "extract", '{"c":["a claim."],"u":[0.1,100,10,null]}') for key in keys)
+    value = encode_claims(["a claim."], Usage(0.1, 100, 10, None))
+    store.put_many((key, "extract", value) for key in keys)
     start = time.perf_counter()
     found = store.get_many(keys)
     values = [decode_claims(found[key]) for key in keys]
