@@ -19,6 +19,8 @@ repository root or give absolute paths):
 ``FP_JUDGE_TIMEOUT_S``         request timeout
 ``FP_JUDGE_PACK_TOKENS``       prompt-token budget of a packed request
 ``FP_JUDGE_STORE``             result store (default ``<warehouse>/_judge_store.sqlite``)
+``FP_JUDGE_BACKOFF_BASE_S``    first back-off after a failed request or a 429 without Retry-After (default 1)
+``FP_JUDGE_BACKOFF_MAX_S``     longest back-off (default 60)
 ``FP_SCALE``                   score scale (default 1)
 ``FP_HALLUCINATION_THRESHOLD`` BI threshold in score units (default 0.5)
 ``FP_MAX_ERROR_RATE``          error-rate check limit (default 0.05)
@@ -88,6 +90,8 @@ class DefsSettings:
             timeout_s=_float(env, "FP_JUDGE_TIMEOUT_S"),
             pack_tokens=_int(env, "FP_JUDGE_PACK_TOKENS"),
             store_path=env.get("FP_JUDGE_STORE") or None,
+            backoff_base_s=_float(env, "FP_JUDGE_BACKOFF_BASE_S"),
+            backoff_max_s=_float(env, "FP_JUDGE_BACKOFF_MAX_S"),
         )
         scoring = ScoringResource(
             scale=_float_or(env, "FP_SCALE", 1.0),

@@ -58,6 +58,12 @@ class JudgeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         "Default: <warehouse root>/_judge_store.sqlite.",
     )
     refresh: bool = Field(default=False, description="Ignore stored results (new results are still stored).")
+    backoff_base_s: float | None = Field(
+        default=None,
+        description="First back-off after a failed request, and after a 429 without Retry-After, in seconds "
+        "(default 1; it doubles per consecutive failure).",
+    )
+    backoff_max_s: float | None = Field(default=None, description="Longest back-off, in seconds (default 60).")
 
     def options(self, default_store: str | None = None) -> JudgeOptions:
         key_env = self.api_key_env
@@ -77,6 +83,8 @@ class JudgeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             pack_tokens=self.pack_tokens,
             store_path=(self.store_path or default_store) if self.model else None,
             refresh=self.refresh,
+            backoff_base_s=self.backoff_base_s,
+            backoff_max_s=self.backoff_max_s,
         )
 
     def make(self, default_store: str | None = None) -> Judge:

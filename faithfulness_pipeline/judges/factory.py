@@ -25,6 +25,8 @@ class JudgeOptions:
     timeout_s: float | None = None
     pack_tokens: int | None = None
     store_path: str | None = None
+    backoff_base_s: float | None = None
+    backoff_max_s: float | None = None
     refresh: bool = False
 
 
