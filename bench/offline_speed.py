@@ -13,7 +13,7 @@ nothing per row, so a repeated row costs what a new one does. Measured:
 
 The one-process and the default runs must give identical verdicts and scores on the rows they share.
 
-    .venv/bin/python bench/offline_speed.py [--rows 100000] [--distinct 20000]
+    .venv/bin/python bench/offline_speed.py [--rows 100000] [--distinct 10000]
 """
 
 from __future__ import annotations
@@ -56,24 +56,28 @@ def judge_alone(base: pl.DataFrame, per_language: int = 1500) -> dict[str, float
     return out
 
 
-def _descendants_peak_rss_mb() -> float | None:
-    """The largest peak RSS among this process's descendants (the judge's workers), from /proc."""
+def _descendants() -> dict[int, tuple[float, float]]:
+    """Peak RSS (MB) and CPU seconds of each descendant of this process (the judge's workers), from
+    /proc; empty where there is no /proc."""
     def children(pid: int) -> list[int]:
         found: list[int] = []
         for task in Path(f"/proc/{pid}/task").glob("*/children"):
             found += [int(x) for x in task.read_text().split()]
         return found
 
+    out: dict[int, tuple[float, float]] = {}
     try:
-        todo, peaks = children(os.getpid()), []
+        todo = children(os.getpid())
         while todo:
             pid = todo.pop()
             todo += children(pid)
             status = Path(f"/proc/{pid}/status").read_text()
-            peaks += [int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM")]
-        return max(peaks) if peaks else None
-    except OSError:
-        return None
+            peak = next(int(x.split()[1]) / 1024 for x in status.splitlines() if x.startswith("VmHWM"))
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[pid] = (peak, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, StopIteration, ValueError):
+        pass
+    return out
 
 
 async def _pipeline(df: pl.DataFrame, processes: int, keep: int) -> dict[str, Any]:
@@ -87,15 +91,19 @@ async def _pipeline(df: pl.DataFrame, processes: int, keep: int) -> dict[str, An
             if done < keep:
                 kept.append(scored.select(_COMPARED).head(keep - done))
             done += scored.height
-        worker_rss = _descendants_peak_rss_mb()
+        cpu = time.process_time() - cpu
+        workers = [w for w in _descendants().values() if w[0] > 20]  # the fork server itself is a few MB
     finally:
         await judge.aclose()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    wall = time.perf_counter() - wall
+    busiest = max([cpu, *(w[1] for w in workers)])
     return {"processes": processes, "rows": done, "wall_s": wall, "cpu_s": cpu, "answers_per_s": done / wall,
-            "worker_peak_rss_mb": worker_rss, "kept": pl.concat(kept)}
+            "worker_cpu_s": sum(w[1] for w in workers), "worker_peak_rss_mb": max((w[0] for w in workers), default=None),
+            # what the run would reach with a core to each process: the busiest one sets the pace
+            "answers_per_busiest_cpu_s": done / busiest if busiest else None, "kept": pl.concat(kept)}
 
 
-def run(rows: int = 100_000, distinct: int = 20_000) -> dict[str, Any]:
+def run(rows: int = 100_000, distinct: int = 10_000) -> dict[str, Any]:
     started = time.perf_counter()
     base, big = repeated(rows, distinct)
     generated = time.perf_counter() - started
@@ -129,13 +137,18 @@ def report(result: dict[str, Any]) -> str:
         f"({result['generate_s']:.0f} s) and repeated under new conversation_ids up to {result['rows']:,} rows "
         "(the judge keeps nothing per row, so a repeat costs what a new row does).",
         "",
-        "| run | processes | rows | wall s | CPU s (this process) | answers/s | target |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| run | processes | rows | wall s | CPU s: this process + workers | answers/s (wall) | "
+        "answers per CPU s of the busiest process | target |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
         f"| one process | 1 | {one['rows']:,} | {one['wall_s']:.1f} | {one['cpu_s']:.1f} | "
-        f"{one['answers_per_s']:,.0f} | |",
+        f"{one['answers_per_s']:,.0f} | {one['answers_per_busiest_cpu_s']:,.0f} | |",
         f"| as shipped (default processes) | {default['processes']} | {default['rows']:,} | "
-        f"{default['wall_s']:.1f} | {default['cpu_s']:.1f} | **{default['answers_per_s']:,.0f}** | "
+        f"{default['wall_s']:.1f} | {default['cpu_s']:.1f} + {default['worker_cpu_s']:.1f} | "
+        f"**{default['answers_per_s']:,.0f}** | {default['answers_per_busiest_cpu_s']:,.0f} | "
         f"≥ {result['target_answers_per_s']:,} ({met}) |",
+        "",
+        "The last rate column is what the run reaches when each process has a core to itself (on a shared "
+        "machine the wall-clock rate is lower); the target applies to the wall-clock rate.",
         "",
         f"Judge alone, one core (claims + verdicts, CPU time): en {alone['en']:,.0f}, zh {alone['zh']:,.0f}, "
         f"ko {alone['ko']:,.0f} answers/s.",
@@ -150,6 +163,6 @@ def report(result: dict[str, Any]) -> str:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--distinct", type=int, default=20_000)
+    parser.add_argument("--distinct", type=int, default=10_000)
     args = parser.parse_args()
     print(report(run(args.rows, args.distinct)))

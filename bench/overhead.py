@@ -120,6 +120,7 @@ def run(rows: int = 3000, seed: int = 21, profile: Path | None = None, **judge: 
         "answers_per_s": answers / wall,
         "target_ms_per_answer": TARGET_MS_PER_ANSWER,
         "machine": machine(),
+        "load_average": os.getloadavg()[0],  # other processes on the machine skew timings: say so
     }
 
 
@@ -138,6 +139,9 @@ def report(result: dict[str, Any]) -> str:
         f"| {result['rows']} | {result['requests']} | {result['cpu_s']:.2f} | "
         f"**{result['cpu_ms_per_answer']:.2f}** | ≤ {result['target_ms_per_answer']:g} ({met}) | "
         f"{result['wall_s']:.2f} |",
+        "",
+        f"Machine: {result['machine']}; 1-minute load average at the end {result['load_average']:.1f} (the "
+        "benchmark's own processes account for up to 2 of it; more means other work competed for the CPUs).",
     ])
 
 

@@ -13,12 +13,13 @@ runs end to end (``score_frame_async`` with the litellm judge at its defaults, t
 claims carry reasons, as real replies do. A thread samples the judge's requests in flight every 5 ms to
 show where slot-time is lost (the start of a step, its tail, the pipeline's work between steps).
 
-    .venv/bin/python bench/throughput.py [--rows16 1500] [--rows64 3000]
+    .venv/bin/python bench/throughput.py [--rows16 2000] [--rows64 5000]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 from typing import Any
@@ -116,7 +117,7 @@ def measure(in_flight: int, rows: int, seed: int, **judge: Any) -> dict[str, Any
     }
 
 
-def run(rows16: int = 1500, rows64: int = 3000, **judge: Any) -> dict[str, Any]:
+def run(rows16: int = 2000, rows64: int = 5000, **judge: Any) -> dict[str, Any]:
     results = [measure(16, rows16, seed=31, **judge), measure(64, rows64, seed=32, **judge)]
     return {
         "model": BENCH_MODEL,
@@ -128,6 +129,7 @@ def run(rows16: int = 1500, rows64: int = 3000, **judge: Any) -> dict[str, Any]:
             "completion_tokens_per_answer": TARGET_COMPLETION_PER_ANSWER,
         },
         "machine": machine(),
+        "load_average": os.getloadavg()[0],  # other processes on the machine skew timings: say so
     }
 
 
@@ -174,14 +176,17 @@ def report(result: dict[str, Any]) -> str:
         "(contradicted and unsupported claims each carry a one-sentence reason). The scripted judge names "
         "every answer sentence by its number (each is one claim); a judge that writes claims out in full "
         "pays about one completion token per claim token for each one it rewrites.",
+        "",
+        f"Machine: {result['machine']}; 1-minute load average at the end {result['load_average']:.1f} (the "
+        "benchmark's own processes account for up to 2 of it; more means other work competed for the CPUs).",
     ]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rows16", type=int, default=1500)
-    parser.add_argument("--rows64", type=int, default=3000)
+    parser.add_argument("--rows16", type=int, default=2000)
+    parser.add_argument("--rows64", type=int, default=5000)
     parser.add_argument("--pack-tokens", type=int, default=None)
     parser.add_argument("--max-items", type=int, default=None)
     args = parser.parse_args()

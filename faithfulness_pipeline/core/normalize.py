@@ -35,7 +35,8 @@ class KeyHashes:
     """A set of 64-bit key hashes in a few sorted runs: 8 bytes a key, and batch lookups in C.
 
     A run is merged into the run before it whenever that one is at most twice its size (like a
-    binary counter), so there are O(log n) runs and adding n hashes costs O(n log² n) in all.
+    binary counter), so there are O(log n) runs and adding n hashes costs O(n log n) in all; a
+    merge briefly holds both runs and their merge.
     """
 
     def __init__(self) -> None:
@@ -55,11 +56,13 @@ class KeyHashes:
         return found
 
     def add(self, hashes: pl.Series) -> None:
-        run = hashes.unique().sort()
+        """Adds hashes that are not in the set yet (callers look them up first)."""
+        run = hashes.unique().sort().rename("hash")
         if run.is_empty():
             return
         while self._runs and self._runs[-1].len() <= 2 * run.len():
-            run = pl.concat([self._runs.pop(), run]).unique().sort()
+            # a linear merge of two sorted runs: one new buffer, no re-sort
+            run = self._runs.pop().to_frame().merge_sorted(run.to_frame(), key="hash").to_series()
         self._runs.append(run.rechunk())
 
 

@@ -152,9 +152,10 @@ def halves(indices: Sequence[int]) -> list[tuple[int, ...]]:
 
 
 def extract_output_bound(answer_tokens: int) -> int:
-    """Reply tokens an answer's claims may take when all are written out: atomic claims repeat subjects,
-    so allow twice the text (a reply that names sentences by number needs a fraction of it)."""
-    return 2 * answer_tokens + 16
+    """Reply tokens an answer's claims may take if every one is written out (atomic claims repeat
+    their subjects: half as much again as the answer). Replies that name sentences by number need a
+    fraction of it; one cut short by this bound keeps what it completed and re-asks for the rest."""
+    return 3 * answer_tokens // 2 + 16
 
 
 def verdict_output_bound(n_claims: int) -> int:

@@ -109,22 +109,32 @@ def _clean(text: str) -> str:
     return text
 
 
+#: Characters JSON leaves raw that readers (``str.splitlines``, many tokenisers) take for line breaks.
+_LINE_BREAKS: Final = (("\u2028", "\\u2028"), ("\u2029", "\\u2029"), ("\x85", "\\u0085"))
+
+
 def encode_data(value: Any) -> str:
-    """Compact JSON on one line, with ``<`` and ``>`` escaped so that no delimiter can be spelled."""
+    """Compact JSON on one line, with ``<`` and ``>`` escaped so that no delimiter can be spelled, and
+    the Unicode line separators escaped so that nothing can break the line."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace(">", "\\u003e")
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e")
+    for raw, escaped in _LINE_BREAKS:
+        if raw in text:  # rare: a scan is cheaper than a replace that copies
+            text = text.replace(raw, escaped)
+    return text
 
 
 #: A candidate sentence end: ``.!?`` (plus closing quotes) before whitespace, ``。！？`` (plus closing
 #: brackets) anywhere, or a line break. Candidates are then vetted by :func:`split_sentences`.
 _BOUNDARY: Final = re.compile(
-    r"[.!?]+[\"'”’)\]]*(?=\s)|[。！？][。！？!?]*[」』”’）)\"']*|\n"
+    r"[.!?]+[\"'”’)\]]*(?=\s)|[。！？][。！？!?]*[」』”’）)\"']*|[\n\u2028\u2029\x85]"
 )
 #: Words after which a period rarely ends the sentence (case-sensitive: "No." yes, "no." no).
 _ABBREVIATIONS: Final = frozenset(
     {"Mr", "Mrs", "Ms", "Dr", "Prof", "Sr", "Jr", "St", "Mt", "Gen", "Gov", "Sen", "Rep", "Fig", "No", "Vol",
      "Inc", "Ltd", "Co", "Corp", "vs", "cf", "approx", "e.g", "i.e", "U.S", "U.K"}
 )
+_HARD_BREAKS: Final = frozenset("\n\u2028\u2029\x85")
 _LIST_MARKER: Final = re.compile(r"^(?:[-*•·]|\d{1,3}[.)])(?:\s+|$)")
 _WORD: Final = re.compile(r"\w")
 
@@ -146,7 +156,7 @@ def split_sentences(text: str) -> tuple[str, ...]:
         if not piece:
             start = end
             continue
-        if match.group() != "\n" and _continues(piece, text, end):
+        if match.group() not in _HARD_BREAKS and _continues(piece, text, end):
             continue
         pieces.append(piece)
         start = end

@@ -127,7 +127,13 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         for file, frame in load_day(files, day, landing.timestamp_column, landing.undated()):
             # One registry per file: duplicates across files are reported by the unique-keys check, which
             # can name the files; duplicates inside one file are refused here with examples.
-            table = prepare(frame, config, KeyRegistry())
+            try:
+                table = prepare(frame, config, KeyRegistry())
+            except InputError as exc:
+                raise InputError(
+                    f"landing file {file.path!r} cannot be scored: {exc} In Dagster, the column names are the "
+                    f"scoring resource's *_column settings."
+                ) from None
             prepared.append(table)
             schemas.append((file, file_schema(file.path), frame.height))
             keyed.append((file, table.get_column(S.ROW_KEY)))

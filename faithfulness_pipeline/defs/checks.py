@@ -100,7 +100,13 @@ def input_schema_result(
 
 def unique_keys_result(asset: str, keyed: Sequence[tuple[LandingFile, pl.Series]]) -> dg.AssetCheckResult:
     """Keys are unique within one file already (normalisation refuses duplicates); this looks across files."""
-    frames = [pl.DataFrame({"row_key": keys, "file": [f.path] * len(keys)}) for f, keys in keyed]
+    # Typed explicitly: a landing file without rows that day would otherwise give a Null-typed column.
+    frames = [
+        pl.DataFrame(
+            {"row_key": keys.cast(pl.String), "file": pl.Series([f.path] * len(keys), dtype=pl.String)}
+        )
+        for f, keys in keyed
+    ]
     frame = pl.concat(frames) if frames else pl.DataFrame(schema={"row_key": pl.String, "file": pl.String})
     dupes = (
         frame.group_by("row_key")

@@ -101,9 +101,32 @@ def file_days(file: LandingFile, timestamp_column: str, undated_day: date | None
     """The days that rows of ``file`` belong to (reads the timestamp column only)."""
     try:
         days = _row_days(file, timestamp_column, undated_day).select(pl.col("__fp_day").unique()).collect()
-    except pl.exceptions.InvalidOperationError as exc:
-        raise InputError(f"cannot read timestamps of {file.path!r} column {timestamp_column!r}: {exc}") from exc
+    except _TIMESTAMP_ERRORS as exc:
+        raise _timestamp_error(file.path, timestamp_column, exc) from None
     return set(days.get_column("__fp_day").to_list())
+
+
+#: What polars raises for timestamps it cannot read (text that is no date, an out-of-range value).
+_TIMESTAMP_ERRORS = (pl.exceptions.InvalidOperationError, pl.exceptions.ComputeError)
+
+
+def _timestamp_error(path: str, column: str, exc: Exception) -> InputError:
+    """A clear error for a file whose day cannot be computed, naming bad timestamp values when there are some."""
+    examples: list[str] = []
+    try:
+        text = pl.scan_parquet(path).select(pl.col(column).cast(pl.String)).drop_nulls()
+        bad = text.filter(pl.col(column).str.to_datetime(time_zone="UTC", strict=False).is_null())
+        examples = bad.head(3).collect().get_column(column).to_list()
+    except Exception:  # the examples only decorate the message: the error itself must get out
+        examples = []
+    detail = f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+    if not examples:  # not the timestamps' fault: the rows themselves cannot be read
+        return InputError(f"cannot read the rows of {path!r}: is the file complete and really Parquet? {detail}")
+    return InputError(
+        f"cannot read the timestamps of {path!r}: column {column!r} holds values that are not ISO-8601 dates or "
+        f"times (e.g. {examples}). Write them like 2026-11-25T12:00:00Z, or point the landing resource's "
+        f"timestamp_column at another column. {detail}"
+    )
 
 
 def load_day(
@@ -120,7 +143,7 @@ def load_day(
                 .drop("__fp_day")
                 .collect()
             )
-        except pl.exceptions.InvalidOperationError as exc:
-            raise InputError(f"cannot read timestamps of {file.path!r} column {timestamp_column!r}: {exc}") from exc
+        except _TIMESTAMP_ERRORS as exc:
+            raise _timestamp_error(file.path, timestamp_column, exc) from None
         out.append((file, frame))
     return out

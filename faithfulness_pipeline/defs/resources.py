@@ -180,6 +180,21 @@ class LandingResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             raise ConfigError(f"undated_day must be YYYY-MM-DD, got {self.undated_day!r}") from exc
 
 
+def _one_component(value: str, what: str) -> None:
+    if any(sep in value for sep in ("/", "\\", "\0")) or value in (".", ".."):
+        raise ConfigError(f"{what} {value!r} would not be one folder name inside the warehouse")
+
+
+def _inside(root: Path, relative: str, what: str) -> Path:
+    """``root / relative``, refused when a key or name (``..``, an absolute path) would lead outside ``root``.
+
+    Lexical on purpose: a table folder that is a symlink to another disk stays allowed."""
+    path = Path(os.path.normpath(root / relative))
+    if "\\" in relative or "\0" in relative or not path.is_relative_to(root) or path == root:
+        raise ConfigError(f"{what} {relative!r} leads outside the warehouse root {str(root)!r}")
+    return path
+
+
 class WarehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """Where tables are written: ``<root>/<table>/ds=YYYY-MM-DD/data.parquet``, one file per day."""
 
@@ -203,11 +218,14 @@ class WarehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         return str(self.root_path() / "_judge_store.sqlite")
 
     def table_dir(self, table: str) -> Path:
-        return self.root_path() / table
+        return _inside(self.root_path(), table, "table name")
 
     def partition_file(self, table: str, partition_key: str | None) -> Path:
         base = self.table_dir(table)
-        return (base / f"ds={partition_key}" if partition_key else base) / "data.parquet"
+        if partition_key:
+            _one_component(partition_key, "partition key")
+            base = _inside(base, f"ds={partition_key}", "partition key")
+        return base / "data.parquet"
 
     def write(self, table: str, partition_key: str | None, frame: pl.DataFrame) -> Path:
         """Replace exactly one partition: a complete new file swapped in, then any stray files removed."""

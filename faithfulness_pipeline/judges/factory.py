@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Final
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
+from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.io import iter_chunks
 from faithfulness_pipeline.core.judge import ExtractItem, Judge
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
@@ -30,10 +32,29 @@ class JudgeOptions:
     refresh: bool = False
 
 
+#: Settings without a CLI flag, read from the environment when the options leave them unset (the
+#: Dagster layer reads the same variables into its judge resource).
+ENV_FALLBACKS: Final = (("backoff_base_s", "FP_JUDGE_BACKOFF_BASE_S"), ("backoff_max_s", "FP_JUDGE_BACKOFF_MAX_S"))
+
+
+def _seconds_from_env(variable: str) -> float | None:
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise ConfigError(f"{variable} must be a number of seconds >= 0, got {raw!r}")
+    return value
+
+
 def make_judge(options: JudgeOptions) -> Judge:
     """The offline judge when ``options.model`` is unset; otherwise a configured litellm judge.
 
-    A missing API key fails here, before any row is read.
+    A missing API key fails here, before any row is read. ``FP_JUDGE_BACKOFF_BASE_S`` and
+    ``FP_JUDGE_BACKOFF_MAX_S`` set the back-off where the options do not.
     """
     if not options.model:
         from faithfulness_pipeline.judges.offline import OfflineJudge
@@ -42,6 +63,10 @@ def make_judge(options: JudgeOptions) -> Judge:
     from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge, LiteLLMJudgeConfig
 
     given: dict[str, Any] = {k: v for k, v in asdict(options).items() if v is not None}
+    for name, variable in ENV_FALLBACKS:
+        value = _seconds_from_env(variable)
+        if name not in given and value is not None:
+            given[name] = value
     judge: Judge = LiteLLMJudge(LiteLLMJudgeConfig(**given))
     return judge
 

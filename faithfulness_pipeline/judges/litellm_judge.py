@@ -428,8 +428,7 @@ class _ExtractPlan(_Plan[ExtractResult]):
         sentences = prompts.split_sentences(item.answer)
         line = prompts.extract_line(prompts.ID_SLOT, sentences, _question(item.question))
         prompt = judge.count_tokens(line) + 3
-        # Claims written out in full restate the answer, split and with their subjects repeated:
-        # allow twice its size (the data line is the answer plus a little JSON), an upper bound.
+        # The data line is the answer plus a little JSON: bound the reply by it.
         bound = extract_output_bound(prompt)
         room = judge.limits.usable_window - judge.frame_tokens[self.step] - prompt - REPLY_SLACK_TOKENS
         if bound > room:
@@ -661,7 +660,6 @@ class _PackQueue:
         self._packs: collections.deque[Pack] = collections.deque()
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed = False
-        self.active = 0  # packs taken by workers and not finished
 
     def put(self, pack: Pack) -> None:
         self._packs.append(pack)
@@ -754,12 +752,12 @@ class LiteLLMJudge:
             else:
                 todo.append(i)
         keys: dict[int, bytes] = {}
-        if self.store is not None:  # keys only address the store: no store, no hashing
-            make = self._extract_keys.key
-            keys = {i: make(_question(items[i].question), items[i].answer) for i in todo}
         misses: list[int] = []
-        hits = self._lookup(list(keys.values()))
         with _gc_paused():
+            if self.store is not None:  # keys only address the store: no store, no hashing
+                make = self._extract_keys.key
+                keys = {i: make(_question(items[i].question), items[i].answer) for i in todo}
+            hits = self._lookup(list(keys.values()))
             for i in todo:
                 value = hits.get(keys[i]) if hits else None
                 decoded = self._decoded(decode_claims, value)
@@ -790,12 +788,12 @@ class LiteLLMJudge:
             else:
                 todo.append(i)
         keys: dict[int, bytes] = {}
-        if self.store is not None:
-            pairs = [(items[i].claims, items[i].context) for i in todo]
-            keys = dict(zip(todo, self._verdict_keys.keys_of_pairs(pairs), strict=True))
         misses: list[int] = []
-        hits = self._lookup(list(keys.values()))
         with _gc_paused():
+            if self.store is not None:
+                pairs = [(items[i].claims, items[i].context) for i in todo]
+                keys = dict(zip(todo, self._verdict_keys.keys_of_pairs(pairs), strict=True))
+            hits = self._lookup(list(keys.values()))
             for i in todo:
                 value = hits.get(keys[i]) if hits else None
                 decoded = self._decoded(decode_verdicts, value)
@@ -936,11 +934,12 @@ class LiteLLMJudge:
 
         Counting is the judge's main CPU cost (every passage goes through the tokenizer): done up front
         it would leave every request slot idle at the start of each step. So packs queue as they
-        close, in item order, and ``max_concurrency`` workers send them in that order.
+        close, in item order, and workers send them in that order: twice as many workers as request
+        slots, so that a worker sleeping out a back-off never leaves a slot idle.
         """
         queue = _PackQueue()
         workers = [
-            asyncio.create_task(self._work(plan, queue, progress)) for _ in range(self.config.max_concurrency)
+            asyncio.create_task(self._work(plan, queue, progress)) for _ in range(2 * self.config.max_concurrency)
         ]
         try:
             packer = Packer(self.frame_tokens[plan.step], self.limits)
@@ -963,11 +962,7 @@ class LiteLLMJudge:
 
     async def _work(self, plan: _Plan[Any], queue: _PackQueue, progress: ProgressCallback | None) -> None:
         while (pack := await queue.get()) is not None:
-            queue.active += 1
-            try:
-                await self._guarded(plan, pack.indices, progress)
-            finally:
-                queue.active -= 1
+            await self._guarded(plan, pack.indices, progress)
 
     async def _guarded(self, plan: _Plan[Any], indices: tuple[int, ...], progress: ProgressCallback | None) -> None:
         try:
@@ -1125,8 +1120,10 @@ class LiteLLMJudge:
                 raise _RequestFailed("fatal", self._fatal, sent=False)
             self._stats.requests += 1
             try:
-                # The outer timeout is a backstop for providers that ignore ``timeout``.
-                response = await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=cfg.timeout_s * 1.5 + 5)
+                # The outer timeout is a backstop for providers that ignore ``timeout`` (a context
+                # manager, not wait_for: no extra task and loop hop for every request).
+                async with asyncio.timeout(cfg.timeout_s * 1.5 + 5):
+                    response = await litellm.acompletion(**kwargs)
             except Exception as exc:
                 raise self._classify(exc) from None
             text = _content(response)
@@ -1172,11 +1169,11 @@ class LiteLLMJudge:
 
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while stored results are decoded.
+    """No cyclic garbage collection while keys are hashed and stored results decoded.
 
-    Decoding builds a few small objects per verdict, none in a cycle; with a big heap (a chunk of
-    rows with their passages) every automatic collection walks all of it, which made decoding four
-    times slower. The collector's previous state comes back afterwards.
+    Both build a few small objects per item, none in a cycle; with a big heap (a chunk of rows with
+    their passages) every automatic collection walks all of it, which made decoding four times
+    slower. The collector's previous state comes back afterwards.
     """
     was_enabled = gc.isenabled()
     gc.disable()

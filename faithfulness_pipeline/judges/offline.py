@@ -45,6 +45,7 @@ from faithfulness_pipeline.core.judge import (
 from faithfulness_pipeline.judges.offline_text import (
     Features,
     Haystack,
+    Sentences,
     absolutes,
     features,
     has_content,
@@ -57,7 +58,7 @@ from faithfulness_pipeline.judges.offline_text import (
     negated_sentences,
     number_matches,
     passage_haystack,
-    sentence_haystacks,
+    sentence_index,
     split_sentences,
 )
 
@@ -99,10 +100,6 @@ def extract_claims(answer: str | None) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- context
 
 
-#: (text, haystack, numbers) of one context sentence
-_Sentence = tuple[str, Haystack, tuple[float, ...]]
-
-
 @dataclass(slots=True)
 class _Passage:
     index: int  # in the item's context (blank passages are skipped but keep their place)
@@ -110,7 +107,7 @@ class _Passage:
     haystack: Haystack
     numbers: tuple[float, ...]
     may_negate: bool
-    _sentences: list[_Sentence] | None = None
+    _sentences: Sentences | None = None
     _negated: dict[int, bool] = field(default_factory=dict)
     _negated_haystacks: list[Haystack] | None = None
     _absolutes: frozenset[str] | None = None
@@ -120,11 +117,11 @@ class _Passage:
         return cls(index, text, *passage_haystack(text))
 
     @property
-    def sentences(self) -> list[_Sentence]:
+    def sentences(self) -> Sentences:
         # Only a claim that nearly matches this passage and has a negation or number to check
         # needs the sentence level: built on demand, once.
         if self._sentences is None:
-            self._sentences = sentence_haystacks(self.text)
+            self._sentences = sentence_index(self.text)
         return self._sentences
 
     def negated_haystacks(self) -> list[Haystack]:
@@ -140,7 +137,7 @@ class _Passage:
     def negated(self, i: int) -> bool:
         found = self._negated.get(i)
         if found is None:
-            found = self._negated[i] = negated(self.sentences[i][0])
+            found = self._negated[i] = negated(self.sentences.parts[i])
         return found
 
     def absolutes(self) -> frozenset[str]:
@@ -217,7 +214,7 @@ def _judge_one(claim: str, ctx: _Context) -> ClaimVerdict:
                     else f"Passage {best_i} negates what the claim states."
                 )
                 return ClaimVerdict("contradicted", hedged, reason, best_i)
-            conflicting = [y for y in best.sentences[si][2] if any(_same_kind(x, y) for x in missing)]
+            conflicting = [y for y in best.sentences.numbers(si) if any(_same_kind(x, y) for x in missing)]
             if conflicting:
                 stated = ", ".join(_fmt(y) for y in conflicting[:3])
                 reason = f"The claim says {_fmt(missing[0])} where passage {best_i} says {stated}."
@@ -279,10 +276,12 @@ def _support_bar(feats: Features, total: float) -> float:
 
 
 def _closest_sentence(feats: Features, total: float, passage: _Passage) -> tuple[int | None, float]:
+    """The first sentence of the passage that covers most of the claim, and its coverage."""
     best: int | None = None
     best_cov = -1.0
-    for i, sentence in enumerate(passage.sentences):
-        cov = _coverage(feats, total, sentence[1]) if total else 1.0
+    weights = passage.sentences.weights(feats) if total else [total] * len(passage.sentences.parts)
+    for i, weight in enumerate(weights):
+        cov = weight / total if total else 1.0
         if cov > best_cov:
             best, best_cov = i, cov
     return best, best_cov

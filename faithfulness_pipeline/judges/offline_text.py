@@ -288,7 +288,6 @@ _ZH_STOP = frozenset(
     "的了是在和与及也就都而着之其这那个们我你他她它吗呢吧啊呀嘛把被对从向于以为等将又还很更该此些地得所"
 )
 _ZH_STOP_CHARS = "".join(sorted(_ZH_STOP))
-_ZH_STOP_CODES = frozenset(map(ord, _ZH_STOP))
 
 _LATIN_RE = re.compile(r"[a-zß-öø-ÿĀ-ɏ][a-zß-öø-ÿĀ-ɏ']*")
 _LATIN_OR_BREAK_RE = re.compile(r"[a-zß-öø-ÿĀ-ɏ][a-zß-öø-ÿĀ-ɏ']*|\n")
@@ -515,15 +514,6 @@ def _stem_units(stems: Sequence[str]) -> Iterable[int]:
         return [_STEM | _cjk_key(stem) for stem in stems]
     tail = _PAIR_STEM_TAIL if len(stems[0]) == 2 else _SYLLABLE_STEM_TAIL
     return memoryview((tail.join(stems) + tail).encode(_UTF16)).cast("Q")
-
-
-def _ordered_pairs(text: str) -> list[int]:
-    """The units of the adjacent character pairs of a text, in order."""
-    raw = text.encode(_UTF16)
-    out: list[int] = [0] * max(len(text) - 1, 0)
-    out[0::2] = memoryview(raw[: len(raw) // 4 * 4]).cast("I")
-    out[1::2] = memoryview(raw[2 : 2 + (len(raw) - 2) // 4 * 4]).cast("I")
-    return out
 
 
 def _pairs(text: str) -> set[int]:
@@ -756,16 +746,78 @@ def passage_haystack(text: str) -> tuple[Haystack, tuple[float, ...], bool]:
     return Haystack(latin, folded), tuple(found), may_negate
 
 
-def sentence_haystacks(text: str) -> list[tuple[str, Haystack, tuple[float, ...]]]:
-    """A passage's sentences (see ``passage_sentences``), each with its haystack and numbers.
+@dataclass(slots=True)
+class Sentences:
+    """A passage's sentences (see ``passage_sentences``), indexed so that a claim's weight in every
+    sentence comes from one scan of the passage per claim unit, and numbers only when asked for.
 
-    One scan over the whole passage with sentence breaks as tokens, rather than one scan per
-    sentence: the per-call overhead would otherwise dominate on long contexts.
+    ``weights`` equals ``Haystack(units of the sentence, its folded text).weight`` sentence by
+    sentence: the sentences are joined by line breaks, and a line break is no Hangul, so a stem or
+    a one-syllable word found in the joined text is one in its own sentence.
     """
+
+    parts: list[str]
+    latin: list[set[str]]
+    #: the sentences, lowercased (numbers are read from these) and folded (CJK units are found here)
+    lower: list[str]
+    folded: str
+    starts: list[int]
+    has_word_numbers: bool
+    _numbers: list[tuple[float, ...]] | None = None
+
+    def weights(self, feats: Features) -> list[float]:
+        """The claim's weight in each sentence (exact sums of ones and halves)."""
+        found = [float(len(units.intersection(feats.latin))) for units in self.latin]
+        needles = feats.needles
+        text = self.folded
+        if needles is None or not text:
+            return found
+        for weight, group, check in (
+            (1.0, needles.han_pairs, None),
+            (0.5, needles.han_chars, None),
+            (0.5, needles.hangul_pairs, None),
+            (1.0, needles.stems, _starts_word_at),
+            (1.0, needles.words, _is_word_at),
+        ):
+            for needle in group:
+                last = -1
+                i = text.find(needle)
+                while i >= 0:
+                    k = bisect_right(self.starts, i) - 1
+                    if k != last and (check is None or check(text, needle, i)):
+                        found[k] += weight
+                        last = k
+                    i = text.find(needle, i + 1)
+        return found
+
+    def numbers(self, i: int) -> tuple[float, ...]:
+        """The numbers of sentence ``i``."""
+        if self._numbers is not None:
+            return self._numbers[i]
+        part = self.lower[i]
+        if self.has_word_numbers:
+            found = _numbers_of(part, _latin_words(part))
+        else:
+            found = _digit_values(part) if _DIGIT_RE.search(part) else []
+        if not part.isascii():
+            found += _zh_numbers(self.parts[i])
+        return tuple(found)
+
+
+def _starts_word_at(text: str, stem: str, i: int) -> bool:
+    return i == 0 or not _HANGUL_FIRST <= text[i - 1] <= _HANGUL_LAST
+
+
+def _is_word_at(text: str, syllable: str, i: int) -> bool:
+    return _starts_word_at(text, syllable, i) and (
+        i + 1 == len(text) or not _HANGUL_FIRST <= text[i + 1] <= _HANGUL_LAST
+    )
+
+
+def sentence_index(text: str) -> Sentences:
+    """The passage's sentences with what a claim is matched against (see :class:`Sentences`)."""
     text = prepare(text)
     parts = passage_sentences(text)
-    if not parts:
-        return []
     joined = "\n".join(parts)
     lower = joined.lower()
     if lower.isascii():
@@ -775,40 +827,26 @@ def sentence_haystacks(text: str) -> list[tuple[str, Haystack, tuple[float, ...]
     distinct = set(" ".join(chunks).split())
     get = _word_units(distinct).__getitem__
     # One word list per sentence by C-level joins and splits: no per-word Python loop.
-    per: list[set[str]] = [set(map(get, chunk.split())) for chunk in chunks]
-    for units in per:
+    latin: list[set[str]] = [set(map(get, chunk.split())) for chunk in chunks] if parts else []
+    for units in latin:
         units.discard("")
-    nums: list[list[float]] = [[] for _ in parts]
-    if not _WORD_NUMBERS.keys().isdisjoint(distinct):
-        for i, part in enumerate(lower.split("\n")):
-            nums[i] = _numbers_of(part, _latin_words(part))
-    elif not _DIGIT_RE.search(lower):
-        pass
-    elif not _has_multiplier(lower):
-        # Every number lies inside one sentence: each sentence's numbers are its own, found in one
-        # scan that also matches the breaks, then split back into sentences.
-        tokens = " ".join(_STRIPPED_NUMBER_OR_BREAK_RE.findall(lower)).split("\n")
-        nums = [_token_values(part.split()) for part in tokens]
-    else:
-        # A multiplier may follow its number across a sentence break ("3\nmillion"): scan the
-        # whole passage, from the lowercased parts (lowercasing may change a text's length: "İ").
-        starts = list(accumulate((len(x) + 1 for x in lower.split("\n")[:-1]), initial=0))
+    has_word_numbers = not _WORD_NUMBERS.keys().isdisjoint(distinct)
+    folded = "" if lower.isascii() else fold_chinese(joined)
+    starts = list(accumulate((len(x) + 1 for x in parts[:-1]), initial=0))
+    index = Sentences(parts, latin, lower.split("\n"), folded, starts, has_word_numbers)
+    if not has_word_numbers and _has_multiplier(lower) and _DIGIT_RE.search(lower):
+        # A multiplier may follow its number across a sentence break ("3\nmillion"): the whole
+        # passage is scanned at once, from the lowercased parts (lowercasing may change a text's
+        # length: "İ"), and every sentence's numbers are kept.
+        nums: list[list[float]] = [[] for _ in parts]
+        lower_starts = list(accumulate((len(x) + 1 for x in index.lower[:-1]), initial=0))
         for value, pos in _digit_numbers(lower):
-            nums[bisect_right(starts, pos) - 1].append(value)
-    if lower.isascii():
-        return [(part, Haystack(per[i], ""), tuple(nums[i])) for i, part in enumerate(parts)]
-    if _HAN_RE.search(joined):
-        # A Chinese numeral is followed by a measure word, a Han character, in its own sentence.
-        starts = list(accumulate((len(x) + 1 for x in parts[:-1]), initial=0))
-        for m in _ZH_NUMBER_RE.finditer(joined):
-            numeral = _zh_value(m.group(1))
-            if numeral is not None:
-                nums[bisect_right(starts, m.start()) - 1].append(numeral)
-    folded = fold_chinese(joined).split("\n")
-    return [
-        (part, Haystack(per[i], "" if part.isascii() else folded[i]), tuple(nums[i]))
-        for i, part in enumerate(parts)
-    ]
+            nums[bisect_right(lower_starts, pos) - 1].append(value)
+        for i, part in enumerate(parts):
+            if not part.isascii():
+                nums[i] += _zh_numbers(part)
+        index._numbers = [tuple(n) for n in nums]
+    return index
 
 
 # --------------------------------------------------------------------------- numbers

@@ -12,12 +12,13 @@ Why SQLite (in WAL mode), and not DuckDB or a Parquet journal:
 * **Two processes at once.** WAL lets readers run while one writer commits; writers wait on a busy
   timeout instead of failing. Two scoring runs (two Dagster partitions) can share one store file.
 * **Fast warm re-runs.** Keys are 16-byte blobs in a ``WITHOUT ROWID`` primary-key table, looked up
-  ~900 at a time with one ``IN (...)`` query: several hundred thousand lookups per second, enough
-  for the warm re-run target of 50,000 answers/s with the rest of the pipeline on top.
+  ~900 at a time with one ``IN (...)`` query: a few hundred thousand lookups per second. What a warm
+  re-run spends is hashing every row's passages again to find its key (one encode and one SHA-256
+  update per row, the halves of a batch on two threads) and decoding the values (flat JSON arrays).
 * **Nothing to install, one file to copy or delete.** ``sqlite3`` ships with Python.
 
-What is stored: the key (a hash), the step, a compact JSON value (claims or verdict codes, the original
-usage, the truncation flag) and a timestamp. Never a prompt, never an API key: the key hash covers the
+What is stored: the key (a hash), the step, a compact JSON value (the claim texts or the verdicts, the
+original usage, the truncation flag) and a timestamp. Never a prompt, never an API key: the key hash covers the
 step, the prompt version, the model and api_base, the output-changing parameters and the item content,
 and none of those contain the secret.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -96,6 +98,8 @@ class KeyMaker:
 
 _PARALLEL_MIN: Final = 512
 _POOL: list[ThreadPoolExecutor] = []
+# A forked child (a multiprocess executor) inherits the pool but not its thread: start afresh there.
+os.register_at_fork(after_in_child=_POOL.clear)
 
 
 def _pool() -> ThreadPoolExecutor:

@@ -6,6 +6,7 @@ import multiprocessing
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,3 +134,21 @@ def test_bulk_lookup_speed_is_reported(tmp_path: Path) -> None:
     assert len(values) == 50_000
     print(f"get_many + decode: {50_000 / elapsed:,.0f} results/s")
     store.close()
+
+
+def _keys_in_child(conn: Any) -> None:
+    k = KeyMaker("verdict", "v1", "openai/m")
+    pairs = [((f"claim {i}.",), (f"passage {i} " * 300,)) for i in range(600)]
+    conn.send(k.keys_of_pairs(pairs) == [k.key_of_lists(a, b) for a, b in pairs])
+
+
+def test_batched_keys_work_in_a_forked_child() -> None:
+    k = KeyMaker("verdict", "v1", "openai/m")
+    k.keys_of_pairs([((f"c{i}",), ("p" * 3000,)) for i in range(600)])  # the parent's pool is running
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_keys_in_child, args=(child,))
+    proc.start()
+    assert parent.poll(30) and parent.recv() is True  # a fork-inherited pool would hang here
+    proc.join(30)
+    assert proc.exitcode == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -134,9 +135,9 @@ def cli_command(server: FakeLLMServer, src: Path, out: Path, *extra: str) -> lis
     ]  # fmt: skip
 
 
-def run_cli(cmd: list[str], key: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def run_cli(cmd: list[str], key: str, timeout: float = 600, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        cmd, capture_output=True, text=True, env=child_env(**{KEY_ENV: key}), timeout=timeout, check=False
+        cmd, capture_output=True, text=True, env=child_env(**{KEY_ENV: key}, **env), timeout=timeout, check=False
     )
 
 
@@ -154,8 +155,12 @@ def dagster_env(server: FakeLLMServer, home: Path, landing: Path, warehouse: Pat
     )
 
 
-def dg_launch(day: str = DAY) -> list[str]:
-    return [str(Path(sys.executable).parent / "dg"), "launch", "--assets", "*", "--partition", day]
+#: The assets up to the scored table (the BI tables after it add run time, not coverage).
+TO_SCORED = "raw_conversations,extracted_claims,judged_claims,scored_conversations"
+
+
+def dg_launch(day: str = DAY, assets: str = "*") -> list[str]:
+    return [str(Path(sys.executable).parent / "dg"), "launch", "--assets", assets, "--partition", day]
 
 
 def make_home(path: Path) -> Path:
@@ -195,6 +200,32 @@ def step_items(judge: ScriptedJudge, step: str) -> int:
 
 def step_requests(judge: ScriptedJudge, step: str) -> int:
     return sum(1 for call in list(judge.calls) if call.step == step)
+
+
+STEPS = ("extract", "verdict")
+REFERENCE_ROWS = 600
+REFERENCE_KEY = "sk-reference-5e1d0a9c7b3f2468"
+
+
+@dataclass
+class Reference:
+    """One uninterrupted, fault-free CLI run over ``REFERENCE_ROWS`` short rows, with every output."""
+
+    src: Path
+    scored: pl.DataFrame
+    claims: pl.DataFrame
+    mastra: list[str]
+    items: dict[str, int]  # items each step asks about once, without faults
+    store: Path
+    store_rows: int
+
+
+def store_counts(store: Path) -> dict[str, int]:
+    """Results per step in a result store, after checking that SQLite finds the file intact."""
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        counts = dict(conn.execute("SELECT step, count(*) FROM results GROUP BY step").fetchall())
+    return {step: int(counts.get(step, 0)) for step in STEPS}
 
 
 # ---------------------------------------------------------------------------------------------- RSS

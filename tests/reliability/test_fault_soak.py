@@ -1,16 +1,13 @@
 """Fault soak: 20,000 answers through the CLI and through ``dg launch`` against a fake server that fails
-half of all requests (429s with and without Retry-After, 5xx, malformed and truncated JSON, hangs past
-the timeout). No row is lost, every failed row says why, every ok row equals the fault-free run, and the
-CLI's memory does not grow with the rows it has done.
+half of all requests (30 % 429s, half with and half without Retry-After, 10 % 5xx, 10 % malformed or
+truncated JSON, 2 % hangs past the timeout). No row is lost, every failed row says why, every ok row
+equals the fault-free run, and the CLI's memory does not grow with the rows it has done.
 
 The three runs (fault-free reference, faulty CLI, faulty Dagster run) go concurrently, one process each,
 so the soak takes the time of its longest run. Rows are short (two or three sentences, one passage):
-the soak is about requests and faults, not tokens.
-
-The CLI has no back-off setting (yet), and its default back-off (1 s, doubling) after a 429 without
-Retry-After would make a 20,000-row soak last many minutes: the CLI soak gets its 30 % of 429s with a
-Retry-After of 0.02 s; the Dagster soak, whose judge resource sets ``FP_JUDGE_BACKOFF_BASE_S``, half
-with and half without one.
+the soak is about requests and faults, not tokens. Retry-After is 0.02 s and the back-off base 0.01 s
+(``FP_JUDGE_BACKOFF_BASE_S``, read by the CLI and the Dagster resource alike), so the faults cost
+requests, not minutes of sleeping.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.fakellm import FakeLLMServer, FaultPlan
+from tests.fakellm import FakeLLMServer, FaultPlan, ServerStats
 from tests.fakellm.scripted import ScriptedJudge
 from tests.reliability.support import (
     DAY,
@@ -46,20 +43,21 @@ pytestmark = [pytest.mark.soak, pytest.mark.timeout(900)]
 
 ROWS = 20_000
 KEY = "sk-soak-3b9f1c7d2e8a4f60"
-TIMEOUT_S = "0.5"  # every hang costs one timeout; the fake server answers in milliseconds
-CLI_FAULTS = FaultPlan(
-    rate_429=0.30, retry_after_s=0.02, rate_5xx=0.10, rate_malformed=0.05, rate_partial=0.05, rate_hang=0.02, seed=11
-)
-DAGSTER_FAULTS = FaultPlan(
-    rate_429=0.15,
-    retry_after_s=0.02,
-    rate_429_no_retry_after=0.15,
-    rate_5xx=0.10,
-    rate_malformed=0.05,
-    rate_partial=0.05,
-    rate_hang=0.02,
-    seed=12,
-)
+TIMEOUT_S = "0.4"  # every hang costs one timeout; the fake server answers in milliseconds
+BACKOFF = {"FP_JUDGE_BACKOFF_BASE_S": "0.01", "FP_JUDGE_BACKOFF_MAX_S": "0.2"}
+
+
+def faults(seed: int) -> FaultPlan:
+    return FaultPlan(
+        rate_429=0.15,
+        retry_after_s=0.02,
+        rate_429_no_retry_after=0.15,
+        rate_5xx=0.10,
+        rate_malformed=0.05,
+        rate_partial=0.05,
+        rate_hang=0.02,
+        seed=seed,
+    )
 
 
 @dataclass
@@ -68,10 +66,10 @@ class Soak:
     reference: pl.DataFrame
     cli: pl.DataFrame
     cli_stderr: str
-    cli_outcomes: dict[str, int]
+    cli_server: ServerStats
     cli_memory: RssSampler
     dagster: pl.DataFrame
-    dagster_outcomes: dict[str, int]
+    dagster_server: ServerStats
     dagster_memory: RssSampler
     dagster_log: str
 
@@ -104,20 +102,17 @@ def soak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Soak]:
     warehouse = root / "warehouse"
     with (
         FakeLLMServer(ScriptedJudge()) as clean,
-        FakeLLMServer(ScriptedJudge(), faults=CLI_FAULTS) as cli_server,
-        FakeLLMServer(ScriptedJudge(), faults=DAGSTER_FAULTS) as dg_server,
+        FakeLLMServer(ScriptedJudge(), faults=faults(11)) as cli_server,
+        FakeLLMServer(ScriptedJudge(), faults=faults(12)) as dg_server,
     ):
         env = child_env(**{KEY_ENV: KEY})
         reference = _start(cli_command(clean, src, root / "reference.parquet", "--quiet"), env, root / "reference.log")
         faulty = _start(
             cli_command(cli_server, src, root / "cli.parquet", "--timeout", TIMEOUT_S),
-            env,
+            child_env(**{KEY_ENV: KEY}, **BACKOFF),
             root / "cli.log",
         )
-        dg_env = dagster_env(
-            dg_server, home, landing, warehouse, KEY,
-            FP_JUDGE_TIMEOUT_S=TIMEOUT_S, FP_JUDGE_BACKOFF_BASE_S="0.01", FP_JUDGE_BACKOFF_MAX_S="0.2",
-        )  # fmt: skip
+        dg_env = dagster_env(dg_server, home, landing, warehouse, KEY, FP_JUDGE_TIMEOUT_S=TIMEOUT_S, **BACKOFF)
         dagster = _start(dg_launch(DAY), dg_env, root / "dagster.log", cwd=REPO)
         with (
             RssSampler(faulty.pid, lambda: cli_server.stats().requests) as cli_memory,
@@ -126,16 +121,16 @@ def soak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Soak]:
             _finish(reference, root / "reference.log", "the fault-free run")
             cli_stderr = _finish(faulty, root / "cli.log", "the faulty CLI run")
             dagster_log = _finish(dagster, root / "dagster.log", "dg launch")
-        cli_outcomes, dg_outcomes = cli_server.stats().by_outcome, dg_server.stats().by_outcome
+        cli_stats, dg_stats = cli_server.stats(), dg_server.stats()
     yield Soak(
         rows=rows,
         reference=pl.read_parquet(root / "reference.parquet"),
         cli=pl.read_parquet(root / "cli.parquet"),
         cli_stderr=cli_stderr,
-        cli_outcomes=cli_outcomes,
+        cli_server=cli_stats,
         cli_memory=cli_memory,
         dagster=pl.read_parquet(warehouse / "scored_conversations" / f"ds={DAY}" / "data.parquet"),
-        dagster_outcomes=dg_outcomes,
+        dagster_server=dg_stats,
         dagster_memory=dg_memory,
         dagster_log=dagster_log,
     )
@@ -174,18 +169,21 @@ def _assert_no_row_lost_and_ok_rows_exact(scored: pl.DataFrame, soak: Soak, labe
     )
 
 
-def test_cli_soak_loses_no_row_and_changes_no_ok_row(soak: Soak) -> None:
+def _assert_every_fault_happened(stats: ServerStats, label: str) -> None:
     for kind in ("429", "5xx", "malformed", "partial", "hang"):
-        assert soak.cli_outcomes.get(kind, 0) > 0, soak.cli_outcomes
-    print(f"cli outcomes: {soak.cli_outcomes}")
+        assert stats.by_outcome.get(kind, 0) > 0, (label, stats.by_outcome)
+    assert 0 < stats.no_retry_after_429 < stats.by_outcome["429"], (label, stats)
+    print(f"{label}: {stats.requests} requests {stats.by_outcome}, {stats.no_retry_after_429} 429s without Retry-After")
+
+
+def test_cli_soak_loses_no_row_and_changes_no_ok_row(soak: Soak) -> None:
+    _assert_every_fault_happened(soak.cli_server, "cli")
     _assert_no_row_lost_and_ok_rows_exact(soak.cli, soak, "cli")
 
 
 def test_dagster_soak_loses_no_row_and_changes_no_ok_row(soak: Soak) -> None:
-    for kind in ("429", "5xx", "malformed", "partial", "hang"):
-        assert soak.dagster_outcomes.get(kind, 0) > 0, soak.dagster_outcomes
-    print(f"dagster outcomes: {soak.dagster_outcomes}")
-    assert "RUN_SUCCESS" in soak.dagster_log or "Finished execution" in soak.dagster_log or soak.dagster.height
+    _assert_every_fault_happened(soak.dagster_server, "dagster")
+    assert "RUN_SUCCESS" in soak.dagster_log
     _assert_no_row_lost_and_ok_rows_exact(soak.dagster, soak, "dagster")
 
 
@@ -201,7 +199,8 @@ def test_cli_memory_stays_flat_across_the_soak(soak: Soak) -> None:
     assert max(late) <= 1.15 * max(early), (max(early), max(late))
 
 
-def test_dagster_step_memory_is_reported(soak: Soak) -> None:
+def test_dagster_steps_stay_well_under_a_gigabyte_for_a_20k_row_day(soak: Soak) -> None:
+    """A Dagster step holds its day's partition (not streamed): bounded by the day, far from a blow-up."""
     peaks = soak.dagster_memory.peak_mb_per_process()
-    print("dagster peak RSS per process (MB):", sorted((round(v) for v in peaks.values()), reverse=True))
-    assert peaks
+    print("dagster peak RSS per process (MB):", sorted((round(v) for v in peaks.values() if v > 50), reverse=True))
+    assert peaks and max(peaks.values()) < 1024

@@ -1,0 +1,114 @@
+"""An OpenAI-compatible upstream that echoes the caller's API key in its errors, the worst a provider or
+proxy can do: the key in 5xx bodies and headers, plain, reversed and base64-encoded, or a 401 that
+repeats the rejected key. Successful replies come from the scripted judge, so runs still score rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import threading
+import time
+from typing import Any
+
+from aiohttp import web
+
+from tests.fakellm.scripted import ScriptedJudge
+from tests.fakellm.server import ChatRequest
+
+
+class LeakyServer:
+    """``mode="flaky"``: the first request of a third of the bodies is a 500 that echoes the key;
+    ``mode="reject"``: every request is a 401 that repeats the key it was given."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.judge = ScriptedJudge()
+        self.requests = 0
+        self._seen: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> LeakyServer:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            loop.run_until_complete(self._start())
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup() if self._runner else asyncio.sleep(0))
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="leaky", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    async def _start(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/chat/completions", self._chat)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        self.requests += 1
+        key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        body: dict[str, Any] = await request.json()
+        echo = {"x-debug-authorization": f"Bearer {key}", "x-debug-key-b64": base64.b64encode(key.encode()).decode()}
+        if self.mode == "reject":
+            message = f"Incorrect API key provided: {key}. You can find your API key at https://example.invalid."
+            return web.json_response(
+                {"error": {"message": message, "type": "invalid_request_error", "code": "invalid_api_key"}},
+                status=401,
+                headers=echo,
+            )
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        if int(digest, 16) % 3 == 0 and digest not in self._seen:
+            self._seen.add(digest)
+            message = (
+                f"upstream failure for Authorization: Bearer {key} (reversed {key[::-1]}, "
+                f"base64 {base64.b64encode(key.encode()).decode()})"
+            )
+            return web.json_response({"error": {"message": message, "type": "server_error"}}, status=500, headers=echo)
+        chat = ChatRequest(
+            model=str(body["model"]),
+            messages=list(body["messages"]),
+            response_format=body.get("response_format"),
+            temperature=body.get("temperature"),
+            seed=body.get("seed"),
+            max_tokens=body.get("max_tokens"),
+            stream=False,
+            raw=body,
+        )
+        content = self.judge(chat)
+        return web.json_response(
+            {
+                "id": f"chatcmpl-leaky-{self.requests}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": chat.model,
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+            }
+        )

@@ -1,0 +1,160 @@
+"""The API key never leaves for anywhere but the provider, even when the provider echoes it back.
+
+A canary key is configured for the CLI and for ``dg launch`` runs against an upstream that repeats the
+key in its 500 and 401 errors (body and headers; plain, reversed, base64). Then every file the runs
+wrote is scanned, decoded where it is encoded (Parquet cells, SQLite rows, JSON lines, logs): output
+and claim tables, the Mastra export, the result store, stdout and stderr, the Dagster event log and run
+storage, compute logs and asset metadata under the temporary DAGSTER_HOME. The key appears in none of
+them: not whole, not reversed, not base64 or hex encoded, and no 12-character piece of it.
+"""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.reliability.leaky import LeakyServer
+from tests.reliability.support import (
+    DAY,
+    KEY_ENV,
+    MODEL,
+    REPO,
+    TO_SCORED,
+    child_env,
+    dg_launch,
+    make_home,
+    run_cli,
+    short_rows,
+)
+
+CANARY = "sk-Zq8RtY2wLm5XpN7vKc3HdJ6fGb4S"
+
+
+def needles(secret: str) -> dict[str, str]:
+    """Every form of the secret to look for, named."""
+    out = {"plain": secret, "reversed": secret[::-1], "hex": secret.encode().hex()}
+    for pad in range(3):  # base64 of the key at each alignment inside a longer encoded text
+        for name, encode in (("b64", base64.b64encode), ("b64url", base64.urlsafe_b64encode)):
+            text = encode(b"\0" * pad + secret.encode()).decode()
+            out[f"{name}+{pad}"] = text[4:-4]
+    core = secret.removeprefix("sk-")
+    out |= {f"piece@{i}": core[i : i + 12] for i in range(len(core) - 11)}
+    return out
+
+
+NEEDLES = needles(CANARY)
+
+
+def _texts(path: Path) -> Iterator[str]:
+    """The file's raw text, plus its decoded content where it is a Parquet or SQLite file."""
+    raw = path.read_bytes()
+    yield raw.decode("utf-8", errors="ignore")
+    if path.suffix == ".parquet" and raw[:4] == b"PAR1" and raw[-4:] == b"PAR1":
+        yield pl.read_parquet(path).write_ndjson()
+    if raw.startswith(b"SQLite format 3\0"):
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            for table in tables:
+                for row in conn.execute(f'SELECT * FROM "{table}"'):  # names come from the file itself
+                    yield repr(row)
+                    yield " ".join(c.decode("utf-8", "ignore") for c in row if isinstance(c, bytes))
+
+
+def leaks(text: str) -> list[str]:
+    return [name for name, needle in NEEDLES.items() if needle in text]
+
+
+def scan(*roots: Path, extra: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """Every file under ``roots`` (and the named ``extra`` texts) in which some form of the key was found."""
+    found: dict[str, list[str]] = {}
+    files = 0
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            files += 1
+            hits = sorted({h for text in _texts(path) for h in leaks(text)})
+            if hits:
+                found[str(path)] = hits
+    for name, text in (extra or {}).items():
+        if hits := leaks(text):
+            found[name] = hits
+    assert files, "nothing was scanned"
+    return found
+
+
+def test_the_scanner_finds_every_form_of_the_key(tmp_path: Path) -> None:
+    forms = ["x" + CANARY + "y", CANARY[::-1], base64.b64encode(b"Bearer " + CANARY.encode()).decode(),
+             CANARY.encode().hex(), f"key ending {CANARY[-14:]}"]  # fmt: skip
+    for n, form in enumerate(forms):
+        pl.DataFrame({"error": [form]}).write_parquet(tmp_path / f"{n}.parquet", compression="zstd")
+    with sqlite3.connect(tmp_path / "s.sqlite") as conn:
+        conn.execute("CREATE TABLE t (v BLOB)")
+        conn.execute("INSERT INTO t VALUES (?)", (("pad" * 2000 + CANARY).encode(),))
+    found = scan(tmp_path)
+    assert sorted(Path(p).name for p in found) == ["0.parquet", "1.parquet", "2.parquet", "3.parquet", "4.parquet",
+                                                     "s.sqlite"]  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["flaky", "reject"])
+def test_the_cli_never_writes_or_prints_the_key(mode: str, tmp_path: Path) -> None:
+    src = tmp_path / "in.parquet"
+    short_rows(120).write_parquet(src)
+    out = tmp_path / "out"
+    with LeakyServer(mode) as server:
+        done = run_cli(
+            [*_cli(server, src, out / "scored.parquet"), "--claims-out", str(out / "claims.parquet"),
+             "--mastra-out", str(out / "mastra.jsonl"), "--store", str(out / "store.sqlite")],
+            CANARY,
+            FP_JUDGE_BACKOFF_BASE_S="0.01",
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    scored = pl.read_parquet(out / "scored.parquet")
+    assert scored.height == 120
+    if mode == "reject":  # the key did reach the provider, which refused it and said so
+        answered = pl.read_parquet(src).filter(pl.col("output").str.strip_chars() != "").height
+        assert scored.filter(pl.col("error").str.contains("AuthenticationError")).height == answered
+    else:
+        assert server.requests > scored.filter(pl.col("status") == "ok").height / 32
+    assert scan(out, extra={"stdout": done.stdout, "stderr": done.stderr}) == {}
+
+
+def _cli(server: LeakyServer, src: Path, out: Path) -> list[str]:
+    return [*_base(server), str(src), "-o", str(out)]
+
+
+def _base(server: LeakyServer) -> list[str]:
+    return [sys.executable, "-m", "faithfulness_pipeline.cli", "score", "--model", MODEL, "--api-base",
+            server.base_url, "--api-key-env", KEY_ENV, "--timeout", "5", "--quiet"]  # fmt: skip
+
+
+def test_dagster_runs_never_store_or_log_the_key(tmp_path: Path) -> None:
+    """The provider refuses the key and repeats it: every row fails, the error-rate check fails with the
+    (redacted) errors as examples in its metadata, and the key is in none of it."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    rows = short_rows(90)
+    rows.write_parquet(landing / "conversations.parquet")
+    home = make_home(tmp_path / "dagster_home")
+    warehouse = tmp_path / "warehouse"
+    with LeakyServer("reject") as server:
+        env = child_env(
+            DAGSTER_HOME=str(home), FP_LANDING=str(landing), FP_WAREHOUSE=str(warehouse), FP_JUDGE_MODEL=MODEL,
+            FP_JUDGE_API_BASE=server.base_url, FP_JUDGE_API_KEY_ENV=KEY_ENV, **{KEY_ENV: CANARY},
+        )  # fmt: skip
+        run = subprocess.run(dg_launch(DAY, TO_SCORED), env=env, cwd=REPO, capture_output=True, text=True,
+                             timeout=600, check=False)  # fmt: skip
+        assert server.requests > 0
+    assert "RUN_SUCCESS" in run.stdout + run.stderr, run.stderr[-3000:]
+    scored = pl.read_parquet(warehouse / "scored_conversations" / f"ds={DAY}" / "data.parquet")
+    answered = rows.filter(pl.col("output").str.strip_chars() != "").height
+    assert scored.filter(pl.col("error").str.contains("AuthenticationError")).height == answered
+    event_log = b"".join(p.read_bytes() for p in home.rglob("*.db"))
+    assert b"error_rate" in event_log and b"AuthenticationError" in event_log  # the check ran and said why
+    assert scan(home, warehouse, extra={"stdout": run.stdout, "stderr": run.stderr}) == {}

@@ -1,0 +1,24 @@
+"""The back-off settings the soaks rely on: read from the environment by the CLI's judge factory (the
+Dagster resource reads the same variables), and refused with a clear error when they are not seconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.fakellm import FakeLLMServer
+from tests.fakellm.scripted import ScriptedJudge
+from tests.reliability.support import cli_command, run_cli, short_rows
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "nan"])
+def test_a_back_off_that_is_not_seconds_fails_before_any_row(value: str, tmp_path: Path) -> None:
+    src = tmp_path / "in.parquet"
+    short_rows(5).write_parquet(src)
+    with FakeLLMServer(ScriptedJudge()) as server:
+        done = run_cli(cli_command(server, src, tmp_path / "out.parquet"), "sk-settings", FP_JUDGE_BACKOFF_BASE_S=value)
+        assert server.stats().requests == 0
+    assert done.returncode == 2, done.stderr
+    assert "FP_JUDGE_BACKOFF_BASE_S" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out.parquet").exists()
