@@ -222,6 +222,10 @@ def main() -> None:
 @click.option("--rpm", type=int, default=None, help="Requests per minute at most.")
 @click.option("--tpm", type=int, default=None, help="Tokens per minute at most.")
 @click.option("--timeout", type=float, default=None, help="Seconds per request before it is retried.")
+@click.option("--backoff-base", type=click.FloatRange(min=0), default=None,
+              help="Seconds of the first retry back-off (doubles per failure). [env FP_JUDGE_BACKOFF_BASE_S]")
+@click.option("--backoff-max", type=click.FloatRange(min=0), default=None,
+              help="Longest back-off between retries, in seconds. [env FP_JUDGE_BACKOFF_MAX_S]")
 @click.option("--pack-tokens", type=int, default=None, help="Token budget of one packed request.")
 @click.option("--store", default=None, help="Result store (SQLite file) that makes runs resumable.")
 @click.option("--refresh", is_flag=True, help="Ignore stored results (new results are still stored).")
@@ -232,7 +236,8 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
           all_turns: bool, static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None,
           scale: float, zero_claims: str, chunk_rows: int, model: str | None, api_base: str | None,
           api_key_env: str | None, max_concurrency: int | None, rpm: int | None, tpm: int | None,
-          timeout: float | None, pack_tokens: int | None, store: str | None, refresh: bool, dry_run: bool,
+          timeout: float | None, backoff_base: float | None, backoff_max: float | None,
+          pack_tokens: int | None, store: str | None, refresh: bool, dry_run: bool,
           quiet: bool) -> None:
     """Score INPUT (a Parquet file, a directory of them, or a glob) and write the scored table."""
     started = time.monotonic()
@@ -249,6 +254,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
         )
         options = _judge_options(model=model, api_base=api_base, api_key_env=api_key_env,
                                  max_concurrency=max_concurrency, rpm=rpm, tpm=tpm, timeout_s=timeout,
+                                 backoff_base_s=backoff_base, backoff_max_s=backoff_max,
                                  pack_tokens=pack_tokens, store_path=store, refresh=refresh)
         paths = resolve_inputs(input_spec)
         input_schema(paths)  # schema disagreements fail before any call is paid for

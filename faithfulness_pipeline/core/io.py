@@ -8,8 +8,9 @@ Outputs appear only when complete: a temporary file in the target directory, the
 from __future__ import annotations
 
 import glob
+import itertools
 import os
-import tempfile
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import InputError
+
+# Distinguishes temporaries of one process (threads may write several outputs at once).
+_TMP_COUNTER = itertools.count()
 
 
 def _is_uri(spec: str) -> bool:
@@ -108,20 +112,45 @@ def iter_chunks(paths: list[str], chunk_rows: int) -> Iterator[pl.DataFrame]:
             raise InputError(f"cannot read {path!r}: {exc}") from exc
 
 
+def _process_is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        # Someone else's process (or a platform without signal 0): assume alive, leave its file be.
+        return True
+    return True
+
+
+def _sweep_orphans(final: Path) -> None:
+    """Removes temporaries of ``final`` left by processes that died mid-write (SIGKILL skips cleanup)."""
+    pattern = re.compile(rf"^\.{re.escape(final.name)}\.(\d+)-\d+\..*tmp$")
+    for sibling in final.parent.glob(f".{glob.escape(final.name)}.*.tmp"):
+        match = pattern.match(sibling.name)
+        if match and int(match.group(1)) != os.getpid() and not _process_is_alive(int(match.group(1))):
+            sibling.unlink(missing_ok=True)
+
+
 @contextmanager
 def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
-    """A temporary path beside ``target`` that replaces it only when the block finishes without error."""
+    """A temporary path beside ``target`` that replaces it only when the block finishes without error.
+
+    The temporary name carries the writer's pid, so a later writer can tell an orphan (its process is gone)
+    from a file another live process is still writing, and remove only the orphan.
+    """
     final = Path(target)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix + ".tmp", dir=final.parent)
-    os.close(fd)
+    _sweep_orphans(final)
+    tmp = final.parent / f".{final.name}.{os.getpid()}-{next(_TMP_COUNTER)}{suffix}.tmp"
+    tmp.touch(exist_ok=False)
     try:
-        yield Path(tmp)
+        yield tmp
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, final)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

@@ -15,6 +15,7 @@ import asyncio
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import date
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -84,6 +85,27 @@ def _run_with_judge(judge: Judge, step: Callable[[Judge], Awaitable[pl.DataFrame
 
 def _judge_label(judge: Judge) -> str:
     return f"{judge.model_name}|{judge.prompt_version}"
+
+
+def _llm_step(
+    context: dg.AssetExecutionContext,
+    frame: pl.DataFrame,
+    judge: JudgeResource,
+    warehouse: WarehouseResource,
+    step: Callable[[pl.DataFrame, Judge, RowProgress], Awaitable[pl.DataFrame]],
+    label_column: str,
+    name: str,
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Runs one LLM step of the core over ``frame``: its output stamped with the judge, and its metadata."""
+    made = judge.make(warehouse.judge_store())
+    progress = _progress(context, frame.height, name)
+    out = _run_with_judge(made, lambda j: step(frame, j, progress))
+    out = out.with_columns(pl.lit(_judge_label(made), dtype=pl.String).alias(label_column))
+    meta: dict[str, Any] = {
+        **judge_metadata(made.stats(), made.model_name, made.prompt_version),
+        "error_rows": int(out.get_column(S.ERROR).is_not_null().sum()),
+    }
+    return out, meta
 
 
 def _judge_identity(frame: pl.DataFrame) -> tuple[str, str]:
@@ -168,17 +190,8 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         judge: JudgeResource,
         warehouse: WarehouseResource,
     ) -> dg.Output[pl.DataFrame]:
-        made = judge.make(warehouse.judge_store())
-        progress = _progress(context, raw_conversations.height, "claims")
-        out = _run_with_judge(made, lambda j: extract_step(raw_conversations, j, progress))
-        out = out.with_columns(pl.lit(_judge_label(made), dtype=pl.String).alias(_EXTRACT_JUDGE))
-        claims = out.get_column(S.CLAIMS).list.len().sum()
-        errors = out.get_column(S.ERROR).is_not_null().sum()
-        meta = {
-            **judge_metadata(made.stats(), made.model_name, made.prompt_version),
-            "claims": int(claims or 0),
-            "error_rows": int(errors),
-        }
+        out, meta = _llm_step(context, raw_conversations, judge, warehouse, extract_step, _EXTRACT_JUDGE, "claims")
+        meta["claims"] = int(out.get_column(S.CLAIMS).list.len().sum() or 0)
         return dg.Output(out, metadata=meta)
 
     @dg.asset(
@@ -197,15 +210,8 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         judge: JudgeResource,
         warehouse: WarehouseResource,
     ) -> dg.Output[pl.DataFrame]:
-        made = judge.make(warehouse.judge_store())
-        progress = _progress(context, extracted_claims.height, "verdicts")
-        out = _run_with_judge(made, lambda j: verdict_step(extracted_claims, j, progress))
-        out = out.with_columns(pl.lit(_judge_label(made), dtype=pl.String).alias(_VERDICT_JUDGE))
-        meta = {
-            **judge_metadata(made.stats(), made.model_name, made.prompt_version),
-            "error_rows": int(out.get_column(S.ERROR).is_not_null().sum()),
-            "context_truncated_rows": int(out.get_column(S.CONTEXT_TRUNCATED).sum() or 0),
-        }
+        out, meta = _llm_step(context, extracted_claims, judge, warehouse, verdict_step, _VERDICT_JUDGE, "verdicts")
+        meta["context_truncated_rows"] = int(out.get_column(S.CONTEXT_TRUNCATED).sum() or 0)
         return dg.Output(out, metadata=meta)
 
     @dg.asset(

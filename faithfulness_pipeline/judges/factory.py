@@ -32,8 +32,8 @@ class JudgeOptions:
     refresh: bool = False
 
 
-#: Settings without a CLI flag, read from the environment when the options leave them unset (the
-#: Dagster layer reads the same variables into its judge resource).
+#: Settings read from the environment when the options leave them unset (CLI flags --backoff-base /
+#: --backoff-max; the Dagster layer reads the same variables into its judge resource).
 ENV_FALLBACKS: Final = (("backoff_base_s", "FP_JUDGE_BACKOFF_BASE_S"), ("backoff_max_s", "FP_JUDGE_BACKOFF_MAX_S"))
 
 
@@ -64,8 +64,7 @@ def make_judge(options: JudgeOptions) -> Judge:
 
     given: dict[str, Any] = {k: v for k, v in asdict(options).items() if v is not None}
     for name, variable in ENV_FALLBACKS:
-        value = _seconds_from_env(variable)
-        if name not in given and value is not None:
+        if name not in given and (value := _seconds_from_env(variable)) is not None:
             given[name] = value
     judge: Judge = LiteLLMJudge(LiteLLMJudgeConfig(**given))
     return judge

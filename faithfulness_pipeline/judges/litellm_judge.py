@@ -403,6 +403,10 @@ class _Plan(Generic[R]):
     def encode(self, i: int, value: Any, usage: Usage) -> str:
         raise NotImplementedError
 
+    def stored_result(self, i: int, value: str) -> R | None:
+        """Item ``i``'s result from its stored value; None if the value is unreadable (then it is re-asked)."""
+        raise NotImplementedError
+
     def expected_output(self, i: int) -> int:
         raise NotImplementedError
 
@@ -471,6 +475,9 @@ class _ExtractPlan(_Plan[ExtractResult]):
 
     def encode(self, i: int, value: Any, usage: Usage) -> str:
         return encode_claims(value, usage)
+
+    def stored_result(self, i: int, value: str) -> ExtractResult | None:
+        return _stored_extract(self.judge, self.items[i], value)
 
 
 class _VerdictPlan(_Plan[VerdictResult]):
@@ -580,6 +587,22 @@ class _VerdictPlan(_Plan[VerdictResult]):
 
     def encode(self, i: int, value: Any, usage: Usage) -> str:
         return encode_verdicts(value, usage, i in self.truncated)
+
+    def stored_result(self, i: int, value: str) -> VerdictResult | None:
+        return _stored_verdicts(self.judge, self.items[i], value)
+
+
+def _stored_extract(judge: LiteLLMJudge, item: ExtractItem, value: str | None) -> ExtractResult | None:
+    decoded = judge._decoded(decode_claims, value)
+    return None if decoded is None else ExtractResult(item.id, decoded[0], None, decoded[1], True)
+
+
+def _stored_verdicts(judge: LiteLLMJudge, item: VerdictItem, value: str | None) -> VerdictResult | None:
+    decoded = judge._decoded(decode_verdicts, value)
+    if decoded is None:
+        return None
+    verdicts, usage, cut = decoded
+    return VerdictResult(item.id, verdicts, None, usage, True, cut)
 
 
 def _open_store(path: Path | None) -> ResultStore | None:
@@ -759,12 +782,11 @@ class LiteLLMJudge:
                 keys = {i: make(_question(items[i].question), items[i].answer) for i in todo}
             hits = self._lookup(list(keys.values()))
             for i in todo:
-                value = hits.get(keys[i]) if hits else None
-                decoded = self._decoded(decode_claims, value)
-                if decoded is None:
+                stored = _stored_extract(self, items[i], hits.get(keys[i]) if hits else None)
+                if stored is None:
                     misses.append(i)
                 else:
-                    results[i] = ExtractResult(items[i].id, decoded[0], None, decoded[1], True)
+                    results[i] = stored
         self._stats.cached_items += len(todo) - len(misses)
         _tick(progress, len(items) - len(misses))
         if misses:
@@ -795,13 +817,11 @@ class LiteLLMJudge:
                 keys = dict(zip(todo, self._verdict_keys.keys_of_pairs(pairs), strict=True))
             hits = self._lookup(list(keys.values()))
             for i in todo:
-                value = hits.get(keys[i]) if hits else None
-                decoded = self._decoded(decode_verdicts, value)
-                if decoded is None:
+                stored = _stored_verdicts(self, items[i], hits.get(keys[i]) if hits else None)
+                if stored is None:
                     misses.append(i)
                 else:
-                    verdicts, usage, cut = decoded
-                    results[i] = VerdictResult(items[i].id, verdicts, None, usage, True, cut)
+                    results[i] = stored
         self._stats.cached_items += len(todo) - len(misses)
         _tick(progress, len(items) - len(misses))
         if misses:
@@ -966,13 +986,40 @@ class LiteLLMJudge:
 
     async def _guarded(self, plan: _Plan[Any], indices: tuple[int, ...], progress: ProgressCallback | None) -> None:
         try:
-            await self._run_pack(plan, indices, _Tries(), progress)
+            indices = self._not_stored_since(plan, indices, progress)
+            if indices:
+                await self._run_pack(plan, indices, _Tries(), progress)
         except Exception as exc:  # a bug must not lose the other items: they become error rows
             log.exception("litellm judge: unexpected failure")
             reason = f"internal error in the judge: {type(exc).__name__}: {self._redact(str(exc))[:200]}"
             for i in indices:
                 if i not in plan.results:
                     self._finish_error(plan, i, reason, progress)
+
+    def _not_stored_since(
+        self, plan: _Plan[Any], indices: tuple[int, ...], progress: ProgressCallback | None
+    ) -> tuple[int, ...]:
+        """The pack's items still missing from the store just before it is sent.
+
+        Another process scoring the same rows against the same store may have stored some of them since
+        the step's lookup; taking those spares paying twice for everything but the requests in flight.
+        """
+        if not plan.keys:
+            return indices
+        hits = self._lookup([plan.keys[i] for i in indices])
+        if not hits:
+            return indices
+        missing: list[int] = []
+        for i in indices:
+            value = hits.get(plan.keys[i])
+            stored = None if value is None else plan.stored_result(i, value)
+            if stored is None:
+                missing.append(i)
+            else:
+                plan.results[i] = stored
+        self._stats.cached_items += len(indices) - len(missing)
+        _tick(progress, len(indices) - len(missing))
+        return tuple(missing)
 
     async def _run_pack(
         self, plan: _Plan[Any], indices: tuple[int, ...], tries: _Tries, progress: ProgressCallback | None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -87,3 +89,23 @@ def test_atomic_path_leaves_nothing_on_error(tmp_path: Path) -> None:
         writer.write(pl.DataFrame({"a": [None]}))  # a later chunk with nulls keeps the first chunk's types
         writer.close()
     assert pl.read_parquet(target)["a"].to_list() == [1, None]
+
+
+def test_atomic_path_removes_orphans_of_dead_writers_but_not_of_live_ones(tmp_path: Path) -> None:
+    target = tmp_path / "out.parquet"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = tmp_path / f".out.parquet.{int(dead.stdout)}-0.tmp"
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        in_progress = tmp_path / f".out.parquet.{live.pid}-0.tmp"
+        unrelated = tmp_path / ".other.parquet.1-0.tmp"
+        for path in (orphan, in_progress, unrelated):
+            path.write_bytes(b"partial")
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"done")
+        assert target.read_bytes() == b"done"
+        assert not orphan.exists()
+        assert in_progress.exists() and unrelated.exists()
+    finally:
+        live.kill()
+        live.wait()

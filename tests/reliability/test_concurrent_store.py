@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import polars as pl
-import pytest
 
 from tests.fakellm import FakeLLMServer, Latency
 from tests.fakellm.scripted import ScriptedJudge
@@ -71,11 +70,6 @@ def test_two_processes_at_once_share_one_store_without_corruption(reference: Ref
     print(f"one run asked {single_items} items; two runs at once asked {both_items}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the litellm judge looks results up once per step and chunk, before it sends anything: a process "
-    "pays again for every item of its chunk that another process stored after that lookup",
-)
 def test_a_paused_process_does_not_pay_again_for_what_another_one_stored(reference: Reference, tmp_path: Path) -> None:
     src = reference.src
     store = tmp_path / "shared.sqlite"

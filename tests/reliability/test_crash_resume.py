@@ -15,7 +15,6 @@ from functools import partial
 from pathlib import Path
 
 import polars as pl
-import pytest
 
 from tests.fakellm import FakeLLMServer, Latency
 from tests.fakellm.scripted import ScriptedJudge
@@ -120,11 +119,6 @@ def test_sigkill_in_every_phase_leaves_no_output_and_each_rerun_pays_only_for_wh
     assert sorted((tmp_path / "mastra.jsonl").read_text(encoding="utf-8").splitlines()) == reference.mastra
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core.io.atomic_path names its temporary file with mkstemp: a run killed mid-write leaves a hidden "
-    "'.out.parquet.<random>.tmp' (as big as the output so far) that no later run removes",
-)
 def test_a_rerun_removes_what_a_killed_run_left_behind(tmp_path: Path) -> None:
     src = tmp_path / "in.parquet"
     short_rows(3000).write_parquet(src)
