@@ -104,6 +104,7 @@ async def _pipeline(df: pl.DataFrame, processes: int, keep: int) -> dict[str, An
 
 
 def run(rows: int = 100_000, distinct: int = 10_000) -> dict[str, Any]:
+    load_at_start = os.getloadavg()
     started = time.perf_counter()
     base, big = repeated(rows, distinct)
     generated = time.perf_counter() - started
@@ -116,7 +117,8 @@ def run(rows: int = 100_000, distinct: int = 10_000) -> dict[str, Any]:
     return {
         "rows": rows, "distinct": distinct, "generate_s": generated, "judge_alone": alone,
         "one_process": one, "default": default, "identical": same,
-        "target_answers_per_s": TARGET_ANSWERS_PER_S, "machine": machine(), "load": os.getloadavg(),
+        "target_answers_per_s": TARGET_ANSWERS_PER_S, "machine": machine(), "load_at_start": load_at_start,
+        "load": os.getloadavg(),
     }
 
 
@@ -127,6 +129,7 @@ def report(result: dict[str, Any]) -> str:
     worker = default["worker_peak_rss_mb"]
     worker_note = f"; each worker process peaked at {worker:.0f} MB RSS" if worker else ""
     load = ", ".join(f"{x:.1f}" for x in result["load"])
+    load_at_start = ", ".join(f"{x:.1f}" for x in result["load_at_start"])
     return "\n".join([
         "## Offline judge speed",
         "",
@@ -156,7 +159,9 @@ def report(result: dict[str, Any]) -> str:
         f"The default run shares each chunk's verdicts between this process and {default['processes'] - 1} "
         f"worker process(es){worker_note}; its verdicts and scores on the {result['distinct']:,} rows both "
         f"runs share are identical to the one-process run ({'checked' if result['identical'] else 'DIFFER'}). "
-        f"Load average at the end of the run: {load} (the machine may be shared).",
+        f"Load average (1, 5, 15 min) at the start of the run: {load_at_start}; at the end: {load} (the machine "
+        "may be shared: with more runnable processes than cores, the wall-clock rate falls, and the CPU-time "
+        "columns rise a little (shared caches) but much less).",
     ])
 
 

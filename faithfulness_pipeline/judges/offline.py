@@ -47,6 +47,7 @@ from faithfulness_pipeline.judges.offline_text import (
     Haystack,
     Sentences,
     absolutes,
+    cjk_may_negate,
     features,
     has_content,
     is_lead_in,
@@ -57,7 +58,7 @@ from faithfulness_pipeline.judges.offline_text import (
     negated,
     negated_sentences,
     number_matches,
-    passage_haystack,
+    passage_content,
     sentence_index,
     split_sentences,
 )
@@ -78,6 +79,10 @@ CONFLICT_COVERAGE = 0.5
 #: Items handled between progress reports and event-loop yields; also the piece of a batch that
 #: one process judges at a time when several share it.
 _CHUNK = 256
+#: Batches up to this many items are cut in pieces of ``_CHUNK``; larger ones in pieces that shrink
+#: to ``_MIN_PIECE`` items where the workers' end and this process's end meet (see ``_piece``).
+_FIXED_PIECES_UP_TO = 4 * _CHUNK
+_MIN_PIECE = 32
 
 
 # --------------------------------------------------------------------------- claims
@@ -106,7 +111,7 @@ class _Passage:
     text: str
     haystack: Haystack
     numbers: tuple[float, ...]
-    may_negate: bool
+    _may_negate: bool | None = None
     _sentences: Sentences | None = None
     _negated: dict[int, bool] = field(default_factory=dict)
     _negated_haystacks: list[Haystack] | None = None
@@ -114,7 +119,16 @@ class _Passage:
 
     @classmethod
     def of(cls, index: int, text: str) -> _Passage:
-        return cls(index, text, *passage_haystack(text))
+        haystack, numbers, latin_negation = passage_content(text)
+        return cls(index, text, haystack, numbers, True if latin_negation else None)
+
+    @property
+    def may_negate(self) -> bool:
+        """Whether the passage may contain a negation (a cheap over-approximation)."""
+        # The Chinese and Korean scans are left until a claim nearly supported by this passage asks.
+        if self._may_negate is None:
+            self._may_negate = cjk_may_negate(self.text)
+        return self._may_negate
 
     @property
     def sentences(self) -> Sentences:
@@ -128,7 +142,7 @@ class _Passage:
         """The passage's negated sentences: a cheap first look before ``sentences``."""
         if self._negated_haystacks is None:
             self._negated_haystacks = (
-                [passage_haystack(s)[0] for s in negated_sentences(self.text)]
+                [passage_content(s)[0] for s in negated_sentences(self.text)]
                 if self.may_negate
                 else []
             )
@@ -196,6 +210,8 @@ def _judge_one(claim: str, ctx: _Context) -> ClaimVerdict:
             cov = _coverage(feats, total, p.haystack)
             if cov > best_cov:
                 best, best_cov = p, cov
+                if cov >= 1.0:
+                    break  # every unit found: no later passage can cover more (a copied sentence)
     best_i = best.index
     missing = ctx.missing(claimed_numbers)
     bar = _support_bar(feats, total)
@@ -438,44 +454,59 @@ class OfflineJudge:
     ) -> list[_Result]:
         """``[here(w) for w in work]``, in pieces; with workers, they do ``there`` on pieces from the
         front while this process works from the back, so neither waits for the other."""
-        pieces = [work[start : start + _CHUNK] for start in range(0, len(work), _CHUNK)]
-        done: list[list[_Result] | None] = [None] * len(pieces)
-        running: dict[int, Future[list[_Wire]]] = {}
+        total = len(work)
+        done: dict[int, list[_Result]] = {}  # by the piece's first item
+        running: dict[int, tuple[int, Future[list[_Wire]]]] = {}  # first item -> (end, future)
         depth = 2 * (self._processes - 1)  # pieces queued per worker: it never waits for this process
-        front, back = 0, len(pieces)
+        front, back = 0, total
         while front < back or running:
-            pool = self._pool_for(len(work))
+            pool = self._pool_for(total)
             while pool is not None and front < back and len(running) < depth:
+                end = front + self._piece(back - front, total, shared=True)
                 try:
-                    running[front] = pool.submit(there, pieces[front])
+                    running[front] = (end, pool.submit(there, work[front:end]))
                 except (BrokenProcessPool, RuntimeError):
                     self._drop_pool()
                     break
-                front += 1
+                front = end
             if front < back:
-                back -= 1
-                done[back] = [here(w) for w in pieces[back]]
-                await _report(progress, len(pieces[back]))
+                start = back - self._piece(back - front, total, shared=self._pool is not None)
+                done[start] = [here(w) for w in work[start:back]]
+                await _report(progress, back - start)
+                back = start
             elif running:
-                await asyncio.wait([asyncio.wrap_future(f) for f in running.values()], return_when=FIRST_COMPLETED)
-            for index in [i for i, f in running.items() if f.done()]:
-                future = running.pop(index)
+                futures = [asyncio.wrap_future(f) for _, f in running.values()]
+                await asyncio.wait(futures, return_when=FIRST_COMPLETED)
+            for start in [i for i, (_, f) in running.items() if f.done()]:
+                end, future = running.pop(start)
                 if not future.cancelled() and future.exception() is None:
-                    done[index] = received(future.result())
+                    done[start] = received(future.result())
                     self._worker_pieces += 1
                 else:
                     # A worker died (killed, out of memory), a piece could not be sent, or the judge
                     # has a bug: the piece is done here, where a bug raises as it would without
                     # workers, and so is every piece after it.
                     self._drop_pool()
-                    done[index] = [here(w) for w in pieces[index]]
-                await _report(progress, len(pieces[index]))
+                    done[start] = [here(w) for w in work[start:end]]
+                await _report(progress, end - start)
             if self._pool is None and running:
-                for index in list(running):  # pieces a dropped pool still held
-                    running.pop(index).cancel()
-                    done[index] = [here(w) for w in pieces[index]]
-                    await _report(progress, len(pieces[index]))
-        return [result for piece in done if piece is not None for result in piece]
+                for start in list(running):  # pieces a dropped pool still held
+                    end, future = running.pop(start)
+                    future.cancel()
+                    done[start] = [here(w) for w in work[start:end]]
+                    await _report(progress, end - start)
+        return [result for start in sorted(done) for result in done[start]]
+
+    def _piece(self, left: int, total: int, *, shared: bool) -> int:
+        """How many of the ``left`` items not yet given out the next piece takes.
+
+        A large batch shared with workers is cut finer as its two ends meet: whoever finishes first
+        then waits for at most a few small pieces, not for two full ones (with typical RAG rows a
+        full piece is a tenth of a second of one core, and a pipeline chunk makes two batches).
+        """
+        if not shared or total <= _FIXED_PIECES_UP_TO:
+            return min(_CHUNK, left)
+        return min(left, max(_MIN_PIECE, min(_CHUNK, left // (2 * self._processes))))
 
     def stats(self) -> JudgeStats:
         return self._stats

@@ -732,18 +732,32 @@ def _is_word(text: str, syllable: str) -> bool:
 
 def passage_haystack(text: str) -> tuple[Haystack, tuple[float, ...], bool]:
     """What ``passage_units`` gives, with a :class:`Haystack` in place of the unit set."""
+    haystack, found, latin_negation = passage_content(text)
+    return haystack, found, latin_negation or cjk_may_negate(text)
+
+
+def passage_content(text: str) -> tuple[Haystack, tuple[float, ...], bool]:
+    """``passage_haystack`` with only the English part of the negation hint (free once the words
+    are known); ``cjk_may_negate`` gives the rest, which only a passage that nearly supports a claim
+    needs."""
     text = prepare(text)
     lower = text.lower()
     words = _latin_words(lower)
     latin, found = _latin_part(lower, words)
-    may_negate = "n't" in lower or not _EN_NEGATION_WORDS.isdisjoint(words)
+    latin_negation = "n't" in lower or not _EN_NEGATION_WORDS.isdisjoint(words)
     if text.isascii():
-        return Haystack(latin, ""), tuple(found), may_negate
-    folded = fold_chinese(text)
-    if _HAN_RE.search(folded):
-        found.extend(_zh_numbers(text))
-    may_negate = may_negate or bool(_ZH_NEGATION_RE.search(text)) or _has_ko_negation(text)
-    return Haystack(latin, folded), tuple(found), may_negate
+        return Haystack(latin, ""), tuple(found), latin_negation
+    if _HAN_RE.search(text) is None:
+        # Folding and Chinese numerals concern Han characters only: two scans saved on Korean text.
+        return Haystack(latin, text), tuple(found), latin_negation
+    found.extend(_zh_numbers(text))
+    return Haystack(latin, fold_chinese(text)), tuple(found), latin_negation
+
+
+def cjk_may_negate(text: str) -> bool:
+    """Whether a passage may contain a Chinese or Korean negation (an over-approximation)."""
+    text = prepare(text)
+    return not text.isascii() and (bool(_ZH_NEGATION_RE.search(text)) or _has_ko_negation(text))
 
 
 @dataclass(slots=True)
@@ -764,28 +778,34 @@ class Sentences:
     starts: list[int]
     has_word_numbers: bool
     _numbers: list[tuple[float, ...]] | None = None
+    _folded_parts: list[str] | None = None
 
     def weights(self, feats: Features) -> list[float]:
         """The claim's weight in each sentence (exact sums of ones and halves)."""
         found = [float(len(units.intersection(feats.latin))) for units in self.latin]
         needles = feats.needles
-        text = self.folded
-        if needles is None or not text:
+        if needles is None or not self.folded:
             return found
-        for weight, group, check in (
-            (1.0, needles.han_pairs, None),
-            (0.5, needles.han_chars, None),
-            (0.5, needles.hangul_pairs, None),
-            (1.0, needles.stems, _starts_word_at),
-            (1.0, needles.words, _is_word_at),
-        ):
+        if self._folded_parts is None:
+            self._folded_parts = self.folded.split("\n")
+        pairs, halves = needles.han_pairs, needles.han_chars + needles.hangul_pairs
+        if pairs or halves:
+            # Sentence by sentence, every needle looked for in C.
+            for k, part in enumerate(self._folded_parts):
+                contains = part.__contains__
+                found[k] += sum(map(contains, pairs)) + 0.5 * sum(map(contains, halves))
+        # A stem or word needs a look at its neighbours: each is found in the joined text, and each
+        # occurrence is given to its sentence (a line break is no Hangul, so a word that starts or
+        # ends a sentence starts or ends there in the joined text too).
+        text = self.folded
+        for group, check in ((needles.stems, _starts_word_at), (needles.words, _is_word_at)):
             for needle in group:
                 last = -1
                 i = text.find(needle)
                 while i >= 0:
                     k = bisect_right(self.starts, i) - 1
-                    if k != last and (check is None or check(text, needle, i)):
-                        found[k] += weight
+                    if k != last and check(text, needle, i):
+                        found[k] += 1.0
                         last = k
                     i = text.find(needle, i + 1)
         return found
