@@ -113,6 +113,9 @@ def measure(in_flight: int, rows: int, seed: int, **judge: Any) -> dict[str, Any
         "fraction_of_limit": rate / limit,
         "max_in_flight_seen": after["max_in_flight_seen"],
         "idle": sampler.idle_share(),
+        # Slot-time the client held per second of modelled service time: above 1 when replies wait to be
+        # read or requests to be written (a busy or CPU-starved client or server), not when slots sit idle.
+        "held_per_modelled": sampler.idle_share()["busy"] * in_flight * wall / modelled,
         "verdict_mix": {str(k): int(v) for k, v in counts.iter_rows()},
     }
 
@@ -146,11 +149,13 @@ def report(result: dict[str, Any]) -> str:
         f"litellm judge at its defaults as `{result['model']}`) against the fake server in its own process at "
         f"{result['latency']}, with the server's and the client's concurrency both set to the in-flight "
         "number. limit = in_flight / (mean request latency × requests per answer), the mean latency being "
-        "the server's modelled service time; the fraction is the share of slot-time kept busy.",
+        "the server's modelled service time; the fraction is the share of slot-time kept busy. The fraction "
+        "is about (1 - idle share) / (slot-time held / modelled): idle slots are the pipeline's doing, held "
+        "time above the modelled one is CPU time the client or the server did not get in time.",
         "",
         "| in flight | rows | requests/answer | prompt tok/answer | completion tok/answer | mean latency s | "
-        "answers/s | limit | fraction | slots idle: none in flight / partly |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "answers/s | limit | fraction | slots idle: none in flight / partly | slot-time held / modelled |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in result["results"]:
         idle = r["idle"]
@@ -158,7 +163,8 @@ def report(result: dict[str, Any]) -> str:
             f"| {r['in_flight']} | {r['rows']} | {r['requests_per_answer']:.3f} | "
             f"{r['prompt_tokens_per_answer']:.0f} | {r['completion_tokens_per_answer']:.1f} | "
             f"{r['mean_request_latency_s']:.3f} | **{r['answers_per_s']:.1f}** | {r['limit_answers_per_s']:.1f} | "
-            f"**{r['fraction_of_limit']:.2f}** | {100 * idle['empty']:.1f} % / {100 * idle['partial']:.1f} % |"
+            f"**{r['fraction_of_limit']:.2f}** | {100 * idle['empty']:.1f} % / {100 * idle['partial']:.1f} % | "
+            f"{r['held_per_modelled']:.2f} |"
         )
     at16 = next(r for r in result["results"] if r["in_flight"] == 16)
     worst = min(r["fraction_of_limit"] for r in result["results"])

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import polars as pl
 
 Verdict = Literal["supported", "contradicted", "unsupported"]
 VERDICTS: tuple[Verdict, ...] = ("supported", "contradicted", "unsupported")
@@ -136,3 +139,35 @@ class Judge(Protocol):
     async def aclose(self) -> None:
         """Release network clients and stores. Called once at the end of every async run."""
         ...
+
+
+# Optional capabilities. The pipeline uses them when a judge has them; every judge works without.
+
+
+@runtime_checkable
+class Overlapping(Protocol):
+    """A judge whose calls wait on requests (not CPU) and may run concurrently, sharing its limits.
+
+    The pipeline then splits a chunk's extraction into calls of ``overlap_rows`` answers and sends each
+    call's verdicts as soon as its claims are back, while the next chunk's calls already start: request
+    slots are not left idle at step and chunk boundaries.
+    """
+
+    @property
+    def overlap_rows(self) -> int: ...
+
+
+@runtime_checkable
+class StoredColumns(Protocol):
+    """A judge that can answer whole columns from a result store at once (a warm re-run).
+
+    Each method returns one row per input row, or None when it has nothing to look in. A null
+    ``claims`` / ``verdicts`` means "not stored": the pipeline asks for that item the per-item way.
+    ``stored_claims`` gives ``claims`` (list of str) and the usage columns; ``stored_verdicts`` gives
+    ``verdicts`` (the raw verdict structs, one per claim), ``context_truncated`` and the usage columns.
+    Results served this way count as cached in the judge's stats.
+    """
+
+    def stored_claims(self, answers: pl.Series, questions: pl.Series) -> pl.DataFrame | None: ...
+
+    def stored_verdicts(self, claims: pl.Series, contexts: pl.Series) -> pl.DataFrame | None: ...

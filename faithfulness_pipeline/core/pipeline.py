@@ -7,6 +7,8 @@ chunks. No step ever drops a row: a row the judge could not handle gets ``status
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from itertools import accumulate
@@ -22,9 +24,12 @@ from faithfulness_pipeline.core.judge import (
     ClaimVerdict,
     ExtractItem,
     Judge,
+    Overlapping,
+    StoredColumns,
     Usage,
     VerdictItem,
 )
+from faithfulness_pipeline.core.keys import is_blank
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
 from faithfulness_pipeline.core.reasons import add_reasons
 from faithfulness_pipeline.core.scoring import add_counts_and_scores, published_verdicts
@@ -212,20 +217,198 @@ async def score_chunks(
     config: ScoringConfig,
     progress: RowProgress | None = None,
 ) -> AsyncIterator[pl.DataFrame]:
-    """Scores an input stream chunk by chunk; keys are checked for duplicates across the whole stream."""
+    """Scores an input stream chunk by chunk; keys are checked for duplicates across the whole stream.
+
+    With a judge that waits on requests (:class:`Overlapping`), the next chunk is prepared and its calls
+    start while the current one is finishing: two chunks in flight at most, yielded in input order.
+    """
     registry = KeyRegistry()
     scored_at = datetime.now(UTC)
-    for chunk in chunks:
-        prepared = prepare(chunk, config, registry)
-        with_claims = await extract_step(prepared, judge, progress)
-        with_verdicts = await verdict_step(with_claims, judge, progress)
-        yield score_step(
-            with_verdicts,
-            config,
-            judge_model=judge.model_name,
-            prompt_version=judge.prompt_version,
-            scored_at=scored_at,
+
+    def scored(df: pl.DataFrame) -> pl.DataFrame:
+        return score_step(
+            df, config, judge_model=judge.model_name, prompt_version=judge.prompt_version, scored_at=scored_at
         )
+
+    if not isinstance(judge, Overlapping):
+        for chunk in chunks:
+            prepared = prepare(chunk, config, registry)
+            with_claims = await extract_step(prepared, judge, progress)
+            yield scored(await verdict_step(with_claims, judge, progress))
+        return
+
+    async def run(prepared: pl.DataFrame) -> pl.DataFrame:
+        return scored(await judge_overlapped(prepared, judge, progress))
+
+    pending: asyncio.Task[pl.DataFrame] | None = None
+    stream = iter(chunks)
+    try:
+        while True:
+            try:
+                piece = next(stream, None)
+                ready = None if piece is None else prepare(piece, config, registry)
+            except Exception:
+                # A chunk that cannot be read or prepared (a duplicate key) fails the run where it did
+                # before: after the chunks ahead of it have been yielded.
+                if pending is not None:
+                    done, pending = pending, None
+                    yield await done
+                raise
+            if ready is None:
+                break
+            task = asyncio.create_task(run(ready))
+            if pending is not None:
+                done, pending = pending, None
+                yield await done
+            pending = task
+        if pending is not None:
+            done, pending = pending, None
+            yield await done
+    finally:
+        if pending is not None:  # the consumer stopped early or a chunk failed: no orphan requests
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+
+
+async def judge_overlapped(df: pl.DataFrame, judge: Judge, progress: RowProgress | None = None) -> pl.DataFrame:
+    """:func:`extract_step` then :func:`verdict_step` in one, the same columns row for row, with overlap.
+
+    Answers are sent for extraction in calls of ``judge.overlap_rows``; each call's verdicts leave as soon
+    as its claims are back, while later calls are still out. Items the judge can serve column-wise from
+    its store (:class:`StoredColumns`) never become Python objects.
+    """
+    n = df.height
+    work = df.select(
+        pl.int_range(n, dtype=pl.Int64).alias("_i"), S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT,
+        is_blank(pl.col(S.ANSWER)).alias("_blank"),
+    )
+    stored = _stored_rows(work.filter(~pl.col("_blank")), judge)
+    done_ids = stored.get_column("_i") if stored is not None else pl.Series("_i", [], dtype=pl.Int64)
+    rest = work.filter(~pl.col("_i").is_in(done_ids.implode())) if done_ids.len() else work
+    if progress is not None and done_ids.len():
+        progress(float(done_ids.len()))
+    fresh = await _per_item_rows(rest, judge, progress)
+    parts = [fresh] if stored is None else [fresh, stored.select(fresh.columns)]
+    found = pl.concat(parts, how="vertical").sort("_i")
+    x_usage = [(found.get_column(f"x_{c}")).alias(c) for c in S.USAGE_COLUMNS]
+    out = df.with_columns(found.get_column(S.CLAIMS), found.get_column(S.ERROR), *x_usage)
+    return out.with_columns(
+        found.get_column(S.VERDICTS),
+        found.get_column(S.CONTEXT_TRUNCATED),
+        *[(pl.col(c) + found.get_column(f"v_{c}")).alias(c) for c in S.USAGE_COLUMNS],
+    )
+
+
+def _stored_rows(sendable: pl.DataFrame, judge: object) -> pl.DataFrame | None:
+    """The rows whose claims and verdicts are both in the judge's store, as finished result columns."""
+    if not isinstance(judge, StoredColumns) or sendable.height == 0:
+        return None
+    claims = judge.stored_claims(sendable.get_column(S.ANSWER), sendable.get_column(S.QUESTION))
+    if claims is None:
+        return None
+    hit = pl.concat([sendable, claims.rename({c: f"x_{c}" for c in S.USAGE_COLUMNS})], how="horizontal").filter(
+        pl.col("claims").list.len() > 0, pl.col(S.CONTEXT).list.len() > 0
+    )
+    if hit.height == 0:
+        return None
+    verdicts = judge.stored_verdicts(hit.get_column("claims"), hit.get_column(S.CONTEXT))
+    if verdicts is None:
+        return None
+    both = pl.concat([hit, verdicts.rename({c: f"v_{c}" for c in S.USAGE_COLUMNS})], how="horizontal")
+    both = both.filter(pl.col("verdicts").is_not_null())
+    return both.select(
+        "_i",
+        pl.col("claims").alias(S.CLAIMS),
+        pl.lit(None, dtype=pl.String).alias(S.ERROR),
+        *[f"x_{c}" for c in S.USAGE_COLUMNS],
+        pl.col("verdicts").alias(S.VERDICTS),
+        pl.col("context_truncated").alias(S.CONTEXT_TRUNCATED),
+        *[f"v_{c}" for c in S.USAGE_COLUMNS],
+    )
+
+
+async def _per_item_rows(rest: pl.DataFrame, judge: Judge, progress: RowProgress | None) -> pl.DataFrame:
+    """The result columns of ``rest`` through the per-item port, extraction calls overlapping verdicts."""
+    size = max(1, judge.overlap_rows if isinstance(judge, Overlapping) else rest.height)
+    n = rest.height
+    keys = rest.get_column(S.ROW_KEY).to_list()
+    answers = rest.get_column(S.ANSWER).to_list()
+    questions = rest.get_column(S.QUESTION).to_list()
+    contexts = rest.get_column(S.CONTEXT).to_list()
+    blank = rest.get_column("_blank").to_list()
+
+    claims: list[list[str] | None] = [[] for _ in range(n)]
+    errors: list[str | None] = [None] * n
+    x_usages = [Usage() for _ in range(n)]
+    verdicts: list[Sequence[ClaimVerdict] | None] = [None] * n
+    truncated = [False] * n
+    v_usages = [NO_USAGE] * n
+    half = _half(progress)
+
+    async def verdicts_of(rows: list[int]) -> None:
+        todo: list[int] = []
+        for i in rows:
+            if errors[i] is not None:
+                continue
+            found = claims[i]
+            if not found:
+                verdicts[i] = ()
+            elif not contexts[i]:
+                verdicts[i] = (_NO_CONTEXT_VERDICT,) * len(found)
+            else:
+                todo.append(i)
+        if progress is not None and len(todo) < len(rows):
+            progress((len(rows) - len(todo)) / 2)
+        if not todo:
+            return
+        items = [
+            VerdictItem(id=keys[i], claims=tuple(claims[i] or ()), context=tuple(contexts[i]), question=questions[i])
+            for i in todo
+        ]
+        results = await judge.judge_claims(items, half)
+        _check_ids("judge_claims", [it.id for it in items], [r.id for r in results])
+        for i, result in zip(todo, results, strict=True):
+            v_usages[i] = result.usage
+            truncated[i] = result.context_truncated
+            count = len(claims[i] or ())
+            if result.verdicts is None or len(result.verdicts) != count:
+                errors[i] = f"claim verdicts failed: {result.error or 'judge returned a wrong number of verdicts'}"
+                continue
+            verdicts[i] = result.verdicts
+
+    async def claims_then_verdicts(rows: list[int]) -> None:
+        items = [ExtractItem(id=keys[i], answer=answers[i], question=questions[i]) for i in rows]
+        results = await judge.extract_claims(items, half)
+        _check_ids("extract_claims", [it.id for it in items], [r.id for r in results])
+        for i, result in zip(rows, results, strict=True):
+            claims[i] = list(result.claims) if result.claims is not None else None
+            errors[i] = f"claim extraction failed: {result.error}" if result.error is not None else None
+            x_usages[i] = result.usage
+        await verdicts_of(rows)
+
+    blank_rows = [i for i in range(n) if blank[i]]
+    send = [i for i in range(n) if not blank[i]]
+    if progress is not None and blank_rows:
+        progress(len(blank_rows) / 2)
+    async with asyncio.TaskGroup() as group:
+        if blank_rows:
+            group.create_task(verdicts_of(blank_rows))
+        for start in range(0, len(send), size):
+            group.create_task(claims_then_verdicts(send[start : start + size]))
+    x = _usage_frame(x_usages)
+    v = _usage_frame(v_usages)
+    return pl.DataFrame(
+        [
+            rest.get_column("_i"),
+            _nested(S.CLAIMS, claims, _CLAIMS_ARROW),
+            pl.Series(S.ERROR, errors, dtype=pl.String),
+            *[s.alias(f"x_{c}") for c, s in x.items()],
+            _verdict_column(verdicts),
+            pl.Series(S.CONTEXT_TRUNCATED, truncated, dtype=pl.Boolean),
+            *[s.alias(f"v_{c}") for c, s in v.items()],
+        ]
+    )
 
 
 def chunks_of(df: pl.DataFrame, rows: int) -> Iterable[pl.DataFrame]:

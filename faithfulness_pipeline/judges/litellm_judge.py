@@ -6,7 +6,9 @@ seconds; importing this module must not).
 Per step (claims, then verdicts) a call to the judge:
 
 1. answers what needs no request (empty answers, zero claims, empty context) and what the result
-   store already holds (``refresh`` skips the lookups, never the writes);
+   store already holds (``refresh`` skips the lookups, never the writes). The pipeline first asks for
+   whole columns of stored results (:meth:`LiteLLMJudge.stored_claims`, ``stored_verdicts``), so that a
+   warm re-run never builds per-item objects; only what is not stored comes through the port;
 2. counts every remaining item's tokens with litellm's offline tokenizer and packs the items into
    requests under ``pack_tokens`` (truncating the passages of an item only when it alone exceeds the
    model's window, and saying so on its result). Packs leave while later items are still counted
@@ -30,11 +32,13 @@ import gc
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
 
+import polars as pl
 from pydantic import BaseModel, ConfigDict, Field
 
 from faithfulness_pipeline.core import prompts
@@ -49,6 +53,7 @@ from faithfulness_pipeline.core.judge import (
     VerdictItem,
     VerdictResult,
 )
+from faithfulness_pipeline.core.keys import is_blank
 from faithfulness_pipeline.core.packing import (
     REPLY_SLACK_TOKENS,
     Count,
@@ -70,9 +75,13 @@ from faithfulness_pipeline.judges.store import (
     KeyMaker,
     ResultStore,
     decode_claims,
+    decode_claims_column,
     decode_verdicts,
+    decode_verdicts_column,
     encode_claims,
     encode_verdicts,
+    extract_content,
+    pair_content,
 )
 
 log = logging.getLogger(__name__)
@@ -672,8 +681,20 @@ class _RequestFailed(Exception):
         self.sent = sent
 
 
-#: Items counted between two chances for the workers to run: ~5 ms of counting passages.
-_YIELD_EVERY: Final = 16
+#: Counting time between two chances for the workers to run (replies that arrive meanwhile wait, holding
+#: their request slots), ~20 verdict items. Only one call counts at a time, so this also bounds how fast
+#: packs are made per pass of the event loop: 2 ms starved the packing on a busy machine (a quarter of
+#: the slots idle at 64 in flight), 8 ms keeps the 99th percentile wait of the loop near 0.1 s.
+_TURN_S: Final = 0.008
+
+
+@dataclass(frozen=True, slots=True)
+class _Turns:
+    """What the calls of one judge share on one event loop."""
+
+    loop: asyncio.AbstractEventLoop
+    packs: asyncio.Semaphore  # packs between their last store check and their reply: 2 x max_concurrency
+    counting: asyncio.Lock  # held by the call whose items are being counted and packed
 
 
 class _PackQueue:
@@ -725,6 +746,7 @@ class LiteLLMJudge:
         litellm.suppress_debug_info = True
         self.card = model_card(config)
         self.count_tokens: Count = token_counter(config.model)
+        _freeze_imports()
         timing: dict[str, Any] = {}
         if clock is not None:
             timing["clock"] = clock
@@ -757,6 +779,7 @@ class LiteLLMJudge:
         self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
         self._fatal: str | None = None
         self._replies = 0  # successful requests so far
+        self._turns: _Turns | None = None
 
     def _frame_tokens(self, step: str) -> int:
         text = prompts.frame_text(step)
@@ -830,6 +853,65 @@ class LiteLLMJudge:
             for i, result in plan.results.items():
                 results[i] = result
         return _all_set(results)
+
+    @property
+    def overlap_rows(self) -> int:
+        """Rows per extraction call when the pipeline overlaps steps (see ``core.judge.Overlapping``).
+
+        Big enough that a call's last, partly filled packs cost little (~16 extraction packs and ~60
+        verdict packs of typical rows), small enough that verdicts of the first answers are sent while
+        later answers' claims are still being extracted.
+        """
+        return 16 * self.config.max_items_per_pack
+
+    def stored_claims(self, answers: pl.Series, questions: pl.Series) -> pl.DataFrame | None:
+        """Claims and usage already in the store for each answer, column-wise (null claims: not stored).
+
+        None when there is no store to read (or ``refresh``): then every item goes the per-item way.
+        """
+        if self.store is None or self.config.refresh or answers.len() == 0:
+            return None
+        frame = pl.DataFrame({"q": questions, "a": answers})
+        question = pl.when(is_blank(pl.col("q"))).then(pl.lit(None, dtype=pl.String)).otherwise(pl.col("q"))
+        content = frame.select(extract_content(question, pl.col("a"))).to_series()
+        with _gc_paused():
+            keys = self._extract_keys.keys_of_texts(content)
+            values = self._lookup_aligned(keys)
+        decoded = decode_claims_column(pl.Series(values, dtype=pl.String))
+        if decoded is not None:
+            self._stats.cached_items += decoded.height - decoded.get_column("claims").null_count()
+        return decoded
+
+    def stored_verdicts(self, claims: pl.Series, contexts: pl.Series) -> pl.DataFrame | None:
+        """Verdicts, truncation flag and usage already in the store for each (claims, context) pair."""
+        if self.store is None or self.config.refresh or claims.len() == 0:
+            return None
+        heads, tails = pair_content(pl.col("c"), pl.col("x"))
+        content = pl.DataFrame({"c": claims, "x": contexts}).select(heads.alias("h"), tails.alias("t"))
+        odd = content.get_column("h").is_null() | content.get_column("t").is_null()
+        with _gc_paused():
+            if odd.any():
+                # Texts holding NUL: the general layout, item by item (Python strings, rarely needed).
+                where = odd.arg_true().to_list()
+                odd_keys = [
+                    self._verdict_keys.key_of_lists(c, x)
+                    for c, x in zip(claims.gather(where).to_list(), contexts.gather(where).to_list(), strict=True)
+                ]
+                keys: list[bytes] = [b""] * content.height
+                plain = (~odd).arg_true().to_list()
+                rows = content.filter(~odd)
+                fresh = self._verdict_keys.keys_of_texts(rows.get_column("h"), rows.get_column("t"))
+                for n, key in zip(plain, fresh, strict=True):
+                    keys[n] = key
+                for n, key in zip(where, odd_keys, strict=True):
+                    keys[n] = key
+            else:
+                keys = self._verdict_keys.keys_of_texts(content.get_column("h"), content.get_column("t"))
+            values = self._lookup_aligned(keys)
+        decoded = decode_verdicts_column(pl.Series(values, dtype=pl.String), claims.list.len())
+        if decoded is not None:
+            self._stats.cached_items += decoded.height - decoded.get_column("verdicts").null_count()
+        return decoded
 
     def _decoded(self, decode: Callable[[str], T], value: str | None) -> T | None:
         """A stored value decoded, or None: absent, or unreadable (then it is asked for again)."""
@@ -936,6 +1018,18 @@ class LiteLLMJudge:
             log.warning("%s: %s", note, exc)
             return {}
 
+    def _lookup_aligned(self, keys: list[bytes]) -> list[str | None]:
+        if self.store is None or self.config.refresh or not keys:
+            return [None] * len(keys)
+        try:
+            return self.store.get_aligned(keys)
+        except sqlite3.Error as exc:
+            note = f"result store read failed ({type(exc).__name__}): stored results were not used"
+            if note not in self._stats.notes:
+                self._stats.notes.append(note)
+            log.warning("%s: %s", note, exc)
+            return [None] * len(keys)
+
     def _save(self, rows: list[tuple[bytes, str, str]]) -> None:
         if self.store is None or not rows:
             return
@@ -954,8 +1048,8 @@ class LiteLLMJudge:
 
         Counting is the judge's main CPU cost (every passage goes through the tokenizer): done up front
         it would leave every request slot idle at the start of each step. So packs queue as they
-        close, in item order, and workers send them in that order: twice as many workers as request
-        slots, so that a worker sleeping out a back-off never leaves a slot idle.
+        close, in item order, and workers send them in that order: twice as many packs under way as
+        request slots (``_Turns.packs``), so that a pack sleeping out a back-off never leaves a slot idle.
         """
         queue = _PackQueue()
         workers = [
@@ -963,16 +1057,30 @@ class LiteLLMJudge:
         ]
         try:
             packer = Packer(self.frame_tokens[plan.step], self.limits)
-            for n, i in enumerate(plan.order()):
-                entry = plan.add(i)
-                if entry is None:
-                    self._finish_error(plan, i, plan.oversize[i], progress)
-                    continue
-                closed = packer.push(entry)
-                if closed is not None:
-                    queue.put(closed)
-                if n % _YIELD_EVERY == _YIELD_EVERY - 1:
-                    await asyncio.sleep(0)  # let the workers send what is packed and read replies
+            order = plan.order()
+            turn = self._loop_bound().counting
+            clock = time.perf_counter
+            at = 0
+            # One call packs at a time, in the order the calls came: the first answers' packs all leave
+            # first, so their claims are back (and their verdicts can go) while later answers' are out.
+            # Interleaved, every call's last extraction pack would come back at the end of the phase.
+            async with turn:
+                while at < len(order):
+                    until = clock() + _TURN_S
+                    while at < len(order):
+                        i = order[at]
+                        at += 1
+                        entry = plan.add(i)
+                        if entry is None:
+                            self._finish_error(plan, i, plan.oversize[i], progress)
+                        else:
+                            closed = packer.push(entry)
+                            if closed is not None:
+                                queue.put(closed)
+                        if clock() >= until:
+                            break
+                    # Short turns: replies that arrive while we count wait unread, holding their slots.
+                    await asyncio.sleep(0)
             last = packer.flush()
             if last is not None:
                 queue.put(last)
@@ -982,7 +1090,17 @@ class LiteLLMJudge:
 
     async def _work(self, plan: _Plan[Any], queue: _PackQueue, progress: ProgressCallback | None) -> None:
         while (pack := await queue.get()) is not None:
-            await self._guarded(plan, pack.indices, progress)
+            # Judge-wide, not per call: with calls running side by side (the pipeline overlaps them) only
+            # ``2 * max_concurrency`` packs are between their last store check and their reply. More would
+            # wait for a slot with a stale check: paid twice if another process stores them meanwhile.
+            async with self._loop_bound().packs:
+                await self._guarded(plan, pack.indices, progress)
+
+    def _loop_bound(self) -> _Turns:
+        loop = asyncio.get_running_loop()
+        if self._turns is None or self._turns.loop is not loop:  # asyncio locks belong to one event loop
+            self._turns = _Turns(loop, asyncio.Semaphore(2 * self.config.max_concurrency), asyncio.Lock())
+        return self._turns
 
     async def _guarded(self, plan: _Plan[Any], indices: tuple[int, ...], progress: ProgressCallback | None) -> None:
         try:
@@ -1212,6 +1330,23 @@ class LiteLLMJudge:
             # most likely the setup (a parameter the server rejects): do not multiply the requests.
             return _RequestFailed("isolate" if self._replies else "fatal", f"{name}: {detail}")
         return _RequestFailed("transient", f"{name}{f' {status}' if status else ''}: {detail}")
+
+
+_FROZEN: list[bool] = []
+
+
+def _freeze_imports() -> None:
+    """Moves what exists now (litellm's modules, the tokenizer) out of reach of the cyclic collector.
+
+    ``import litellm`` leaves a heap of a few hundred thousand objects. Every full collection walked
+    all of them: 0.3-0.4 s with the event loop stopped, several times a run, and every reply waiting
+    meanwhile held its request slot (measured: a sixth of the slot-time at 64 requests in flight). Those
+    objects live as long as the process anyway; the run's own garbage is still collected. Once a process.
+    """
+    if not _FROZEN:
+        gc.collect()  # what is garbage already is freed, not frozen
+        gc.freeze()
+        _FROZEN.append(True)
 
 
 @contextlib.contextmanager

@@ -12,9 +12,12 @@ Why SQLite (in WAL mode), and not DuckDB or a Parquet journal:
 * **Two processes at once.** WAL lets readers run while one writer commits; writers wait on a busy
   timeout instead of failing. Two scoring runs (two Dagster partitions) can share one store file.
 * **Fast warm re-runs.** Keys are 16-byte blobs in a ``WITHOUT ROWID`` primary-key table, looked up
-  ~900 at a time with one ``IN (...)`` query: a few hundred thousand lookups per second. What a warm
-  re-run spends is hashing every row's passages again to find its key (one encode and one SHA-256
-  update per row, the halves of a batch on two threads) and decoding the values (flat JSON arrays).
+  ~900 at a time with one ``IN (...)`` query (each distinct key once): a few hundred thousand lookups
+  per second. What a warm re-run spends is hashing every row's passages again to find its key and
+  decoding the values (flat JSON arrays). Both are done column-wise for a whole chunk: polars lays the
+  key content out (:func:`extract_content`, :func:`pair_content`), SHA-256 reads it straight from the
+  column's buffer (the halves on two threads), and polars parses the values
+  (:func:`decode_claims_column`, :func:`decode_verdicts_column`); no Python object per row.
 * **Nothing to install, one file to copy or delete.** ``sqlite3`` ships with Python.
 
 What is stored: the key (a hash), the step, a compact JSON value (the claim texts or the verdicts, the
@@ -26,6 +29,7 @@ and none of those contain the secret.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import sqlite3
@@ -36,6 +40,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
+import polars as pl
+import pyarrow as pa
+
+from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.judge import ClaimVerdict, Usage, Verdict
 
 SCHEMA_VERSION: Final = 1
@@ -81,6 +89,37 @@ class KeyMaker:
         second = _pool().submit(self._digests, data[mid:])
         return self._digests(data[:mid]) + second.result()
 
+    def keys_of_texts(self, texts: pl.Series, tails: pl.Series | None = None) -> list[bytes]:
+        """One key per row of a column of already laid-out content (:func:`extract_content`, or the two
+        parts of :func:`pair_content` as ``texts`` and ``tails``), hashed straight from the columns' UTF-8
+        buffers: no Python string per row. No row may be null."""
+        heads = _spans(texts)
+        rows = [heads] if tails is None else [heads, _spans(tails)]
+        if len(heads[1]) < _PARALLEL_MIN:
+            return self._span_digests(rows, 0, len(heads[1]))
+        # hashlib lets go of the GIL for updates over 2 KiB (passages): the halves hash in parallel.
+        mid = len(heads[1]) // 2
+        second = _pool().submit(self._span_digests, rows, mid, len(heads[1]))
+        return self._span_digests(rows, 0, mid) + second.result()
+
+    def _span_digests(self, parts: list[_Spans], start: int, stop: int) -> list[bytes]:
+        out: list[bytes] = []
+        base = self._base
+        if len(parts) == 1:
+            data, spans = parts[0]
+            for a, b in spans[start:stop]:
+                h = base.copy()
+                h.update(data[a:b])
+                out.append(h.digest()[:16])
+            return out
+        (head_data, head_spans), (tail_data, tail_spans) = parts
+        for (a, b), (c, d) in zip(head_spans[start:stop], tail_spans[start:stop], strict=True):
+            h = base.copy()
+            h.update(head_data[a:b])
+            h.update(tail_data[c:d])
+            out.append(h.digest()[:16])
+        return out
+
     def _digest(self, data: bytes) -> bytes:
         h = self._base.copy()
         h.update(data)
@@ -97,9 +136,26 @@ class KeyMaker:
 
 
 _PARALLEL_MIN: Final = 512
+#: A string column's UTF-8 buffer and each row's (start, end) in it.
+_Spans = tuple[memoryview, list[tuple[int, int]]]
 _POOL: list[ThreadPoolExecutor] = []
 # A forked child (a multiprocess executor) inherits the pool but not its thread: start afresh there.
 os.register_at_fork(after_in_child=_POOL.clear)
+
+
+def _spans(texts: pl.Series) -> _Spans:
+    """The UTF-8 buffer of a string column and each row's (start, end) in it."""
+    arr = texts.rechunk().to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.type != pa.large_string():
+        arr = arr.cast(pa.large_string())
+    if arr.null_count:
+        raise ValueError("content to hash must not be null")
+    _, offsets_buf, data_buf = arr.buffers()
+    offsets = memoryview(offsets_buf).cast("q")[arr.offset : arr.offset + len(arr) + 1].tolist()
+    data = memoryview(data_buf) if data_buf is not None else memoryview(b"")
+    return data, list(itertools.pairwise(offsets))
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -131,6 +187,40 @@ def _list_content(groups: Sequence[Sequence[str] | str | None]) -> bytes:
     if body.count("\x00") != max(len(texts) - 1, 0):
         shape = "L" + ",".join(str(len(t)) for t in texts) + ";" + shape
     return (shape + "\x01" + body).encode("utf-8", "surrogatepass")
+
+
+def extract_content(question: pl.Expr, answer: pl.Expr) -> pl.Expr:
+    """``_content((question, answer))`` as a polars expression (``question`` null when absent or blank).
+
+    Lengths are in code points like Python's ``len``; polars strings are valid UTF-8, so their bytes are
+    the ``surrogatepass`` encoding of the same text.
+    """
+    head = pl.when(question.is_null()).then(pl.lit("n")).otherwise(question.str.len_chars().cast(pl.String))
+    return pl.concat_str(
+        [head, pl.lit(","), answer.str.len_chars().cast(pl.String), pl.lit("\x00"), question.fill_null(""), answer]
+    )
+
+
+def pair_content(first: pl.Expr, second: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    """``_pair_content(first, second)`` as two polars expressions, ``(header and first texts, second
+    texts)``, hashed one after the other so that the long second part (passages) is joined only once.
+
+    Both are null where a text holds a NUL or is null: only :func:`_list_content`'s general layout
+    covers those rows.
+    """
+    n_first, n_second = first.list.len(), second.list.len()
+    joined_first = first.list.join("\x00", ignore_nulls=False)  # null when a text is null
+    joined_second = second.list.join("\x00", ignore_nulls=False)
+    between = pl.when((n_first > 0) & (n_second > 0)).then(pl.lit("\x00")).otherwise(pl.lit(""))
+    head = pl.format("l{},l{}\x01", n_first, n_second)
+    has_nul = pl.any_horizontal(
+        texts.list.eval(pl.element().str.contains("\x00", literal=True)).list.any() for texts in (first, second)
+    )
+    null = pl.lit(None, dtype=pl.String)
+    return (
+        pl.when(has_nul).then(null).otherwise(pl.concat_str([head, joined_first, between])),
+        pl.when(has_nul | joined_first.is_null()).then(null).otherwise(joined_second),
+    )
 
 
 def _content(fields: Sequence[str | None]) -> bytes:
@@ -191,6 +281,13 @@ class ResultStore:
                 query = f"SELECT key, value FROM results WHERE key IN ({marks})"  # only ? placeholders are formatted in
                 found.update(conn.execute(query, chunk).fetchall())
         return found
+
+    def get_aligned(self, keys: Sequence[bytes]) -> list[str | None]:
+        """The stored value of every key in order (None where absent); each distinct key is asked once."""
+        distinct = list(dict.fromkeys(keys))
+        found = self.get_many(distinct)
+        get = found.get
+        return [get(k) for k in keys]
 
     def put_many(self, rows: Iterable[tuple[bytes, str, str]]) -> None:
         """Stores ``(key, step, value)`` rows in one transaction, replacing older values of the keys."""
@@ -283,3 +380,126 @@ def decode_verdicts(value: str) -> tuple[tuple[ClaimVerdict, ...], Usage, bool]:
             verdict = ClaimVerdict(_VERDICT[letter], bool(spec), reason, evidence)
         verdicts.append(verdict)
     return tuple(verdicts), Usage(data[0], data[1], data[2], data[3]), bool(data[4])
+
+
+# ------------------------------------------------------------------------------ column-wise decoding
+#
+# A warm re-run decodes every stored value: polars parses a whole column of them in one call (numbers
+# come back as text, which casts back to the very same float or int), where the per-item codecs above
+# would build a few Python objects per claim. A value that does not have the layout gives a null row:
+# the caller asks for that item the per-item way, which re-asks for what is unreadable.
+
+_AS_TEXT: Final = pl.List(pl.String)
+_USAGE_DTYPES: Final[dict[str, pl.DataType]] = {
+    "llm_calls": pl.Float64(),
+    "prompt_tokens": pl.Int64(),
+    "completion_tokens": pl.Int64(),
+    "cost_usd": pl.Float64(),
+}
+
+
+def _parsed(values: pl.Series) -> pl.Series | None:
+    try:
+        return values.str.json_decode(_AS_TEXT)
+    except pl.exceptions.PolarsError:  # one malformed value fails the column: decode item by item
+        return None
+
+
+def _usage_exprs(data: pl.Expr) -> list[pl.Expr]:
+    return [data.list.get(n, null_on_oob=True).cast(dtype, strict=False).alias(name)
+            for n, (name, dtype) in enumerate(_USAGE_DTYPES.items())]
+
+
+def _usage_valid(data: pl.Expr) -> pl.Expr:
+    # The cost may be null (unknown price); calls and tokens may not.
+    return pl.all_horizontal(
+        data.list.get(n, null_on_oob=True).cast(dtype, strict=False).is_not_null()
+        for n, dtype in enumerate(list(_USAGE_DTYPES.values())[:3])
+    )
+
+
+def decode_claims_column(values: pl.Series) -> pl.DataFrame | None:
+    """Stored claim values (null = not stored) as columns ``claims`` (null where not usable) and usage.
+
+    None when the column cannot be parsed at once (then every item goes the per-item way).
+    """
+    parsed = _parsed(values)
+    if parsed is None:
+        return None
+    data = pl.col("data")
+    usable = data.is_not_null() & (data.list.len() >= 4) & _usage_valid(data)
+    return pl.DataFrame({"data": parsed}).select(
+        pl.when(usable).then(data.list.slice(4)).otherwise(pl.lit(None, dtype=_AS_TEXT)).alias("claims"),
+        *_usage_exprs(data),
+    )
+
+
+_LETTERS: Final = {"S": "supported", "C": "contradicted", "U": "unsupported"}
+
+
+def decode_verdicts_column(values: pl.Series, n_claims: pl.Series) -> pl.DataFrame | None:
+    """Stored verdict values as ``verdicts`` (the pipeline's raw verdict lists; null where not stored,
+    unreadable or not one verdict per claim), ``context_truncated`` and usage. None as for claims."""
+    parsed = _parsed(values)
+    if parsed is None:
+        return None
+    data, body = pl.col("data"), pl.col("body")
+    frame = pl.DataFrame({"data": parsed, "n": n_claims.cast(pl.Int64)}).with_columns(data.list.slice(5).alias("body"))
+    shaped = (
+        data.is_not_null()
+        & (body.list.len() == 4 * pl.col("n"))
+        & (pl.col("n") > 0)
+        & _usage_valid(data)
+        & data.list.get(4, null_on_oob=True).cast(pl.Int64, strict=False).is_not_null()
+    )
+    frame = frame.with_columns(shaped.fill_null(False).alias("shaped"))
+    # All verdict fields of the usable rows in one flat column: field k of every verdict is every 4th.
+    flat = frame.filter("shaped").get_column("body").explode()
+    fields = pl.DataFrame({name: flat.gather_every(4, k) for k, name in enumerate(_FIELDS)})
+    fields = fields.select(
+        pl.col("letter").replace_strict(_LETTERS, default=None, return_dtype=pl.String).alias("verdict"),
+        (pl.col("speculative").cast(pl.Int64, strict=False) != 0).alias("speculative"),
+        pl.col("reason"),
+        pl.col("evidence").cast(pl.Int32, strict=False).alias("evidence_index"),
+        # An unknown letter, or a flag or evidence that is no integer, makes the row unreadable.
+        (
+            pl.col("letter").is_in(list(_LETTERS))
+            & pl.col("speculative").cast(pl.Int64, strict=False).is_not_null()
+            & (pl.col("evidence").is_null() | pl.col("evidence").cast(pl.Int32, strict=False).is_not_null())
+        ).alias("fine"),
+    )
+    if not fields.get_column("fine").all():
+        return _without_unreadable(frame, fields, values, n_claims)
+    lengths = frame.select(pl.when("shaped").then(pl.col("n")).otherwise(0)).to_series()
+    offsets = pl.concat([pl.Series([0], dtype=pl.Int64), lengths.cum_sum()]).to_arrow()
+    struct = pa.StructArray.from_arrays(
+        [_flat_arrow(fields.get_column(name)) for name in _STRUCT_FIELDS], names=list(_STRUCT_FIELDS)
+    )
+    missing = _flat_arrow(frame.get_column("shaped").not_())
+    verdicts = pl.Series(S.VERDICTS, pa.LargeListArray.from_arrays(offsets, struct, mask=missing))
+    return frame.select(
+        pl.when("shaped").then(data.list.get(4, null_on_oob=True).cast(pl.Int64, strict=False) != 0)
+        .otherwise(pl.lit(None, dtype=pl.Boolean)).alias("context_truncated"),
+        *_usage_exprs(data),
+    ).with_columns(verdicts.alias("verdicts"))
+
+
+_FIELDS: Final = ("letter", "speculative", "evidence", "reason")  # the stored order
+_STRUCT_FIELDS: Final = ("verdict", "speculative", "reason", "evidence_index")  # the pipeline's
+
+
+def _flat_arrow(series: pl.Series) -> pa.Array:
+    arr = series.rechunk().to_arrow()
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def _without_unreadable(
+    frame: pl.DataFrame, fields: pl.DataFrame, values: pl.Series, n_claims: pl.Series
+) -> pl.DataFrame | None:
+    """Decodes again with the rows holding an unreadable verdict marked not stored (rare: a damaged store)."""
+    rows = frame.with_row_index("row").filter("shaped")
+    owner = rows.select(pl.col("row").repeat_by(pl.col("n")).explode()).to_series()
+    bad = owner.filter(~fields.get_column("fine")).unique()
+    keep = pl.Series(range(values.len())).is_in(bad.implode()).not_()
+    cleaned = pl.select(pl.when(keep).then(values).otherwise(pl.lit(None, dtype=pl.String))).to_series()
+    return decode_verdicts_column(cleaned, n_claims)

@@ -1,0 +1,171 @@
+"""The overlapped pipeline (a judge with ``overlap_rows``, and one that serves stored columns) gives the
+very table of the step-by-step pipeline: every row, in input order, error rows and usage included."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+
+import polars as pl
+import pytest
+
+from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.config import ScoringConfig
+from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.core.judge import (
+    ExtractItem,
+    ExtractResult,
+    Overlapping,
+    ProgressCallback,
+    StoredColumns,
+    Usage,
+    VerdictItem,
+    VerdictResult,
+)
+from faithfulness_pipeline.core.pipeline import chunks_of, score_chunks, score_frame_async
+from tests.script_judge import ScriptedJudge, scripted_verdict, split_claims
+
+
+class SlowOverlappingJudge(ScriptedJudge):
+    """Scripted results, each call finishing after a random pause, so that calls end out of order."""
+
+    overlap_rows = 3
+
+    def __init__(self, seed: int, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.rng = random.Random(seed)
+        self.running = 0
+        self.most_running = 0
+
+    async def _pause(self) -> None:
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        await asyncio.sleep(self.rng.random() / 200)
+        self.running -= 1
+
+    async def extract_claims(self, items: Sequence[ExtractItem], progress: ProgressCallback | None = None
+                             ) -> list[ExtractResult]:
+        await self._pause()
+        return await super().extract_claims(items, progress)
+
+    async def judge_claims(self, items: Sequence[VerdictItem], progress: ProgressCallback | None = None
+                           ) -> list[VerdictResult]:
+        await self._pause()
+        return await super().judge_claims(items, progress)
+
+
+_STORED_USAGE = Usage(llm_calls=1 / 3, prompt_tokens=7, completion_tokens=2, cost_usd=None)
+
+
+class StoringJudge(SlowOverlappingJudge):
+    """Serves answers without "[U]" column-wise, as a result store would: usage as stored, null cost."""
+
+    def stored_claims(self, answers: pl.Series, questions: pl.Series) -> pl.DataFrame | None:
+        claims = [list(split_claims(a)) if "[U]" not in a else None for a in answers.to_list()]
+        return pl.DataFrame({
+            "claims": pl.Series(claims, dtype=pl.List(pl.String)),
+            **_usage_columns(len(claims)),
+        })
+
+    def stored_verdicts(self, claims: pl.Series, contexts: pl.Series) -> pl.DataFrame | None:
+        rows = []
+        for found in claims.to_list():
+            if any("[C]" in c for c in found):
+                rows.append(None)  # not stored: asked the per-item way
+                continue
+            rows.append([
+                {"verdict": v.verdict, "speculative": v.speculative, "reason": v.reason, "evidence_index": v.evidence}
+                for v in (scripted_verdict(c) for c in found)
+            ])
+        return pl.DataFrame({
+            "verdicts": pl.Series(rows, dtype=pl.List(S.RAW_VERDICT_STRUCT)),
+            "context_truncated": pl.Series([False] * len(rows)),
+            **_usage_columns(len(rows)),
+        })
+
+
+def _usage_columns(n: int) -> dict[str, pl.Series]:
+    u = _STORED_USAGE
+    return {
+        "llm_calls": pl.Series([u.llm_calls] * n, dtype=pl.Float64),
+        "prompt_tokens": pl.Series([u.prompt_tokens] * n, dtype=pl.Int64),
+        "completion_tokens": pl.Series([u.completion_tokens] * n, dtype=pl.Int64),
+        "cost_usd": pl.Series([None] * n, dtype=pl.Float64),
+    }
+
+
+def _rows(n: int) -> pl.DataFrame:
+    answers: list[str | None] = []
+    contexts: list[list[str] | None] = []
+    for i in range(n):
+        kind = i % 9
+        answers.append(
+            None if kind == 0 else "  \u3000" if kind == 1 else "Is it? Really?" if kind == 2
+            else f"Row {i} is fine. It has [C] a flaw." if kind == 3 else f"Row {i} [U] is vague. It [H] may be."
+            if kind == 4 else f"Row {i} is fine."
+        )
+        contexts.append([] if kind == 5 else None if kind == 6 else [f"passage {i}", "shared"])
+    return pl.DataFrame(
+        {"conversation_id": [f"c{i}" for i in range(n)], "input": [f"q{i}" if i % 2 else None for i in range(n)],
+         "output": answers, "context": contexts},
+        schema={"conversation_id": pl.String, "input": pl.String, "output": pl.String, "context": pl.List(pl.String)},
+    )
+
+
+def _score(df: pl.DataFrame, judge: object, chunk_rows: int) -> pl.DataFrame:
+    out = asyncio.run(score_frame_async(df, judge, ScoringConfig(chunk_rows=chunk_rows)))  # type: ignore[arg-type]
+    return out.drop("scored_at")
+
+
+@pytest.mark.parametrize("judge_class", [SlowOverlappingJudge, StoringJudge])
+@pytest.mark.parametrize("chunk_rows", [4, 10, 1000])
+def test_overlapped_pipeline_gives_the_step_by_step_table(judge_class: type[SlowOverlappingJudge],
+                                                          chunk_rows: int) -> None:
+    df = _rows(47)
+    failing = {"fail_extract": {"c10", "c20", "c31"}, "fail_verdicts": {"c12", "c19", "c39"}}
+    judge = judge_class(seed=chunk_rows, **failing)
+    assert isinstance(judge, Overlapping)
+    assert isinstance(judge, StoredColumns) is (judge_class is StoringJudge)
+    expected = _score(df, ScriptedJudge(**failing), chunk_rows)  # type: ignore[arg-type]
+    got = _score(df, judge, chunk_rows)
+    if judge_class is StoringJudge:
+        # Stored results carry their stored usage: compare everything else, then the usage of stored rows.
+        stored = pl.col("cost_usd").is_null()
+        assert got.filter(stored).height > 0
+        usage = list(S.USAGE_COLUMNS)
+        assert got.drop(usage).equals(expected.drop(usage))
+    else:
+        assert got.equals(expected)
+    assert got.get_column("conversation_id").to_list() == df.get_column("conversation_id").to_list()
+    # c10 and c19 have blank answers: no call, so no failure; the others' failures are error rows.
+    assert set(got.filter(pl.col("status") == "error").get_column("conversation_id")) == {"c20", "c31", "c12", "c39"}
+    assert judge.most_running > 1  # calls really overlapped
+
+
+def test_progress_adds_up_to_every_row() -> None:
+    df = _rows(30)
+    seen: list[float] = []
+    asyncio.run(score_frame_async(df, StoringJudge(seed=1), ScoringConfig(chunk_rows=7), seen.append))
+    assert sum(seen) == pytest.approx(df.height)
+
+
+def test_a_bad_later_chunk_fails_after_the_chunks_before_it() -> None:
+    df = pl.concat([_rows(8), _rows(8)])  # the second half repeats the first half's keys
+
+    got: list[pl.DataFrame] = []
+
+    async def collect() -> None:
+        async for part in score_chunks(chunks_of(df, 8), SlowOverlappingJudge(seed=2), ScoringConfig(chunk_rows=8)):
+            got.append(part)
+
+    with pytest.raises(InputError, match="duplicate row key"):
+        asyncio.run(collect())
+    assert [p.height for p in got] == [8]
+
+
+def test_an_empty_table_keeps_its_schema() -> None:
+    df = _rows(0)
+    got = _score(df, StoringJudge(seed=3), 10)
+    assert got.height == 0
+    assert got.schema == _score(df, ScriptedJudge(), 10).schema
