@@ -1,7 +1,14 @@
 """The product's judge: every LLM call goes through litellm, packed, limited, retried, stored and costed.
 
-This is the only module that imports litellm, and only inside functions (``import litellm`` costs
-seconds; importing this module must not).
+Only the ``judges.litellm_*`` modules import litellm, and only inside functions (``import litellm``
+costs seconds; importing them must not). The judge is split by what each part holds:
+
+- ``litellm_judge`` (this module): :class:`LiteLLMJudge`, the port, the store look-ups, the pack runner
+  and its retry policy; it re-exports the public names of the others;
+- ``litellm_config``: the settings, their defaults, the model card and the offline token counter;
+- ``litellm_secrets``: the API key, read from the environment, and the :class:`Redactor`;
+- ``litellm_plans``: what a step's items become: packing entries, prompts, parsing, results;
+- ``litellm_requests``: pack queue and tries, and the one place a request is sent (``_Sender``).
 
 Per step (claims, then verdicts) a call to the judge:
 
@@ -26,20 +33,17 @@ environment once, handed to litellm and to nothing else, and scrubbed from every
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import gc
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
+from typing import Any, Final, TypeVar
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, Field
 
 from faithfulness_pipeline.core import prompts
 from faithfulness_pipeline.core.errors import ConfigError
@@ -57,85 +61,78 @@ from faithfulness_pipeline.core.keys import is_blank
 from faithfulness_pipeline.core.packing import (
     REPLY_SLACK_TOKENS,
     Count,
-    Entry,
     Limits,
-    Pack,
     Packer,
-    extract_output_bound,
     halves,
     largest_remainder,
-    pack_entries,
     rough_sentences,
-    truncate_passages,
-    verdict_output_bound,
 )
-from faithfulness_pipeline.core.parsing import ParsedReply, parse_extract_reply, parse_verdict_reply
-from faithfulness_pipeline.judges.limits import Clock, RequestLimiter, Sleep, retry_after_from_headers
+from faithfulness_pipeline.core.parsing import ParsedReply
+from faithfulness_pipeline.judges.limits import Clock, RequestLimiter, Sleep
+from faithfulness_pipeline.judges.litellm_config import (
+    DEFAULT_CONTEXT_WINDOW,
+    DEFAULT_MAX_ITEMS_PER_PACK,
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    DEFAULT_PACK_TOKENS,
+    LiteLLMJudgeConfig,
+    ModelCard,
+    model_card,
+    token_counter,
+)
+from faithfulness_pipeline.judges.litellm_plans import (
+    R,
+    _ExtractPlan,
+    _Plan,
+    _question,
+    _stored_extract,
+    _stored_verdicts,
+    _VerdictPlan,
+)
+from faithfulness_pipeline.judges.litellm_requests import (
+    _TURN_S,
+    RATE_LIMIT_RETRY_FACTOR,
+    _PackQueue,
+    _Reply,
+    _RequestFailed,
+    _Sender,
+    _Tries,
+    _Turns,
+)
+from faithfulness_pipeline.judges.litellm_secrets import MissingAPIKeyError, Redactor, resolve_api_key
 from faithfulness_pipeline.judges.store import (
     KeyMaker,
     ResultStore,
     decode_claims,
     decode_claims_column,
-    decode_verdicts,
     decode_verdicts_column,
-    encode_claims,
-    encode_verdicts,
     extract_content,
     pair_content,
 )
 
+__all__ = [
+    "DEFAULT_CONTEXT_WINDOW",
+    "DEFAULT_MAX_ITEMS_PER_PACK",
+    "DEFAULT_MAX_OUTPUT_TOKENS",
+    "DEFAULT_PACK_TOKENS",
+    "NO_CONTEXT_REASON",
+    "RATE_LIMIT_RETRY_FACTOR",
+    "CostEstimate",
+    "LiteLLMJudge",
+    "LiteLLMJudgeConfig",
+    "MissingAPIKeyError",
+    "ModelCard",
+    "Redactor",
+    "model_card",
+    "resolve_api_key",
+    "token_counter",
+]
+
 log = logging.getLogger(__name__)
 
-#: Prompt tokens per request, instructions included. Chosen by measurement on typical RAG rows (3-6
-#: sentence answers, 3-8 passages of 60-150 words; see BENCHMARKS.md and bench/overhead.py): ~8 answers'
-#: verdicts a request. Each request costs the client ~6 ms of CPU inside litellm, so fewer, bigger
-#: requests are what keeps the client under 2 ms per answer; bigger still (32k) lengthens the requests
-#: so much that short steps end on half-empty waves. A model's window caps it anyway (8k-window models
-#: get packs of up to ~7k tokens).
-DEFAULT_PACK_TOKENS: Final = 16000
-#: Items per request at most. Binds for claim extraction (answers are short): 32 answers' sentence
-#: numbers make a reply of ~400 tokens, a request of ~1 s at 2 ms per token.
-DEFAULT_MAX_ITEMS_PER_PACK: Final = 32
-#: For models litellm has no card for (local and proxy models): a window most of them have.
-DEFAULT_CONTEXT_WINDOW: Final = 8192
-DEFAULT_MAX_OUTPUT_TOKENS: Final = 4096
+T = TypeVar("T")
 
 NO_CONTEXT_REASON: Final = "No context was provided to check this claim against."
 _ERROR_CHARS: Final = 300
-
-
-class LiteLLMJudgeConfig(BaseModel):
-    """Settings of the litellm judge. The CLI options and the Dagster resource map onto these fields."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: str = Field(description="litellm model name: openai/gpt-4o-mini, anthropic/..., ollama/...")
-    api_base: str | None = Field(default=None, description="base URL of an OpenAI-compatible or self-hosted server")
-    api_key_env: str | None = Field(
-        default=None,
-        description="environment variable holding the API key (default: the provider's usual one, e.g. "
-        "OPENAI_API_KEY; none for local providers such as ollama)",
-    )
-    max_concurrency: int = Field(default=16, ge=1, description="requests in flight at most")
-    rpm: int | None = Field(default=None, ge=1, description="requests per minute at most")
-    tpm: int | None = Field(default=None, ge=1, description="tokens per minute at most (prompt + completion)")
-    timeout_s: float = Field(default=60.0, gt=0, description="timeout of one request, in seconds")
-    max_retries: int = Field(default=6, ge=0, description="re-sends of an item after a failed request or reply")
-    pack_tokens: int = Field(default=DEFAULT_PACK_TOKENS, ge=256, description="prompt-token budget of one request")
-    max_items_per_pack: int = Field(default=DEFAULT_MAX_ITEMS_PER_PACK, ge=1, description="items per request at most")
-    store_path: Path | None = Field(default=None, description="SQLite result store file; None = no store")
-    refresh: bool = Field(default=False, description="ignore stored results (new results are still stored)")
-    seed: int | None = Field(default=0, description="sampling seed, where the provider supports one")
-    temperature: float = Field(default=0.0, ge=0, description="sampling temperature")
-    input_cost_per_token: float | None = Field(default=None, ge=0, description="USD per prompt token (override)")
-    output_cost_per_token: float | None = Field(default=None, ge=0, description="USD per completion token (override)")
-    context_window: int | None = Field(default=None, ge=512, description="the model's input window, in tokens")
-    max_output_tokens: int | None = Field(default=None, ge=64, description="the model's output limit, in tokens")
-    use_json_schema: Literal["auto"] | bool = Field(
-        default="auto", description="JSON-schema response_format; auto = where litellm says the model supports it"
-    )
-    backoff_base_s: float = Field(default=1.0, ge=0, description="first back-off after a failed request, seconds")
-    backoff_max_s: float = Field(default=60.0, ge=0, description="longest back-off, seconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,470 +147,6 @@ class CostEstimate:
     cached_items: int = 0  # step results already in the store: they cost nothing
 
 
-# ------------------------------------------------------------------------------------- the model
-
-
-@dataclass(frozen=True, slots=True)
-class ModelCard:
-    """What the judge knows of its model, from litellm's model map or the config overrides."""
-
-    context_window: int
-    max_output_tokens: int
-    json_schema: bool
-    input_cost_per_token: float | None
-    output_cost_per_token: float | None
-    notes: tuple[str, ...] = ()
-
-    @property
-    def priced(self) -> bool:
-        return self.input_cost_per_token is not None and self.output_cost_per_token is not None
-
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> tuple[float, float] | None:
-        if self.input_cost_per_token is None or self.output_cost_per_token is None:
-            return None
-        return prompt_tokens * self.input_cost_per_token, completion_tokens * self.output_cost_per_token
-
-
-def _lenient(fn: Callable[[], Any]) -> Any:
-    try:
-        return fn()
-    except Exception:  # litellm raises assorted types for "unknown model"
-        return None
-
-
-def model_card(config: LiteLLMJudgeConfig) -> ModelCard:
-    """Window, output limit, schema support and prices of the model (config overrides win)."""
-    import litellm
-
-    notes: list[str] = []
-    info = _lenient(lambda: litellm.get_model_info(config.model)) or {}
-    window = config.context_window or info.get("max_input_tokens") or info.get("max_tokens")
-    if not window:
-        window = DEFAULT_CONTEXT_WINDOW
-        notes.append(
-            f"context window of {config.model} unknown to litellm: assuming {window} tokens "
-            "(set context_window to change it)"
-        )
-    max_out = config.max_output_tokens or info.get("max_output_tokens") or DEFAULT_MAX_OUTPUT_TOKENS
-    if config.use_json_schema == "auto":
-        schema = bool(_lenient(lambda: litellm.supports_response_schema(model=config.model)))
-    else:
-        schema = bool(config.use_json_schema)
-    in_cost, out_cost = config.input_cost_per_token, config.output_cost_per_token
-    if in_cost is None or out_cost is None:
-        known = _lenient(lambda: litellm.cost_per_token(model=config.model, prompt_tokens=1, completion_tokens=1))
-        if known is not None:
-            in_cost = float(known[0]) if in_cost is None else in_cost
-            out_cost = float(known[1]) if out_cost is None else out_cost
-        else:
-            notes.append(
-                f"no price known for {config.model}: cost_usd is null "
-                "(set input_cost_per_token and output_cost_per_token to price it)"
-            )
-    return ModelCard(
-        context_window=int(window),
-        max_output_tokens=int(max_out),
-        json_schema=schema,
-        input_cost_per_token=in_cost,
-        output_cost_per_token=out_cost,
-        notes=tuple(notes),
-    )
-
-
-def token_counter(model: str) -> Count:
-    """litellm's offline token count for ``model``, never a tokenizer download (tiktoken instead)."""
-    import litellm
-
-    name = model
-    try:
-        from litellm.utils import huggingface_tokenizer_kind
-
-        # Llama and Cohere tokenizers would be fetched from the Hugging Face hub: approximate instead.
-        if huggingface_tokenizer_kind(model) in ("llama2", "llama3", "cohere"):
-            name = "gpt-4o"
-    except ImportError:
-        pass
-
-    encoding = _tiktoken_encoding(name)
-    if encoding is not None:
-        # The encoding litellm's token_counter would use, called directly: token_counter spends
-        # 0.1-0.3 ms per call resolving the model before it counts, and the judge counts every item.
-        def count_directly(text: str) -> int:
-            return len(encoding.encode(text, disallowed_special=()))
-
-        return count_directly
-
-    def count(text: str) -> int:
-        return int(litellm.token_counter(model=name, text=text))
-
-    return count
-
-
-def _tiktoken_encoding(model: str) -> Any:
-    """litellm's tiktoken encoding for ``model``, or None when litellm counts it another way."""
-    try:
-        from litellm.litellm_core_utils.token_counter import openai_tokenizer_encoding
-        from litellm.utils import select_tokenizer
-
-        if select_tokenizer(model)["type"] != "openai_tokenizer":
-            return None
-        encoding = openai_tokenizer_encoding(model)
-    except Exception:  # a litellm without these helpers: its token_counter still works
-        return None
-    return encoding if callable(getattr(encoding, "encode", None)) else None
-
-
-# ----------------------------------------------------------------------------------------- secrets
-
-
-class MissingAPIKeyError(ConfigError, ValueError):
-    """The environment variable that should hold the API key is not set."""
-
-
-#: Providers that serve without a key (local servers).
-_KEYLESS: Final = frozenset(
-    {"ollama", "ollama_chat", "lm_studio", "hosted_vllm", "vllm", "llamafile", "xinference", "oobabooga"}
-)
-_KEY_ENV: Final[Mapping[str, str]] = {
-    "openai": "OPENAI_API_KEY",
-    "text-completion-openai": "OPENAI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
-    "azure": "AZURE_API_KEY",
-    "gemini": "GEMINI_API_KEY",
-    "mistral": "MISTRAL_API_KEY",
-    "groq": "GROQ_API_KEY",
-    "cohere": "COHERE_API_KEY",
-    "cohere_chat": "COHERE_API_KEY",
-    "deepseek": "DEEPSEEK_API_KEY",
-    "openrouter": "OPENROUTER_API_KEY",
-    "together_ai": "TOGETHERAI_API_KEY",
-    "fireworks_ai": "FIREWORKS_AI_API_KEY",
-    "xai": "XAI_API_KEY",
-    "perplexity": "PERPLEXITYAI_API_KEY",
-}
-
-
-def _missing(name: str, model: str) -> MissingAPIKeyError:
-    return MissingAPIKeyError(
-        f"the API key for {model} is read from the environment variable {name}, which is not set or empty: "
-        f"set {name}, or name another variable with --api-key-env (api_key_env)"
-    )
-
-
-def resolve_api_key(model: str, api_key_env: str | None) -> tuple[str | None, str | None]:
-    """``(variable name, key)`` for ``model``; ``(None, None)`` when it needs none or litellm finds it.
-
-    Raises :class:`MissingAPIKeyError` naming the variable when the key is not in the environment.
-    """
-    if api_key_env is not None:
-        name = api_key_env.strip()
-        if not name:
-            raise ConfigError("api_key_env is empty: give the name of an environment variable")
-        value = os.environ.get(name)
-        if not value:
-            raise _missing(name, model)
-        return name, value
-    import litellm
-
-    try:
-        provider = str(litellm.get_llm_provider(model)[1])
-    except Exception as exc:
-        raise ConfigError(
-            f"litellm does not know which provider serves {model!r}: use a provider prefix such as "
-            f"openai/, anthropic/ or ollama/ ({type(exc).__name__})"
-        ) from None
-    if provider in _KEYLESS:
-        return None, None
-    default = _KEY_ENV.get(provider)
-    if default is not None:
-        value = os.environ.get(default)
-        if not value:
-            raise _missing(default, model)
-        return default, value
-    check = _lenient(lambda: litellm.validate_environment(model=model)) or {}
-    missing = [str(k) for k in check.get("missing_keys") or []]
-    if missing and not check.get("keys_in_environment"):
-        raise _missing(" and ".join(missing), model)
-    guess = f"{provider.upper()}_API_KEY"
-    value = os.environ.get(guess)
-    return (guess, value) if value else (None, None)
-
-
-class Redactor:
-    """Removes a secret, and any 8-character piece of it, from text meant for humans or storage."""
-
-    MASK: Final = "[REDACTED]"
-
-    def __init__(self, secret: str | None) -> None:
-        self._secret = secret or ""
-        n = len(self._secret)
-        self._pieces = {self._secret[i : i + 8] for i in range(n - 7)} if n >= 8 else set()
-
-    def __call__(self, text: str) -> str:
-        if not self._secret:
-            return text
-        text = text.replace(self._secret, self.MASK)
-        for piece in self._pieces:
-            if piece in text:
-                text = text.replace(piece, self.MASK)
-        return text
-
-
-# ----------------------------------------------------------------------------------- step plans
-
-R = TypeVar("R", ExtractResult, VerdictResult)
-T = TypeVar("T")
-
-
-class _Plan(Generic[R]):
-    """One step's items of one call: their packing entries, prompts, parsing and results."""
-
-    step: ClassVar[str]
-
-    def __init__(self, judge: LiteLLMJudge, indices: Sequence[int], keys: Mapping[int, bytes]) -> None:
-        self.judge: LiteLLMJudge = judge
-        self.indices: list[int] = list(indices)
-        self.keys: Mapping[int, bytes] = keys
-        self.entries: dict[int, Entry] = {}
-        self.oversize: dict[int, str] = {}  # items that cannot be sent at all, with the reason
-        self.results: dict[int, R] = {}
-        zero = Usage(cost_usd=0.0 if judge.card.priced else None)
-        self.usage: dict[int, Usage] = dict.fromkeys(indices, zero)
-
-    def order(self) -> list[int]:
-        """The items in packing order (items that share passages next to each other)."""
-        return self.indices
-
-    def add(self, i: int) -> Entry | None:
-        """Counts item ``i`` and returns its packing entry; None (and ``oversize[i]``) if it cannot go."""
-        raise NotImplementedError
-
-    def packs(self) -> list[Pack]:
-        """Every item counted, then packed the way a run packs them (for the dry-run estimate)."""
-        entries = [e for e in (self.add(i) for i in self.order()) if e is not None]
-        return pack_entries(entries, self.judge.frame_tokens[self.step], self.judge.limits)
-
-    def render(self, indices: Sequence[int]) -> tuple[list[dict[str, str]], dict[str, int], Any]:
-        """``(messages, local id -> index, parse context)`` of one request."""
-        raise NotImplementedError
-
-    def response_format(self, ids: Sequence[str]) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def parse(self, text: str, context: Any) -> ParsedReply[Any]:
-        raise NotImplementedError
-
-    def ok_result(self, i: int, value: Any, usage: Usage) -> R:
-        raise NotImplementedError
-
-    def error_result(self, i: int, reason: str, usage: Usage) -> R:
-        raise NotImplementedError
-
-    def encode(self, i: int, value: Any, usage: Usage) -> str:
-        raise NotImplementedError
-
-    def stored_result(self, i: int, value: str) -> R | None:
-        """Item ``i``'s result from its stored value; None if the value is unreadable (then it is re-asked)."""
-        raise NotImplementedError
-
-    def expected_output(self, i: int) -> int:
-        raise NotImplementedError
-
-
-class _ExtractPlan(_Plan[ExtractResult]):
-    step = "extract"
-
-    def __init__(
-        self,
-        judge: LiteLLMJudge,
-        items: Sequence[ExtractItem],
-        indices: Sequence[int],
-        keys: Mapping[int, bytes],
-    ) -> None:
-        super().__init__(judge, indices, keys)
-        self.items = items
-        self.sentences: dict[int, tuple[str, ...]] = {}
-        self.lines: dict[int, str] = {}  # the data line under prompts.ID_SLOT, rendered once
-
-    def add(self, i: int) -> Entry | None:
-        judge = self.judge
-        item = self.items[i]
-        sentences = prompts.split_sentences(item.answer)
-        line = prompts.extract_line(prompts.ID_SLOT, sentences, _question(item.question))
-        prompt = judge.count_tokens(line) + 3
-        # The data line is the answer plus a little JSON: bound the reply by it.
-        bound = extract_output_bound(prompt)
-        room = judge.limits.usable_window - judge.frame_tokens[self.step] - prompt - REPLY_SLACK_TOKENS
-        if bound > room:
-            # A long answer alone: the generous bound does not fit, a tight one may (claims restate
-            # the answer, a little longer at most). An answer is never cut.
-            if room < prompt * 5 // 4 + 16:
-                self.oversize[i] = (
-                    f"the answer ({prompt} tokens) is too long for the model's context window "
-                    f"of {judge.limits.context_window} tokens"
-                )
-                return None
-            bound = room
-        self.sentences[i] = sentences
-        self.lines[i] = line
-        entry = Entry(index=i, prompt_tokens=prompt, output_tokens=bound)
-        self.entries[i] = entry
-        return entry
-
-    def expected_output(self, i: int) -> int:
-        # The dry-run estimate: every sentence given back by its number (rewritten claims cost more).
-        return 2 * len(self.sentences[i]) + 4
-
-    def render(self, indices: Sequence[int]) -> tuple[list[dict[str, str]], dict[str, int], Any]:
-        ids = [prompts.local_id(n) for n in range(len(indices))]
-        lines = [prompts.with_id(self.lines[i], local) for local, i in zip(ids, indices, strict=True)]
-        sentences = {local: self.sentences[i] for local, i in zip(ids, indices, strict=True)}
-        return prompts.extract_messages(lines, ids), dict(zip(ids, indices, strict=True)), sentences
-
-    def response_format(self, ids: Sequence[str]) -> dict[str, Any]:
-        return prompts.extract_response_format(ids)
-
-    def parse(self, text: str, context: Any) -> ParsedReply[Any]:
-        return parse_extract_reply(text, context)
-
-    def ok_result(self, i: int, value: Any, usage: Usage) -> ExtractResult:
-        return ExtractResult(id=self.items[i].id, claims=value, usage=usage)
-
-    def error_result(self, i: int, reason: str, usage: Usage) -> ExtractResult:
-        return ExtractResult(id=self.items[i].id, claims=None, error=reason, usage=usage)
-
-    def encode(self, i: int, value: Any, usage: Usage) -> str:
-        return encode_claims(value, usage)
-
-    def stored_result(self, i: int, value: str) -> ExtractResult | None:
-        return _stored_extract(self.judge, self.items[i], value)
-
-
-class _VerdictPlan(_Plan[VerdictResult]):
-    step = "verdict"
-
-    def __init__(
-        self,
-        judge: LiteLLMJudge,
-        items: Sequence[VerdictItem],
-        indices: Sequence[int],
-        keys: Mapping[int, bytes],
-    ) -> None:
-        super().__init__(judge, indices, keys)
-        self.items = items
-        self.passages: dict[int, tuple[str, ...]] = {}
-        self.lines: dict[int, str] = {}  # the data line with passages under prompts.ID_SLOT, rendered once
-        self.truncated: set[int] = set()
-        self.group_of: dict[int, int] = {}
-        self.group_size: dict[int, int] = {}
-
-    def order(self) -> list[int]:
-        # Rows with equal passages (a static context) travel together: later ones refer back.
-        groups: dict[tuple[str, ...], int] = {}
-        members: dict[int, list[int]] = {}
-        for i in self.indices:
-            g = groups.setdefault(tuple(self.items[i].context), len(groups))
-            self.group_of[i] = g
-            members.setdefault(g, []).append(i)
-        self.group_size = {g: len(m) for g, m in members.items()}
-        if len(groups) == len(self.indices):
-            return self.indices
-        return [i for m in members.values() for i in m]
-
-    def add(self, i: int) -> Entry | None:
-        judge = self.judge
-        count = judge.count_tokens
-        frame = judge.frame_tokens[self.step]
-        window = judge.limits.usable_window
-        claims = self.items[i].claims
-        passages = tuple(self.items[i].context)
-        group = self.group_of.get(i)
-        bound = verdict_output_bound(len(claims))
-        tight = 12 * len(claims) + 8  # codes without many reasons: the least a reply can need
-        line = prompts.verdict_line(prompts.ID_SLOT, claims, passages)
-        cost = count(line) + 4
-        room = window - frame - cost - REPLY_SLACK_TOKENS
-        if bound > room and room >= tight:
-            bound = room
-        elif bound > room:
-            # Only an item that alone exceeds the window is cut, and its result says so.
-            bare = count(prompts.verdict_line(prompts.ID_SLOT, claims, ())) + 4
-            budget = window - frame - bare - REPLY_SLACK_TOKENS - tight
-            passages = truncate_passages(passages, budget, count) if budget > 0 else ()
-            if not passages:
-                self.oversize[i] = (
-                    "the claims alone are too long for the model's context window "
-                    f"of {judge.limits.context_window} tokens"
-                )
-                return None
-            self.truncated.add(i)
-            group = None  # its passages are its own now
-            line = prompts.verdict_line(prompts.ID_SLOT, claims, passages)
-            cost = count(line) + 4
-            bound = max(tight, window - frame - cost - REPLY_SLACK_TOKENS)
-        shared = None
-        if group is not None and self.group_size.get(group, 1) > 1:
-            shared = count(prompts.verdict_line(prompts.ID_SLOT, claims, None, passages_of=prompts.ID_SLOT)) + 4
-        self.passages[i] = passages
-        self.lines[i] = line
-        entry = Entry(i, cost, bound, group, shared)
-        self.entries[i] = entry
-        return entry
-
-    def expected_output(self, i: int) -> int:
-        # A code is ~3 tokens; about one claim in five needs a reason of ~12 tokens.
-        return 6 * len(self.items[i].claims) + 2
-
-    def render(self, indices: Sequence[int]) -> tuple[list[dict[str, str]], dict[str, int], Any]:
-        ids = [prompts.local_id(n) for n in range(len(indices))]
-        lines: list[str] = []
-        first_of: dict[tuple[str, ...], str] = {}
-        expected: dict[str, tuple[int, int]] = {}
-        for local, i in zip(ids, indices, strict=True):
-            passages, claims = self.passages[i], self.items[i].claims
-            ref = first_of.setdefault(passages, local)
-            if ref == local:
-                lines.append(prompts.with_id(self.lines[i], local))
-            else:
-                lines.append(prompts.verdict_line(local, claims, None, passages_of=ref))
-            expected[local] = (len(claims), len(passages))
-        counts = {local: n for local, (n, _) in expected.items()}
-        return prompts.verdict_messages(lines, counts), dict(zip(ids, indices, strict=True)), expected
-
-    def response_format(self, ids: Sequence[str]) -> dict[str, Any]:
-        return prompts.verdict_response_format(ids)
-
-    def parse(self, text: str, context: Any) -> ParsedReply[Any]:
-        return parse_verdict_reply(text, context)
-
-    def ok_result(self, i: int, value: Any, usage: Usage) -> VerdictResult:
-        return VerdictResult(id=self.items[i].id, verdicts=value, usage=usage, context_truncated=i in self.truncated)
-
-    def error_result(self, i: int, reason: str, usage: Usage) -> VerdictResult:
-        return VerdictResult(
-            id=self.items[i].id, verdicts=None, error=reason, usage=usage, context_truncated=i in self.truncated
-        )
-
-    def encode(self, i: int, value: Any, usage: Usage) -> str:
-        return encode_verdicts(value, usage, i in self.truncated)
-
-    def stored_result(self, i: int, value: str) -> VerdictResult | None:
-        return _stored_verdicts(self.judge, self.items[i], value)
-
-
-def _stored_extract(judge: LiteLLMJudge, item: ExtractItem, value: str | None) -> ExtractResult | None:
-    decoded = judge._decoded(decode_claims, value)
-    return None if decoded is None else ExtractResult(item.id, decoded[0], None, decoded[1], True)
-
-
-def _stored_verdicts(judge: LiteLLMJudge, item: VerdictItem, value: str | None) -> VerdictResult | None:
-    decoded = judge._decoded(decode_verdicts, value)
-    if decoded is None:
-        return None
-    verdicts, usage, cut = decoded
-    return VerdictResult(item.id, verdicts, None, usage, True, cut)
-
-
 def _open_store(path: Path | None) -> ResultStore | None:
     if path is None:
         return None
@@ -625,110 +158,7 @@ def _open_store(path: Path | None) -> ResultStore | None:
     return store
 
 
-def _question(question: str | None) -> str | None:
-    return question if question is not None and question.strip() else None
-
-
 # -------------------------------------------------------------------------------------- requests
-
-
-@dataclass(frozen=True, slots=True)
-class _Reply:
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
-
-
-#: 429s are the server asking for patience, not a broken request: they get a larger retry budget.
-RATE_LIMIT_RETRY_FACTOR: Final = 4
-
-
-@dataclass(frozen=True, slots=True)
-class _Tries:
-    """How often the items of a pack have been sent and failed; sub-packs inherit it."""
-
-    sent: int = 0
-    errors: int = 0  # failed requests and invalid replies
-    limited: int = 0  # 429 replies
-
-    def sending(self) -> _Tries:
-        return _Tries(self.sent + 1, self.errors, self.limited)
-
-    def failed(self, rate_limited: bool) -> _Tries:
-        if rate_limited:
-            return _Tries(self.sent, self.errors, self.limited + 1)
-        return _Tries(self.sent, self.errors + 1, self.limited)
-
-    def exhausted(self, max_retries: int) -> bool:
-        return self.errors > max_retries or self.limited > RATE_LIMIT_RETRY_FACTOR * max(1, max_retries)
-
-    def gave_up(self, reason: str) -> str:
-        return f"gave up after {self.sent} requests: {reason}"
-
-
-class _RequestFailed(Exception):
-    """A request that produced no usable reply. ``kind`` decides what happens next."""
-
-    def __init__(
-        self,
-        kind: Literal["rate_limit", "transient", "timeout", "too_big", "isolate", "fatal"],
-        reason: str,
-        sent: bool = True,
-    ) -> None:
-        super().__init__(reason)
-        self.kind = kind
-        self.reason = reason
-        self.sent = sent
-
-
-#: Counting time between two chances for the workers to run (replies that arrive meanwhile wait, holding
-#: their request slots), ~20 verdict items. Only one call counts at a time, so this also bounds how fast
-#: packs are made per pass of the event loop: 2 ms starved the packing on a busy machine (a quarter of
-#: the slots idle at 64 in flight), 8 ms keeps the 99th percentile wait of the loop near 0.1 s.
-_TURN_S: Final = 0.008
-
-
-@dataclass(frozen=True, slots=True)
-class _Turns:
-    """What the calls of one judge share on one event loop."""
-
-    loop: asyncio.AbstractEventLoop
-    packs: asyncio.Semaphore  # packs between their last store check and their reply: 2 x max_concurrency
-    counting: asyncio.Lock  # held by the call whose items are being counted and packed
-
-
-class _PackQueue:
-    """Packs waiting for a worker, first in first out."""
-
-    def __init__(self) -> None:
-        self._packs: collections.deque[Pack] = collections.deque()
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._closed = False
-
-    def put(self, pack: Pack) -> None:
-        self._packs.append(pack)
-        self._wake(1)
-
-    def close(self) -> None:
-        self._closed = True
-        self._wake(len(self._waiters))
-
-    def _wake(self, n: int) -> None:
-        while n > 0 and self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                n -= 1
-
-    async def get(self) -> Pack | None:
-        """The next pack, or None once the queue is closed and empty."""
-        while not self._packs:
-            if self._closed:
-                return None
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            await waiter
-        return self._packs.popleft()
 
 
 class LiteLLMJudge:
@@ -739,8 +169,8 @@ class LiteLLMJudge:
         self.model_name: str = config.model
         self.prompt_version: str = prompts.PROMPT_VERSION
         # The key comes first: a missing one must fail before anything else is done.
-        self.api_key_env, self._api_key = resolve_api_key(config.model, config.api_key_env)
-        self._redact = Redactor(self._api_key)
+        self.api_key_env, api_key = resolve_api_key(config.model, config.api_key_env)
+        self._redact = Redactor(api_key)
         import litellm
 
         litellm.suppress_debug_info = True
@@ -777,8 +207,15 @@ class LiteLLMJudge:
             "verdict", prompts.VERDICT_PROMPT_VERSION, *common, f"window={self.card.context_window}"
         )
         self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
-        self._fatal: str | None = None
-        self._replies = 0  # successful requests so far
+        self._sender = _Sender(
+            config,
+            api_key=api_key,
+            api_key_env=self.api_key_env,
+            limiter=self.limiter,
+            count_tokens=self.count_tokens,
+            redact=self._redact,
+            stats=self._stats,
+        )
         self._turns: _Turns | None = None
 
     def _frame_tokens(self, step: str) -> int:
@@ -1144,9 +581,9 @@ class LiteLLMJudge:
     ) -> None:
         retries = self.config.max_retries
         while True:
-            if self._fatal is not None:
+            if self._sender.fatal is not None:
                 for i in indices:
-                    self._finish_error(plan, i, self._fatal, progress)
+                    self._finish_error(plan, i, self._sender.fatal, progress)
                 return
             messages, id_map, context = plan.render(indices)
             entries = [plan.entries[i] for i in indices]
@@ -1157,7 +594,7 @@ class LiteLLMJudge:
                 self._stats.retries += 1
             tries = tries.sending()
             try:
-                reply = await self._send(messages, response_format, max_tokens, estimate)
+                reply = await self._sender.send(messages, response_format, max_tokens, estimate)
             except _RequestFailed as failure:
                 if failure.sent:
                     self._charge(plan, indices, None, None, id_map)
@@ -1251,86 +688,6 @@ class LiteLLMJudge:
         if priced is not None and self._stats.cost_usd is not None:
             self._stats.cost_usd += priced[0] + priced[1]
 
-    async def _send(
-        self,
-        messages: list[dict[str, str]],
-        response_format: dict[str, Any] | None,
-        max_tokens: int,
-        prompt_estimate: int,
-    ) -> _Reply:
-        import litellm
-
-        cfg = self.config
-        kwargs: dict[str, Any] = {
-            "model": cfg.model,
-            "messages": messages,
-            "temperature": cfg.temperature,
-            "max_tokens": max_tokens,
-            "timeout": cfg.timeout_s,
-            # Our limiter must see every 429: no retries inside litellm or the provider SDK.
-            "num_retries": 0,
-            "max_retries": 0,
-            "drop_params": True,
-        }
-        if cfg.seed is not None:
-            kwargs["seed"] = cfg.seed
-        if cfg.api_base:
-            kwargs["api_base"] = cfg.api_base
-        if self._api_key:
-            kwargs["api_key"] = self._api_key
-        if response_format is not None:
-            kwargs["response_format"] = response_format
-        async with self.limiter.slot(prompt_estimate + max_tokens) as slot:
-            if self._fatal is not None:  # learnt while this request waited for its slot
-                raise _RequestFailed("fatal", self._fatal, sent=False)
-            self._stats.requests += 1
-            try:
-                # The outer timeout is a backstop for providers that ignore ``timeout`` (a context
-                # manager, not wait_for: no extra task and loop hop for every request).
-                async with asyncio.timeout(cfg.timeout_s * 1.5 + 5):
-                    response = await litellm.acompletion(**kwargs)
-            except Exception as exc:
-                raise self._classify(exc) from None
-            text = _content(response)
-            usage = getattr(response, "usage", None)
-            prompt = _int(getattr(usage, "prompt_tokens", None)) or prompt_estimate
-            completion = _int(getattr(usage, "completion_tokens", None)) or self.count_tokens(text)
-            slot.settle(prompt + completion)
-        self.limiter.on_success()
-        self._replies += 1
-        return _Reply(text=text, prompt_tokens=prompt, completion_tokens=completion)
-
-    def _classify(self, exc: BaseException) -> _RequestFailed:
-        from litellm import exceptions as litellm
-
-        detail = self._redact(" ".join(str(exc).split()))[:200]
-        name = type(exc).__name__
-        if isinstance(exc, litellm.RateLimitError):
-            headers = getattr(exc, "litellm_response_headers", None)
-            response = getattr(exc, "response", None)
-            if headers is None and response is not None:
-                headers = getattr(response, "headers", None)
-            pause = self.limiter.on_rate_limited(retry_after_from_headers(dict(headers) if headers else None))
-            return _RequestFailed("rate_limit", f"rate limited (429; paused {pause:.3g} s)")
-        if isinstance(exc, litellm.ContextWindowExceededError):
-            return _RequestFailed("too_big", f"the request exceeds the model's context window: {detail}")
-        if isinstance(exc, litellm.Timeout | TimeoutError | asyncio.TimeoutError):
-            return _RequestFailed("timeout", f"timed out after {self.config.timeout_s:g} s")
-        if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError):
-            where = f" (key from {self.api_key_env})" if self.api_key_env else ""
-            self._fatal = f"{name}{where}: {detail}"
-            return _RequestFailed("fatal", self._fatal)
-        if isinstance(exc, litellm.ContentPolicyViolationError):
-            return _RequestFailed("isolate", f"the provider refused the content: {detail}")
-        if isinstance(exc, litellm.APIConnectionError):
-            return _RequestFailed("transient", f"connection error: {detail}")
-        status = _int(getattr(exc, "status_code", None))
-        if isinstance(exc, litellm.BadRequestError) or (status is not None and 400 <= status < 500 and status != 408):
-            # Once requests have worked, a refused one is about its items: isolate them. Before that it is
-            # most likely the setup (a parameter the server rejects): do not multiply the requests.
-            return _RequestFailed("isolate" if self._replies else "fatal", f"{name}: {detail}")
-        return _RequestFailed("transient", f"{name}{f' {status}' if status else ''}: {detail}")
-
 
 _FROZEN: list[bool] = []
 
@@ -1364,18 +721,6 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def _content(response: Any) -> str:
-    try:
-        content = response.choices[0].message.content
-    except (AttributeError, IndexError, TypeError):
-        return ""
-    return content if isinstance(content, str) else ""
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _tick(progress: ProgressCallback | None, n: int) -> None:

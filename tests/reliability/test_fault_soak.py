@@ -191,12 +191,16 @@ def test_cli_memory_stays_flat_across_the_soak(soak: Soak) -> None:
     series = list(soak.cli_memory.series_mb(soak.cli_memory.pid))
     total = max(p for _, p, _ in series)
     print("cli RSS (s, requests, MB):", [(round(t), p, round(mb)) for t, p, mb in series[:: max(1, len(series) // 40)]])
-    early = [mb for _, p, mb in series if 0 < p <= total / 3]
+    first = [mb for _, p, mb in series if 0 < p <= total / 3]
+    middle = [mb for _, p, mb in series if total / 3 < p < 2 * total / 3]
     late = [mb for _, p, mb in series if p >= 2 * total / 3]
-    assert early and late, "too few samples"
-    print(f"cli peak RSS: first third {max(early):.0f} MB, last third {max(late):.0f} MB")
+    assert first and middle and late, "too few samples"
+    print(f"cli peak RSS: first third {max(first):.0f} MB, middle {max(middle):.0f} MB, last {max(late):.0f} MB")
     # Four chunks of 5,000 rows (the default) stream through: a leak of per-row state would grow by chunk.
-    assert max(late) <= 1.15 * max(early), (max(early), max(late))
+    # The first chunk runs alone; from the second on the pipeline keeps two in flight (it overlaps them),
+    # so the steady state, and the baseline, starts in the middle third.
+    assert max(late) <= 1.15 * max(middle), (max(first), max(middle), max(late))
+    assert max(late) <= 1.5 * max(first), (max(first), max(middle), max(late))
 
 
 def test_dagster_steps_stay_well_under_a_gigabyte_for_a_20k_row_day(soak: Soak) -> None:

@@ -1,0 +1,243 @@
+"""Requests of the litellm judge: how packs wait and go, how often they were tried, one request sent.
+
+:class:`_Sender` is the only place a completion is asked of litellm: one request under the shared
+:class:`RequestLimiter`, with litellm's own retries off, and the classification of its failure (rate
+limit, transient, timeout, too big, an item to isolate, fatal) that decides what the judge does next.
+It knows nothing of steps, plans or the store, so the judge's retry loop (``LiteLLMJudge._run_pack``)
+reads as policy while the litellm specifics stay here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from faithfulness_pipeline.core.judge import JudgeStats
+from faithfulness_pipeline.core.packing import Count, Pack
+from faithfulness_pipeline.judges.limits import RequestLimiter, retry_after_from_headers
+
+if TYPE_CHECKING:
+    from faithfulness_pipeline.judges.litellm_config import LiteLLMJudgeConfig
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+#: 429s are the server asking for patience, not a broken request: they get a larger retry budget.
+RATE_LIMIT_RETRY_FACTOR: Final = 4
+
+
+@dataclass(frozen=True, slots=True)
+class _Tries:
+    """How often the items of a pack have been sent and failed; sub-packs inherit it."""
+
+    sent: int = 0
+    errors: int = 0  # failed requests and invalid replies
+    limited: int = 0  # 429 replies
+
+    def sending(self) -> _Tries:
+        return _Tries(self.sent + 1, self.errors, self.limited)
+
+    def failed(self, rate_limited: bool) -> _Tries:
+        if rate_limited:
+            return _Tries(self.sent, self.errors, self.limited + 1)
+        return _Tries(self.sent, self.errors + 1, self.limited)
+
+    def exhausted(self, max_retries: int) -> bool:
+        return self.errors > max_retries or self.limited > RATE_LIMIT_RETRY_FACTOR * max(1, max_retries)
+
+    def gave_up(self, reason: str) -> str:
+        return f"gave up after {self.sent} requests: {reason}"
+
+
+class _RequestFailed(Exception):
+    """A request that produced no usable reply. ``kind`` decides what happens next."""
+
+    def __init__(
+        self,
+        kind: Literal["rate_limit", "transient", "timeout", "too_big", "isolate", "fatal"],
+        reason: str,
+        sent: bool = True,
+    ) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+        self.sent = sent
+
+
+#: Counting time between two chances for the workers to run (replies that arrive meanwhile wait, holding
+#: their request slots), ~20 verdict items. Only one call counts at a time, so this also bounds how fast
+#: packs are made per pass of the event loop: 2 ms starved the packing on a busy machine (a quarter of
+#: the slots idle at 64 in flight), 8 ms keeps the 99th percentile wait of the loop near 0.1 s.
+_TURN_S: Final = 0.008
+
+
+@dataclass(frozen=True, slots=True)
+class _Turns:
+    """What the calls of one judge share on one event loop."""
+
+    loop: asyncio.AbstractEventLoop
+    packs: asyncio.Semaphore  # packs between their last store check and their reply: 2 x max_concurrency
+    counting: asyncio.Lock  # held by the call whose items are being counted and packed
+
+
+class _PackQueue:
+    """Packs waiting for a worker, first in first out."""
+
+    def __init__(self) -> None:
+        self._packs: collections.deque[Pack] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._closed = False
+
+    def put(self, pack: Pack) -> None:
+        self._packs.append(pack)
+        self._wake(1)
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake(len(self._waiters))
+
+    def _wake(self, n: int) -> None:
+        while n > 0 and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                n -= 1
+
+    async def get(self) -> Pack | None:
+        """The next pack, or None once the queue is closed and empty."""
+        while not self._packs:
+            if self._closed:
+                return None
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+        return self._packs.popleft()
+
+
+class _Sender:
+    """Sends one request through litellm under the shared limiter; classifies what went wrong.
+
+    Holds the API key (handed to litellm only) and what the requests so far taught: ``fatal`` once a
+    failure means no further request can work (a refused key, an unknown model), and how many replies
+    came back (a refused request before the first reply is the setup's fault, after it an item's).
+    """
+
+    def __init__(
+        self,
+        config: LiteLLMJudgeConfig,
+        *,
+        api_key: str | None,
+        api_key_env: str | None,
+        limiter: RequestLimiter,
+        count_tokens: Count,
+        redact: Callable[[str], str],
+        stats: JudgeStats,
+    ) -> None:
+        self.config = config
+        self.api_key_env = api_key_env
+        self.limiter = limiter
+        self.count_tokens = count_tokens
+        self.fatal: str | None = None  # set by a failure that dooms every further request
+        self._api_key = api_key
+        self._redact = redact
+        self._stats = stats  # the judge's: requests are counted as they are sent
+        self._replies = 0  # successful requests so far
+
+    async def send(
+        self,
+        messages: list[dict[str, str]],
+        response_format: dict[str, Any] | None,
+        max_tokens: int,
+        prompt_estimate: int,
+    ) -> _Reply:
+        import litellm
+
+        cfg = self.config
+        kwargs: dict[str, Any] = {
+            "model": cfg.model,
+            "messages": messages,
+            "temperature": cfg.temperature,
+            "max_tokens": max_tokens,
+            "timeout": cfg.timeout_s,
+            # Our limiter must see every 429: no retries inside litellm or the provider SDK.
+            "num_retries": 0,
+            "max_retries": 0,
+            "drop_params": True,
+        }
+        if cfg.seed is not None:
+            kwargs["seed"] = cfg.seed
+        if cfg.api_base:
+            kwargs["api_base"] = cfg.api_base
+        if self._api_key:
+            kwargs["api_key"] = self._api_key
+        if response_format is not None:
+            kwargs["response_format"] = response_format
+        async with self.limiter.slot(prompt_estimate + max_tokens) as slot:
+            if self.fatal is not None:  # learnt while this request waited for its slot
+                raise _RequestFailed("fatal", self.fatal, sent=False)
+            self._stats.requests += 1
+            try:
+                # The outer timeout is a backstop for providers that ignore ``timeout`` (a context
+                # manager, not wait_for: no extra task and loop hop for every request).
+                async with asyncio.timeout(cfg.timeout_s * 1.5 + 5):
+                    response = await litellm.acompletion(**kwargs)
+            except Exception as exc:
+                raise self.classify(exc) from None
+            text = _content(response)
+            usage = getattr(response, "usage", None)
+            prompt = _int(getattr(usage, "prompt_tokens", None)) or prompt_estimate
+            completion = _int(getattr(usage, "completion_tokens", None)) or self.count_tokens(text)
+            slot.settle(prompt + completion)
+        self.limiter.on_success()
+        self._replies += 1
+        return _Reply(text=text, prompt_tokens=prompt, completion_tokens=completion)
+
+    def classify(self, exc: BaseException) -> _RequestFailed:
+        from litellm import exceptions as litellm
+
+        detail = self._redact(" ".join(str(exc).split()))[:200]
+        name = type(exc).__name__
+        if isinstance(exc, litellm.RateLimitError):
+            headers = getattr(exc, "litellm_response_headers", None)
+            response = getattr(exc, "response", None)
+            if headers is None and response is not None:
+                headers = getattr(response, "headers", None)
+            pause = self.limiter.on_rate_limited(retry_after_from_headers(dict(headers) if headers else None))
+            return _RequestFailed("rate_limit", f"rate limited (429; paused {pause:.3g} s)")
+        if isinstance(exc, litellm.ContextWindowExceededError):
+            return _RequestFailed("too_big", f"the request exceeds the model's context window: {detail}")
+        if isinstance(exc, litellm.Timeout | TimeoutError | asyncio.TimeoutError):
+            return _RequestFailed("timeout", f"timed out after {self.config.timeout_s:g} s")
+        if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError):
+            where = f" (key from {self.api_key_env})" if self.api_key_env else ""
+            self.fatal = f"{name}{where}: {detail}"
+            return _RequestFailed("fatal", self.fatal)
+        if isinstance(exc, litellm.ContentPolicyViolationError):
+            return _RequestFailed("isolate", f"the provider refused the content: {detail}")
+        if isinstance(exc, litellm.APIConnectionError):
+            return _RequestFailed("transient", f"connection error: {detail}")
+        status = _int(getattr(exc, "status_code", None))
+        if isinstance(exc, litellm.BadRequestError) or (status is not None and 400 <= status < 500 and status != 408):
+            # Once requests have worked, a refused one is about its items: isolate them. Before that it is
+            # most likely the setup (a parameter the server rejects): do not multiply the requests.
+            return _RequestFailed("isolate" if self._replies else "fatal", f"{name}: {detail}")
+        return _RequestFailed("transient", f"{name}{f' {status}' if status else ''}: {detail}")
+
+def _content(response: Any) -> str:
+    try:
+        content = response.choices[0].message.content
+    except (AttributeError, IndexError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
