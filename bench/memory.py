@@ -1,4 +1,7 @@
-"""Peak memory of the CLI scoring 100,000 and 1,000,000 rows with the offline judge: flat in row count.
+"""Peak memory of the CLI scoring 100,000 and 1,000,000 rows: flat in row count.
+
+Two judges: the offline judge, and the litellm judge on a warm result store (every result stored, so
+zero requests: the path of a nightly re-run over rows scored before).
 
 Each size runs ``faithfulness-pipeline score in.parquet -o out.parquet`` in a child process (chunks of
 5,000 rows) with the offline judge as shipped: the CLI process and its worker processes. The CLI's peak
@@ -8,7 +11,11 @@ expressions (no Python loop): a one-sentence answer and one short passage, Engli
 in turn, one answer in five with a number the passage does not state. Both input files have row groups
 of 100,000 rows (the reader holds one at a time).
 
-    .venv/bin/python bench/memory.py [--small 100000] [--large 1000000] [--processes N]
+The warm-store inputs repeat the contents of their first 1,000 rows under distinct conversation ids. The
+store is filled by scoring those 1,000 rows against the fake LLM server (a child process); then both
+sizes are scored against the same server, which must see no request.
+
+    .venv/bin/python bench/memory.py [--small 100000] [--large 1000000] [--processes N] [--no-warm]
 """
 
 from __future__ import annotations
@@ -23,17 +30,23 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from common import ROOT, machine
+from common import FAKE_KEY_ENV, ROOT, machine
+from overhead import BENCH_MODEL, ServerProcess
 
 from faithfulness_pipeline.judges.offline import default_processes
 
 TARGET_RATIO = 1.5
 ROW_GROUP_ROWS = 100_000
+WARM_PERIOD = 1_000  # distinct contents in the warm-store inputs
 
 
-def short_rows(n: int) -> pl.DataFrame:
-    """``n`` short rows: conversation_id, input, output (the answer), context (one passage)."""
-    i = pl.int_range(0, n, dtype=pl.Int64)
+def short_rows(n: int, period: int | None = None) -> pl.DataFrame:
+    """``n`` short rows: conversation_id, input, output (the answer), context (one passage).
+
+    With ``period``, row i has the contents of row i % period (its conversation_id stays its own).
+    """
+    ids = pl.int_range(0, n, dtype=pl.Int64)
+    i = ids % period if period else ids
     year = (1990 + i % 36).cast(pl.String)
     count = (2 + (i * 7919) % 900).cast(pl.String)
     said = pl.when(i % 5 == 4).then((3 + (i * 7919) % 900).cast(pl.String)).otherwise(count)  # 1 in 5 differs
@@ -61,7 +74,7 @@ def short_rows(n: int) -> pl.DataFrame:
                                  count, pl.lit("명이었다.")))
     )
     return pl.select(
-        pl.format("mem-{}", i).alias("conversation_id"),
+        pl.format("mem-{}", ids).alias("conversation_id"),
         pl.lit("What happened?").alias("input"),
         answer.alias("output"),
         pl.concat_list(passage).alias("context"),
@@ -90,12 +103,13 @@ def _tree(pid: int) -> dict[int, tuple[float, float]]:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _score(path: Path, out: Path, processes: int | None) -> dict[str, Any]:
+def _score(path: Path, out: Path, processes: int | None, judge_args: tuple[str, ...] = ()) -> dict[str, Any]:
     """Runs the CLI on ``path``; its peak RSS and CPU time and those of its worker processes."""
     env = dict(os.environ)
     if processes is not None:
         env["FAITHFULNESS_OFFLINE_PROCESSES"] = str(processes)
-    command = [sys.executable, "-m", "faithfulness_pipeline.cli", "score", str(path), "-o", str(out), "--quiet"]
+    command = [sys.executable, "-m", "faithfulness_pipeline.cli", "score", str(path), "-o", str(out), "--quiet",
+               *judge_args]
     started = time.perf_counter()
     with open(out.with_suffix(".log"), "wb") as errors:
         child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=errors)
@@ -133,7 +147,29 @@ def _rss_mb() -> float:
     return int(line.split()[1]) / 1024
 
 
-def run(small: int = 100_000, large: int = 1_000_000, processes: int | None = None) -> dict[str, Any]:
+def _warm(tmp: Path, small: int, large: int) -> dict[str, Any]:
+    """Both sizes scored by the litellm judge from a store that holds every result: zero requests."""
+    paths = {name: tmp / f"warm-{name}.parquet" for name in ("seed", "small", "large")}
+    subprocess.run([sys.executable, __file__, "--generate-warm", str(WARM_PERIOD), str(WARM_PERIOD),
+                    str(paths["seed"]), str(small), str(paths["small"]), str(large), str(paths["large"])],
+                   check=True, cwd=ROOT)  # fmt: skip
+    found: dict[str, Any] = {}
+    with ServerProcess() as server:
+        judge_args = ("--model", BENCH_MODEL, "--api-base", server.base_url, "--api-key-env", FAKE_KEY_ENV,
+                      "--store", str(tmp / "store.sqlite"))  # fmt: skip
+        _score(paths["seed"], tmp / "warm-seed.scored.parquet", None, judge_args)
+        found["fill_requests"] = server.stats()["requests"]
+        for name, n in {"small": small, "large": large}.items():
+            before = server.stats()["requests"]
+            found[name] = {"rows": n, **_score(paths[name], tmp / f"warm-{name}.scored.parquet", None, judge_args)}
+            found[name]["requests"] = server.stats()["requests"] - before
+            paths[name].unlink()
+    found["ratio"] = found["large"]["total_peak_mb"] / found["small"]["total_peak_mb"]
+    return found
+
+
+def run(small: int = 100_000, large: int = 1_000_000, processes: int | None = None,
+        warm: bool = True) -> dict[str, Any]:
     result: dict[str, Any] = {"machine": machine(), "row_group_rows": ROW_GROUP_ROWS,
                               "processes": processes or default_processes()}
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,6 +186,8 @@ def run(small: int = 100_000, large: int = 1_000_000, processes: int | None = No
             result[name] = {"rows": n, **_score(paths[name], (Path(tmp) / name).with_suffix(".scored.parquet"),
                                                 processes)}
             paths[name].unlink()
+        if warm:
+            result["warm"] = _warm(Path(tmp), small, large)
     small_total, large_total = result["small"]["total_peak_mb"], result["large"]["total_peak_mb"]
     result["ratio"] = large_total / small_total
     result["main_ratio"] = result["large"]["main_peak_mb"] / result["small"]["main_peak_mb"]
@@ -162,6 +200,7 @@ def run(small: int = 100_000, large: int = 1_000_000, processes: int | None = No
 def report(result: dict[str, Any]) -> str:
     small, large = result["small"], result["large"]
     met = "met" if result["ratio"] <= result["target_ratio"] else "NOT met"
+    warm = result.get("warm")
 
     def row(r: dict[str, Any]) -> str:
         workers = f"{r['workers']} × {r['worker_peak_mb']:.0f}" if r["workers"] else "none"
@@ -190,7 +229,28 @@ def report(result: dict[str, Any]) -> str:
         "(the duplicate-key registry keeps an 8-byte hash per row). Peak RSS does not depend on how busy the "
         "machine is; wall and CPU seconds are given for scale only (there is no speed target here). "
         f"Load average at the end: {', '.join(f'{x:.1f}' for x in result['load'])}.",
+        *(_warm_report(warm, result["target_ratio"], row) if warm else []),
     ])
+
+
+def _warm_report(warm: dict[str, Any], target: float, row: Any) -> list[str]:
+    met = "met" if warm["ratio"] <= target and not (warm["small"]["requests"] or warm["large"]["requests"]) \
+        else "NOT met"
+    return [
+        "",
+        "Warm result store (litellm judge, `--model ... --store`, every result already stored): the inputs "
+        f"repeat {WARM_PERIOD:,} distinct contents under distinct conversation ids; the store was filled by "
+        f"scoring those rows against the fake server ({warm['fill_requests']} requests), then each size was "
+        "scored against the same server.",
+        "",
+        "| input rows | scored rows | wall s | CPU s: CLI + workers | CLI peak MB | worker peak MB | total peak MB |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+        row(warm["small"]),
+        row(warm["large"]),
+        "",
+        f"Requests while re-scoring: {warm['small']['requests']} and {warm['large']['requests']}. 1M / 100k peak "
+        f"RSS: **{warm['ratio']:.2f}×** (target ≤ {target}× with zero requests: {met}).",
+    ]
 
 
 if __name__ == "__main__":
@@ -198,12 +258,20 @@ if __name__ == "__main__":
     parser.add_argument("--small", type=int, default=100_000)
     parser.add_argument("--large", type=int, default=1_000_000)
     parser.add_argument("--processes", type=int, default=None, help="offline judge processes (default: as shipped)")
+    parser.add_argument("--no-warm", action="store_true", help="skip the warm-store runs")
     parser.add_argument("--generate", nargs="+", metavar="ROWS PATH", help=argparse.SUPPRESS)
+    parser.add_argument("--generate-warm", nargs="+", metavar="PERIOD ROWS PATH", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.generate:
+    if args.generate_warm:
+        period, rest = int(args.generate_warm[0]), args.generate_warm[1:]
+        wanted = [(int(n), path) for n, path in zip(rest[::2], rest[1::2], strict=True)]
+        rows = short_rows(max(n for n, _ in wanted), period)
+        for n, path in wanted:
+            rows.head(n).write_parquet(path, row_group_size=ROW_GROUP_ROWS)
+    elif args.generate:
         wanted = [(int(n), path) for n, path in zip(args.generate[::2], args.generate[1::2], strict=True)]
         rows = short_rows(max(n for n, _ in wanted))
         for n, path in wanted:  # the rows depend on their index only: a head is a smaller input
             rows.head(n).write_parquet(path, row_group_size=ROW_GROUP_ROWS)
     else:
-        print(report(run(args.small, args.large, args.processes)))
+        print(report(run(args.small, args.large, args.processes, warm=not args.no_warm)))
