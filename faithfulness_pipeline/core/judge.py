@@ -165,7 +165,9 @@ class StoredColumns(Protocol):
     ``claims`` / ``verdicts`` means "not stored": the pipeline asks for that item the per-item way.
     ``stored_claims`` gives ``claims`` (list of str) and the usage columns; ``stored_verdicts`` gives
     ``verdicts`` (the raw verdict structs, one per claim), ``context_truncated`` and the usage columns.
-    Results served this way count as cached in the judge's stats.
+    The pipeline serves a row this way only when both its claims and its verdicts are stored, so
+    ``stored_verdicts`` counts each of its hits as two cached step results and ``stored_claims`` counts
+    none: rows it finds that are not served go through the per-item port, which counts them there.
     """
 
     def stored_claims(self, answers: pl.Series, questions: pl.Series) -> pl.DataFrame | None: ...

@@ -314,10 +314,9 @@ class LiteLLMJudge:
         with _gc_paused():
             keys = self._extract_keys.keys_of_texts(content)
             values = self._lookup_aligned(keys)
-        decoded = decode_claims_column(pl.Series(values, dtype=pl.String))
-        if decoded is not None:
-            self._stats.cached_items += decoded.height - decoded.get_column("claims").null_count()
-        return decoded
+        # Not counted as cached here: a row is served from the store only if its verdicts are stored too
+        # (counted by stored_verdicts); the rest goes through the per-item port, which counts its own hits.
+        return decode_claims_column(pl.Series(values, dtype=pl.String))
 
     def stored_verdicts(self, claims: pl.Series, contexts: pl.Series) -> pl.DataFrame | None:
         """Verdicts, truncation flag and usage already in the store for each (claims, context) pair."""
@@ -347,7 +346,8 @@ class LiteLLMJudge:
             values = self._lookup_aligned(keys)
         decoded = decode_verdicts_column(pl.Series(values, dtype=pl.String), claims.list.len())
         if decoded is not None:
-            self._stats.cached_items += decoded.height - decoded.get_column("verdicts").null_count()
+            # Each hit is a row served whole from the store: its claims and its verdicts, two step results.
+            self._stats.cached_items += 2 * (decoded.height - decoded.get_column("verdicts").null_count())
         return decoded
 
     def _decoded(self, decode: Callable[[str], T], value: str | None) -> T | None:

@@ -10,16 +10,20 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
+from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.judge import (
     ExtractItem,
     ExtractResult,
     Judge,
+    JudgeStats,
     VerdictItem,
     VerdictResult,
 )
+from faithfulness_pipeline.core.pipeline import score_frame_async
 from faithfulness_pipeline.core.prompts import PROMPT_VERSION
 from faithfulness_pipeline.judges.litellm_judge import (
     NO_CONTEXT_REASON,
@@ -385,6 +389,45 @@ def test_unreadable_stored_results_are_asked_for_again(server: FakeLLMServer, tm
     assert_scripted(rows, extracted, verdicts)
     assert server.stats().requests == paid and not any(r.cached for r in both((extracted, verdicts)))
     assert any("unreadable" in n for n in judge.stats().notes)
+
+
+def test_a_partly_warm_pipeline_run_counts_each_stored_result_once(server: FakeLLMServer, tmp_path: Path) -> None:
+    # Through the pipeline, which asks the store for whole columns first: rows whose claims are stored but
+    # whose verdicts are not must count their claims once, not once per lookup path.
+    rows = typical_rows(40, seed=9)
+    frame = pl.DataFrame({
+        "conversation_id": [f"c{k}" for k in range(len(rows))],
+        "input": [r.question for r in rows],
+        "output": [r.answer for r in rows],
+        "context": [list(r.context) for r in rows],
+    })
+    store = tmp_path / "results.sqlite"
+
+    def score(**overrides: Any) -> tuple[pl.DataFrame, JudgeStats]:
+        judge = make_judge(server, store_path=store, **overrides)
+
+        async def main() -> pl.DataFrame:
+            try:
+                return await score_frame_async(frame, judge, ScoringConfig())
+            finally:
+                await judge.aclose()
+
+        return asyncio.run(main()), judge.stats()
+
+    cold, stats = score()
+    assert stats.cached_items == 0
+    # rows with a stored claims result and a stored verdicts result
+    judged = cold.filter(pl.col("n_claims") > 0, pl.col("context").list.len() > 0).height
+    extracted = cold.filter(pl.col("output").str.strip_chars() != "").height
+    warm, stats = score()
+    assert stats.requests == 0 and stats.cached_items == extracted + judged
+    with sqlite3.connect(store) as conn:
+        conn.execute("DELETE FROM results WHERE step = 'verdict'")
+    again, stats = score()
+    assert stats.requests > 0
+    assert stats.cached_items == extracted  # the claims, each counted once
+    for table in (warm, again):
+        assert table.drop("scored_at").equals(cold.drop("scored_at"))
 
 
 def test_an_unusable_store_path_fails_before_any_work(tmp_path: Path) -> None:
