@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import platform
@@ -28,6 +29,28 @@ os.environ.setdefault(FAKE_KEY_ENV, "sk-bench-not-a-secret")
 
 def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+
+
+def machine_line(result: dict[str, Any]) -> str:
+    """The report's last line: the machine and how busy it was (other work skews every timing)."""
+    return (f"Machine: {result['machine']}; 1-minute load average at the end {result['load_average']:.1f} (the "
+            "benchmark's own processes account for up to 2 of it; more means other work competed for the CPUs).")
+
+
+def add_pack_options(parser: argparse.ArgumentParser) -> None:
+    """--pack-tokens / --max-items: run a bench at another pack budget than the judge's default."""
+    parser.add_argument("--pack-tokens", type=int, default=None)
+    parser.add_argument("--max-items", type=int, default=None)
+
+
+def pack_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The judge settings :func:`add_pack_options` asked for (none: the defaults)."""
+    overrides: dict[str, Any] = {}
+    if args.pack_tokens:
+        overrides["pack_tokens"] = args.pack_tokens
+    if args.max_items:
+        overrides["max_items_per_pack"] = args.max_items
+    return overrides
 
 
 def litellm_judge(base_url: str, **overrides: Any) -> Judge:

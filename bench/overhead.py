@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from common import FAKE_KEY_ENV, ROOT, machine, score
+from common import FAKE_KEY_ENV, ROOT, add_pack_options, machine, machine_line, pack_overrides, score
 from rag_rows import make_rows
 
 TARGET_MS_PER_ANSWER = 2.0
@@ -140,8 +140,7 @@ def report(result: dict[str, Any]) -> str:
         f"**{result['cpu_ms_per_answer']:.2f}** | ≤ {result['target_ms_per_answer']:g} ({met}) | "
         f"{result['wall_s']:.2f} |",
         "",
-        f"Machine: {result['machine']}; 1-minute load average at the end {result['load_average']:.1f} (the "
-        "benchmark's own processes account for up to 2 of it; more means other work competed for the CPUs).",
+        machine_line(result),
     ])
 
 
@@ -149,12 +148,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=3000)
     parser.add_argument("--profile", type=Path, default=None, help="write cProfile stats of the scoring here")
-    parser.add_argument("--pack-tokens", type=int, default=None)
-    parser.add_argument("--max-items", type=int, default=None)
+    add_pack_options(parser)
     args = parser.parse_args()
-    overrides: dict[str, Any] = {}
-    if args.pack_tokens:
-        overrides["pack_tokens"] = args.pack_tokens
-    if args.max_items:
-        overrides["max_items_per_pack"] = args.max_items
+    overrides = pack_overrides(args)
     print(report(run(args.rows, profile=args.profile, **overrides)))

@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 import polars as pl
-from common import machine, score
+from common import add_pack_options, machine, machine_line, pack_overrides, score
 from overhead import BENCH_MODEL, ServerProcess, bench_judge
 from rag_rows import make_rows
 
@@ -183,8 +183,7 @@ def report(result: dict[str, Any]) -> str:
         "every answer sentence by its number (each is one claim); a judge that writes claims out in full "
         "pays about one completion token per claim token for each one it rewrites.",
         "",
-        f"Machine: {result['machine']}; 1-minute load average at the end {result['load_average']:.1f} (the "
-        "benchmark's own processes account for up to 2 of it; more means other work competed for the CPUs).",
+        machine_line(result),
     ]
     return "\n".join(lines)
 
@@ -193,12 +192,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows16", type=int, default=2000)
     parser.add_argument("--rows64", type=int, default=5000)
-    parser.add_argument("--pack-tokens", type=int, default=None)
-    parser.add_argument("--max-items", type=int, default=None)
+    add_pack_options(parser)
     args = parser.parse_args()
-    overrides: dict[str, Any] = {}
-    if args.pack_tokens:
-        overrides["pack_tokens"] = args.pack_tokens
-    if args.max_items:
-        overrides["max_items_per_pack"] = args.max_items
+    overrides = pack_overrides(args)
     print(report(run(args.rows16, args.rows64, **overrides)))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from common import machine, score
+from common import machine, machine_line, score
 from overhead import BENCH_MODEL, bench_judge
 from rag_rows import make_rows
 
@@ -155,8 +155,7 @@ def report(result: dict[str, Any]) -> str:
         f"The judge alone (key hashing, store lookups, decoding) runs at {result['rows'] / judge_s:,.0f} answers/s; "
         "the rest is the pipeline around it (normalising, building the nested columns, scores and reasons).",
         "",
-        f"Machine: {result['machine']}; 1-minute load average at the end {result['load_average']:.1f} (the "
-        "benchmark's own processes account for up to 2 of it; more means other work competed for the CPUs).",
+        machine_line(result),
     ])
 
 
