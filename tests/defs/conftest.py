@@ -24,6 +24,16 @@ from faithfulness_pipeline.defs.resources import LandingResource, WarehouseResou
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample_data"
 DAYS = ("2026-11-24", "2026-11-25", "2026-11-26")
+# What a run should materialise, written out here rather than read from the definitions under test.
+TABLES = (
+    "raw_conversations",
+    "extracted_claims",
+    "judged_claims",
+    "scored_conversations",
+    "claim_table",
+    "daily_answer_quality",
+)  # one Parquet table per day each
+ASSETS = {*TABLES, "answer_quality_duckdb"}
 
 
 def sample_ids() -> dict[str, set[str]]:

@@ -12,17 +12,9 @@ import polars as pl
 import pytest
 from dagster import DagsterEventType
 
-from tests.defs.conftest import REPO, SAMPLE, make_home, sample_ids, subprocess_env
+from tests.defs.conftest import ASSETS, REPO, SAMPLE, TABLES, make_home, sample_ids, subprocess_env
 
 DAY = "2026-11-25"
-TABLES = (
-    "raw_conversations",
-    "extracted_claims",
-    "judged_claims",
-    "scored_conversations",
-    "claim_table",
-    "daily_answer_quality",
-)
 
 
 def test_dg_launch_materialises_every_asset_of_a_day(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,7 +54,7 @@ def test_dg_launch_materialises_every_asset_of_a_day(tmp_path: Path, monkeypatch
             and e.dagster_event_type == DagsterEventType.ASSET_MATERIALIZATION
             and e.dagster_event.asset_key
         }
-        assert materialized == {*TABLES, "answer_quality_duckdb"}
+        assert materialized == ASSETS
         checks = [
             e.dagster_event.event_specific_data
             for e in events

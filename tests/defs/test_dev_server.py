@@ -26,19 +26,10 @@ import pytest
 import yaml
 from dagster import DagsterEventType
 
-from tests.defs.conftest import DAYS, REPO, SAMPLE, free_port, make_home, sample_ids, subprocess_env
+from tests.defs.conftest import ASSETS, DAYS, REPO, SAMPLE, free_port, make_home, sample_ids, subprocess_env
 
 POOL = "llm_judge"
 LLM_STEPS = {"extracted_claims", "judged_claims"}
-ASSETS = {
-    "raw_conversations",
-    "extracted_claims",
-    "judged_claims",
-    "scored_conversations",
-    "claim_table",
-    "daily_answer_quality",
-    "answer_quality_duckdb",
-}
 
 
 @dataclass

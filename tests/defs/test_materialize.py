@@ -9,16 +9,7 @@ import duckdb
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from tests.defs.conftest import DAYS, Built, copy_lake, sample_ids
-
-TABLES = (
-    "raw_conversations",
-    "extracted_claims",
-    "judged_claims",
-    "scored_conversations",
-    "claim_table",
-    "daily_answer_quality",
-)
+from tests.defs.conftest import ASSETS, DAYS, TABLES, Built, copy_lake, sample_ids
 
 
 def test_every_asset_and_check_succeeds_for_every_day(built: Built) -> None:
@@ -29,7 +20,7 @@ def test_every_asset_and_check_succeeds_for_every_day(built: Built) -> None:
             str(e.asset_key.to_user_string() if e.asset_key else None)
             for e in result.get_asset_materialization_events()
         }
-        assert keys == {*TABLES, "answer_quality_duckdb"}
+        assert keys == ASSETS
         evaluations = result.get_asset_check_evaluations()
         assert len(evaluations) == 9
         failed = [(e.asset_key.to_user_string(), e.check_name, e.description) for e in evaluations if not e.passed]
