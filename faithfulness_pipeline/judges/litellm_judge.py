@@ -444,28 +444,24 @@ class LiteLLMJudge:
         return self._verdict_keys.key_of_lists(item.claims, item.context)
 
     def _lookup(self, keys: list[bytes]) -> dict[bytes, str]:
-        if self.store is None or self.config.refresh or not keys:
-            return {}
+        return self._read_store(lambda store: store.get_many(keys), {}) if keys else {}
+
+    def _lookup_aligned(self, keys: list[bytes]) -> list[str | None]:
+        nothing: list[str | None] = [None] * len(keys)
+        return self._read_store(lambda store: store.get_aligned(keys), nothing) if keys else nothing
+
+    def _read_store(self, read: Callable[[ResultStore], T], nothing: T) -> T:
+        """``read(store)``, or ``nothing`` without a store, under ``refresh`` or when the store fails."""
+        if self.store is None or self.config.refresh:
+            return nothing
         try:
-            return self.store.get_many(keys)
+            return read(self.store)
         except sqlite3.Error as exc:  # an unreadable store costs money, never rows
             note = f"result store read failed ({type(exc).__name__}): stored results were not used"
             if note not in self._stats.notes:
                 self._stats.notes.append(note)
             log.warning("%s: %s", note, exc)
-            return {}
-
-    def _lookup_aligned(self, keys: list[bytes]) -> list[str | None]:
-        if self.store is None or self.config.refresh or not keys:
-            return [None] * len(keys)
-        try:
-            return self.store.get_aligned(keys)
-        except sqlite3.Error as exc:
-            note = f"result store read failed ({type(exc).__name__}): stored results were not used"
-            if note not in self._stats.notes:
-                self._stats.notes.append(note)
-            log.warning("%s: %s", note, exc)
-            return [None] * len(keys)
+            return nothing
 
     def _save(self, rows: list[tuple[bytes, str, str]]) -> None:
         if self.store is None or not rows:
