@@ -43,7 +43,7 @@ def _answers(df: pl.DataFrame) -> int:
 def measure(server: FakeLLMServer, df: pl.DataFrame, label: str, passes: int = 1, **judge: object) -> Usage:
     server.reset_stats()
     for _ in range(passes):
-        score(df, litellm_judge(server.base_url, **judge))  # type: ignore[arg-type]
+        score(df, litellm_judge(server.base_url, **judge))
     stats = server.stats()
     return Usage(label, _answers(df), stats.requests, stats.prompt_tokens, stats.completion_tokens)
 

@@ -238,7 +238,8 @@ async def score_chunks(
         return
 
     async def run(prepared: pl.DataFrame) -> pl.DataFrame:
-        return scored(await judge_overlapped(prepared, judge, progress))
+        judged = await judge_overlapped(prepared, judge, progress)
+        return await asyncio.to_thread(scored, judged)
 
     pending: asyncio.Task[pl.DataFrame] | None = None
     stream = iter(chunks)
@@ -283,7 +284,9 @@ async def judge_overlapped(df: pl.DataFrame, judge: Judge, progress: RowProgress
         pl.int_range(n, dtype=pl.Int64).alias("_i"), S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT,
         is_blank(pl.col(S.ANSWER)).alias("_blank"),
     )
-    stored = _stored_rows(work.filter(~pl.col("_blank")), judge)
+    # Off the event loop: hashing, lookups and decoding release the GIL for long stretches, so another
+    # chunk's store lookup, scoring or preparation runs on the other core meanwhile.
+    stored = await asyncio.to_thread(_stored_rows, work.filter(~pl.col("_blank")), judge)
     done_ids = stored.get_column("_i") if stored is not None else pl.Series("_i", [], dtype=pl.Int64)
     rest = work.filter(~pl.col("_i").is_in(done_ids.implode())) if done_ids.len() else work
     if progress is not None and done_ids.len():

@@ -58,15 +58,22 @@ def _fragments(df: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("hedged"))
         .otherwise(pl.lit("supported"))
     )
-    text = pl.col("claim").fill_null("").str.replace_all(r"\s+", " ").str.strip_chars()
+    # Only the listed claims get a fragment: supported, unhedged claims (most of them) are never quoted.
+    # Each cleaned text is computed once and then referred to by name (eager selects repeat shared
+    # sub-expressions).
+    claims = claims.with_columns(category.alias("category")).filter(pl.col("category") != "supported")
+    claims = claims.with_columns(
+        pl.col("claim").fill_null("").str.replace_all(r"\s+", " ").str.strip_chars().alias("claim"),
+        pl.col("reason").str.strip_chars().str.strip_chars_end(".").str.strip_chars().alias("reason"),
+    )
+    text, reason = pl.col("claim"), pl.col("reason")
     text = pl.when(text.str.len_chars() > _MAX_CLAIM_CHARS).then(
         pl.concat_str(text.str.slice(0, _MAX_CLAIM_CHARS - 1), pl.lit("…"))
     ).otherwise(text)
-    reason = pl.col("reason").str.strip_chars().str.strip_chars_end(".").str.strip_chars()
-    default = category.replace_strict(_DEFAULT_REASON, default=None, return_dtype=pl.String)
+    default = pl.col("category").replace_strict(_DEFAULT_REASON, default=None, return_dtype=pl.String)
     reason = pl.when(reason.is_null() | (reason == "")).then(default).otherwise(reason)
     fragment = pl.concat_str(pl.lit('"'), text, pl.lit('" ('), reason, pl.lit(")"))
-    return claims.select(_ROW, category.alias("category"), fragment.alias(_FRAGMENT))
+    return claims.select(_ROW, "category", fragment.alias(_FRAGMENT))
 
 
 def _listing(category: str) -> list[pl.Expr]:

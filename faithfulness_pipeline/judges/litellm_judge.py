@@ -37,6 +37,7 @@ import contextlib
 import gc
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -207,6 +208,9 @@ class LiteLLMJudge:
             "verdict", prompts.VERDICT_PROMPT_VERSION, *common, f"window={self.card.context_window}"
         )
         self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
+        # stored_claims / stored_verdicts run on a worker thread (the pipeline keeps the event loop free)
+        # while per-item calls count their hits on the loop: counting takes this lock.
+        self._count_lock = threading.Lock()
         self._sender = _Sender(
             config,
             api_key=api_key,
@@ -247,7 +251,7 @@ class LiteLLMJudge:
                     misses.append(i)
                 else:
                     results[i] = stored
-        self._stats.cached_items += len(todo) - len(misses)
+        self._count_cached(len(todo) - len(misses))
         _tick(progress, len(items) - len(misses))
         if misses:
             plan = _ExtractPlan(self, items, misses, keys)
@@ -282,7 +286,7 @@ class LiteLLMJudge:
                     misses.append(i)
                 else:
                     results[i] = stored
-        self._stats.cached_items += len(todo) - len(misses)
+        self._count_cached(len(todo) - len(misses))
         _tick(progress, len(items) - len(misses))
         if misses:
             plan = _VerdictPlan(self, items, misses, keys)
@@ -347,8 +351,12 @@ class LiteLLMJudge:
         decoded = decode_verdicts_column(pl.Series(values, dtype=pl.String), claims.list.len())
         if decoded is not None:
             # Each hit is a row served whole from the store: its claims and its verdicts, two step results.
-            self._stats.cached_items += 2 * (decoded.height - decoded.get_column("verdicts").null_count())
+            self._count_cached(2 * (decoded.height - decoded.get_column("verdicts").null_count()))
         return decoded
+
+    def _count_cached(self, n: int) -> None:
+        with self._count_lock:
+            self._stats.cached_items += n
 
     def _decoded(self, decode: Callable[[str], T], value: str | None) -> T | None:
         """A stored value decoded, or None: absent, or unreadable (then it is asked for again)."""
@@ -568,7 +576,7 @@ class LiteLLMJudge:
                 missing.append(i)
             else:
                 plan.results[i] = stored
-        self._stats.cached_items += len(indices) - len(missing)
+        self._count_cached(len(indices) - len(missing))
         _tick(progress, len(indices) - len(missing))
         return tuple(missing)
 
@@ -702,21 +710,33 @@ def _freeze_imports() -> None:
         _FROZEN.append(True)
 
 
+_GC_LOCK = threading.Lock()
+_gc_pausers = 0  # threads inside _gc_paused right now: the last one out turns the collector back on
+_gc_was_enabled = False
+
+
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while keys are hashed and stored results decoded.
 
     Both build a few small objects per item, none in a cycle; with a big heap (a chunk of rows with
     their passages) every automatic collection walks all of it, which made decoding four times
-    slower. The collector's previous state comes back afterwards.
+    slower. The collector's previous state comes back when the last of overlapping callers (two
+    chunks' lookups on worker threads) leaves.
     """
-    was_enabled = gc.isenabled()
-    gc.disable()
+    global _gc_pausers, _gc_was_enabled
+    with _GC_LOCK:
+        if _gc_pausers == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pausers += 1
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _GC_LOCK:
+            _gc_pausers -= 1
+            if _gc_pausers == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 def _tick(progress: ProgressCallback | None, n: int) -> None:
