@@ -7,6 +7,7 @@ model map, holding no state. litellm is imported inside the functions only.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,9 +98,29 @@ def _lenient(fn: Callable[[], Any]) -> Any:
         return None
 
 
+#: What litellm reads when it is first imported, and our defaults: litellm fetches nothing on its own
+#: (its price map, model catalogues, tokenizers); requests still go wherever the judge is pointed.
+OFFLINE_DEFAULTS: Final = {"LITELLM_OFFLINE_MODE": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+
+def import_litellm() -> Any:
+    """``import litellm`` in offline mode unless the environment already says otherwise.
+
+    Left alone, litellm downloads its price map from GitHub while it is imported: seconds on a good
+    day, a hang where a warehouse network drops packets, and a connection nobody asked for. Offline, it
+    prices calls from the map bundled with the installed (pinned) litellm. To let it fetch, set
+    ``LITELLM_OFFLINE_MODE=false`` and ``LITELLM_LOCAL_MODEL_COST_MAP=False`` before the run.
+    """
+    for name, value in OFFLINE_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    import litellm
+
+    return litellm
+
+
 def model_card(config: LiteLLMJudgeConfig) -> ModelCard:
     """Window, output limit, schema support and prices of the model (config overrides win)."""
-    import litellm
+    litellm = import_litellm()
 
     notes: list[str] = []
     info = _lenient(lambda: litellm.get_model_info(config.model)) or {}
@@ -138,7 +159,7 @@ def model_card(config: LiteLLMJudgeConfig) -> ModelCard:
 
 def token_counter(model: str) -> Count:
     """litellm's offline token count for ``model``, never a tokenizer download (tiktoken instead)."""
-    import litellm
+    litellm = import_litellm()
 
     name = model
     try:

@@ -1,7 +1,8 @@
 """The product's judge: every LLM call goes through litellm, packed, limited, retried, stored and costed.
 
-Only the ``judges.litellm_*`` modules import litellm, and only inside functions (``import litellm``
-costs seconds; importing them must not). The judge is split by what each part holds:
+Only the ``judges.litellm_*`` modules import litellm, only inside functions (the import costs seconds;
+importing them must not) and only through ``litellm_config.import_litellm`` (which keeps litellm from
+downloading its price map). The judge is split by what each part holds:
 
 - ``litellm_judge`` (this module): :class:`LiteLLMJudge`, the port, the store look-ups, the pack runner
   and its retry policy; it re-exports the public names of the others;
@@ -77,6 +78,7 @@ from faithfulness_pipeline.judges.litellm_config import (
     DEFAULT_PACK_TOKENS,
     LiteLLMJudgeConfig,
     ModelCard,
+    import_litellm,
     model_card,
     token_counter,
 )
@@ -172,8 +174,7 @@ class LiteLLMJudge:
         # The key comes first: a missing one must fail before anything else is done.
         self.api_key_env, api_key = resolve_api_key(config.model, config.api_key_env)
         self._redact = Redactor(api_key)
-        import litellm
-
+        litellm = import_litellm()
         litellm.suppress_debug_info = True
         self.card = model_card(config)
         self.count_tokens: Count = token_counter(config.model)

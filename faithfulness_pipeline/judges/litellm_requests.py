@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from faithfulness_pipeline.core.judge import JudgeStats
 from faithfulness_pipeline.core.packing import Count, Pack
 from faithfulness_pipeline.judges.limits import RequestLimiter, retry_after_from_headers
+from faithfulness_pipeline.judges.litellm_config import import_litellm
 
 if TYPE_CHECKING:
     from faithfulness_pipeline.judges.litellm_config import LiteLLMJudgeConfig
@@ -157,8 +158,7 @@ class _Sender:
         max_tokens: int,
         prompt_estimate: int,
     ) -> _Reply:
-        import litellm
-
+        litellm = import_litellm()
         cfg = self.config
         kwargs: dict[str, Any] = {
             "model": cfg.model,

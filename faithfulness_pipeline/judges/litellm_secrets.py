@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.judges.litellm_config import _lenient
+from faithfulness_pipeline.judges.litellm_config import _lenient, import_litellm
 
 
 class MissingAPIKeyError(ConfigError, ValueError):
@@ -62,8 +62,7 @@ def resolve_api_key(model: str, api_key_env: str | None) -> tuple[str | None, st
         if not value:
             raise _missing(name, model)
         return name, value
-    import litellm
-
+    litellm = import_litellm()
     try:
         provider = str(litellm.get_llm_provider(model)[1])
     except Exception as exc:
