@@ -19,6 +19,7 @@ show where slot-time is lost (the start of a step, its tail, the pipeline's work
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import threading
 import time
@@ -76,6 +77,25 @@ class InFlightSampler:
         total = self.samples[-1][0] - self.samples[0][0]
         return {"empty": empty / total, "partial": partial / total, "busy": busy / total}
 
+    def phases(self) -> dict[str, float]:
+        """Where the idle slot-time sits: seconds to the first request and until every slot is busy, the
+        drain after the last moment every slot was busy, and the busy share of the slot-time between."""
+        samples = self.samples
+        if len(samples) < 2:
+            return {"first_s": 0.0, "full_s": 0.0, "drain_s": 0.0, "middle_busy": 0.0}
+        start, end = samples[0][0], samples[-1][0]
+        first = next((t for t, n in samples if n > 0), end)
+        full_at = [t for t, n in samples if n >= self.slots]
+        if not full_at:
+            return {"first_s": first - start, "full_s": end - start, "drain_s": 0.0, "middle_busy": 0.0}
+        busy = held = 0.0
+        for (t0, n), (t1, _) in itertools.pairwise(samples):
+            if full_at[0] <= t0 < full_at[-1]:
+                busy += (t1 - t0) * min(n, self.slots)
+                held += (t1 - t0) * self.slots
+        return {"first_s": first - start, "full_s": full_at[0] - start, "drain_s": end - full_at[-1],
+                "middle_busy": busy / held if held else 0.0}
+
 
 def measure(in_flight: int, rows: int, seed: int, **judge: Any) -> dict[str, Any]:
     frame = make_rows(rows, seed=seed)
@@ -113,6 +133,10 @@ def measure(in_flight: int, rows: int, seed: int, **judge: Any) -> dict[str, Any
         "fraction_of_limit": rate / limit,
         "max_in_flight_seen": after["max_in_flight_seen"],
         "idle": sampler.idle_share(),
+        "phases": sampler.phases(),
+        # The server's own time per reply (parsing, counting, judging, its loop's delays) over the modelled
+        # one: what of the held time above modelled is the fake server's, not the client's.
+        "served_per_modelled": (after["served_latency_s"] - before["served_latency_s"]) / modelled,
         # Slot-time the client held per second of modelled service time: above 1 when replies wait to be
         # read or requests to be written (a busy or CPU-starved client or server), not when slots sit idle.
         "held_per_modelled": sampler.idle_share()["busy"] * in_flight * wall / modelled,
@@ -166,6 +190,23 @@ def report(result: dict[str, Any]) -> str:
             f"**{r['fraction_of_limit']:.2f}** | {100 * idle['empty']:.1f} % / {100 * idle['partial']:.1f} % | "
             f"{r['held_per_modelled']:.2f} |"
         )
+    lines += ["", "Where the idle slot-time sits (the run's start and end; the slots' busy share in between):", ""]
+    for r in result["results"]:
+        p = r["phases"]
+        lines.append(
+            f"- {r['in_flight']} in flight: first request after {p['first_s']:.2f} s, every slot busy after "
+            f"{p['full_s']:.2f} s; after the last moment every slot was busy the run drained for "
+            f"{p['drain_s']:.2f} s (of {r['wall_s']:.1f} s); in between {100 * p['middle_busy']:.1f} % of the "
+            f"slot-time was busy. Slots were held {r['held_per_modelled']:.2f}× the modelled time, the server's "
+            f"handler took {r['served_per_modelled']:.3f}× of it: the difference is sending, reading and "
+            "waiting for the client's event loop."
+        )
+    lines += [
+        "",
+        "Filling the slots costs client CPU per request (counting the pack's tokens, then litellm's own work "
+        "to send it), and the drain lasts about one request latency: both are fixed per run, so a short "
+        "run's fraction sits below the steady state's.",
+    ]
     at16 = next(r for r in result["results"] if r["in_flight"] == 16)
     worst = min(r["fraction_of_limit"] for r in result["results"])
     completion = max(r["completion_tokens_per_answer"] for r in result["results"])

@@ -149,6 +149,10 @@ class ServerStats:
     bodies_seen: int  # distinct request bodies
     max_open_seen: int = 0  # most chat requests open at once, queued ones included
     modelled_latency_s: float = 0.0  # sum of service times (base + per-token) of replies begun
+    # Sum, over the same replies, of the time from the request's body having been read to its reply
+    # being ready, less any wait for a slot: the modelled time plus the server's own work (parsing,
+    # counting tokens, judging) and its event loop's delays. What a client saw as the server's latency.
+    served_latency_s: float = 0.0
     in_flight: int = 0  # being worked on right now
     open_requests: int = 0  # chat requests open right now: queued, in flight or hanging
     no_retry_after_429: int = 0  # the part of by_outcome["429"] sent without a Retry-After header
@@ -263,6 +267,7 @@ class _Counters:
     max_in_flight_seen: int = 0
     max_open_seen: int = 0
     modelled_latency_s: float = 0.0
+    served_latency_s: float = 0.0
     no_retry_after_429: int = 0
     body_counts: dict[bytes, int] = field(default_factory=dict)
 
@@ -439,6 +444,7 @@ class FakeLLMServer:
                 bodies_seen=len(c.body_counts),
                 max_open_seen=c.max_open_seen,
                 modelled_latency_s=c.modelled_latency_s,
+                served_latency_s=c.served_latency_s,
                 in_flight=self._in_flight,
                 open_requests=self._open,
                 no_retry_after_429=c.no_retry_after_429,
@@ -528,6 +534,7 @@ class FakeLLMServer:
             return web.json_response(body, status=401)
         try:
             body = await request.json()
+            read_at = time.perf_counter()
             chat = _parse_chat_request(body)
         except (ValueError, TypeError, KeyError) as exc:
             self._record("400")
@@ -557,11 +564,13 @@ class FakeLLMServer:
             await asyncio.get_running_loop().create_future()  # only cancellation ends this
             raise AssertionError("unreachable")
 
+        queued_at = time.perf_counter()
         try:
             await self._acquire_slot()
         except asyncio.CancelledError:
             self._record("cancelled")
             raise
+        queued_s = time.perf_counter() - queued_at
         try:
             try:
                 reply = self._make_reply(chat, outcome)
@@ -586,6 +595,8 @@ class FakeLLMServer:
                 # The client left (or the server stops) before the reply went out.
                 self._record("cancelled")
                 raise
+            with self._lock:  # a streamed reply: until its last piece was written
+                self._counters.served_latency_s += time.perf_counter() - read_at - queued_s
             self._record_reply(outcome, reply)
             return response
         finally:
