@@ -183,6 +183,13 @@ class RequestLimiter:
             else:
                 self._tpm.take(actual - reserved, self._clock())
 
+    def unused(self, reserved: int) -> None:
+        """A slot given up before its request was sent: its RPM and TPM shares go back to the buckets."""
+        if self._rpm is not None:
+            self._rpm.give_back(1)
+        if self._tpm is not None:
+            self._tpm.give_back(reserved)
+
     # ------------------------------------------------------------------------------- feedback
 
     def on_success(self) -> None:
@@ -242,6 +249,10 @@ class Slot:
 
     def settle(self, actual_tokens: int) -> None:
         self._limiter.settle(self.tokens, actual_tokens)
+
+    def unused(self) -> None:
+        """The request was not sent after all: nothing of the rate limits was spent."""
+        self._limiter.unused(self.tokens)
 
 
 def retry_after_from_headers(headers: Mapping[str, str] | None, now_epoch: float | None = None) -> float | None:

@@ -532,9 +532,8 @@ class LiteLLMJudge:
 
     async def _work(self, plan: _Plan[Any], queue: _PackQueue, progress: ProgressCallback | None) -> None:
         while (pack := await queue.get()) is not None:
-            # Judge-wide, not per call: with calls running side by side (the pipeline overlaps them) only
-            # ``2 * max_concurrency`` packs are between their last store check and their reply. More would
-            # wait for a slot with a stale check: paid twice if another process stores them meanwhile.
+            # Judge-wide, not per call: with calls running side by side (the pipeline overlaps them) at most
+            # ``2 * max_concurrency`` packs are rendered and waiting for a slot or a reply at once.
             async with self._loop_bound().packs:
                 await self._guarded(plan, pack.indices, progress)
 
@@ -559,7 +558,8 @@ class LiteLLMJudge:
     def _not_stored_since(
         self, plan: _Plan[Any], indices: tuple[int, ...], progress: ProgressCallback | None
     ) -> tuple[int, ...]:
-        """The pack's items still missing from the store just before it is sent.
+        """The pack's items still missing from the store (asked when the pack is taken off its queue, and
+        again once its request holds a slot, right before it is sent).
 
         Another process scoring the same rows against the same store may have stored some of them since
         the step's lookup; taking those spares paying twice for everything but the requests in flight.
@@ -595,12 +595,28 @@ class LiteLLMJudge:
             max_tokens = min(self.limits.max_output_tokens, REPLY_SLACK_TOKENS + sum(e.output_tokens for e in entries))
             estimate = self.frame_tokens[plan.step] + sum(e.prompt_tokens for e in entries)
             response_format = plan.response_format(list(id_map)) if self.card.json_schema else None
-            if tries.sent > 0:
-                self._stats.retries += 1
+            remaining = indices
+
+            def still_needed(sending: tuple[int, ...] = indices) -> bool:
+                # Checked while holding a request slot: a result another process stored while this pack
+                # waited for one is not paid again (only requests already in flight can be).
+                nonlocal remaining
+                remaining = self._not_stored_since(plan, sending, progress)
+                return remaining == sending
+
+            retry, before = tries.sent > 0, tries
             tries = tries.sending()
             try:
-                reply = await self._sender.send(messages, response_format, max_tokens, estimate)
+                reply = await self._sender.send(messages, response_format, max_tokens, estimate, still_needed)
             except _RequestFailed as failure:
+                if failure.kind == "stale":  # nothing was sent: the rest goes as a smaller pack
+                    tries = before
+                    if not remaining:
+                        return
+                    indices = remaining
+                    continue
+                if retry:
+                    self._stats.retries += 1
                 if failure.sent:
                     self._charge(plan, indices, None, None, id_map)
                 tries = tries.failed(failure.kind == "rate_limit")
@@ -621,6 +637,8 @@ class LiteLLMJudge:
                     await self._split(plan, halves(indices), tries, progress)
                     return
                 continue  # after a 429 the limiter's shared pause makes this attempt wait
+            if retry:
+                self._stats.retries += 1
             parsed = plan.parse(reply.text, context)
             self._charge(plan, indices, reply, parsed, id_map)
             rows: list[tuple[bytes, str, str]] = []

@@ -62,7 +62,7 @@ class _RequestFailed(Exception):
 
     def __init__(
         self,
-        kind: Literal["rate_limit", "transient", "timeout", "too_big", "isolate", "fatal"],
+        kind: Literal["rate_limit", "transient", "timeout", "too_big", "isolate", "fatal", "stale"],
         reason: str,
         sent: bool = True,
     ) -> None:
@@ -84,7 +84,7 @@ class _Turns:
     """What the calls of one judge share on one event loop."""
 
     loop: asyncio.AbstractEventLoop
-    packs: asyncio.Semaphore  # packs between their last store check and their reply: 2 x max_concurrency
+    packs: asyncio.Semaphore  # packs taken off the queues and not yet answered: 2 x max_concurrency
     counting: asyncio.Lock  # held by the call whose items are being counted and packed
 
 
@@ -157,7 +157,10 @@ class _Sender:
         response_format: dict[str, Any] | None,
         max_tokens: int,
         prompt_estimate: int,
+        still_needed: Callable[[], bool] | None = None,
     ) -> _Reply:
+        """One request. ``still_needed`` is asked once the request holds its slot, right before it is sent:
+        False (its items were stored meanwhile, by another process) gives up the slot unsent ("stale")."""
         litellm = import_litellm()
         cfg = self.config
         kwargs: dict[str, Any] = {
@@ -182,6 +185,9 @@ class _Sender:
         async with self.limiter.slot(prompt_estimate + max_tokens) as slot:
             if self.fatal is not None:  # learnt while this request waited for its slot
                 raise _RequestFailed("fatal", self.fatal, sent=False)
+            if still_needed is not None and not still_needed():
+                slot.unused()
+                raise _RequestFailed("stale", "stored by another process while waiting for a slot", sent=False)
             self._stats.requests += 1
             try:
                 # The outer timeout is a backstop for providers that ignore ``timeout`` (a context

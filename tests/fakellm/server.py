@@ -151,7 +151,8 @@ class ServerStats:
     modelled_latency_s: float = 0.0  # sum of service times (base + per-token) of replies begun
     # Sum, over the same replies, of the time from the request's body having been read to its reply
     # being ready, less any wait for a slot: the modelled time plus the server's own work (parsing,
-    # counting tokens, judging) and its event loop's delays. What a client saw as the server's latency.
+    # counting tokens, judging) and its event loop's delays, as the handler saw it. Reading the body
+    # and writing the reply are not in it: they depend on the client too.
     served_latency_s: float = 0.0
     in_flight: int = 0  # being worked on right now
     open_requests: int = 0  # chat requests open right now: queued, in flight or hanging
@@ -595,7 +596,7 @@ class FakeLLMServer:
                 # The client left (or the server stops) before the reply went out.
                 self._record("cancelled")
                 raise
-            with self._lock:  # a streamed reply: until its last piece was written
+            with self._lock:  # for a streamed reply this includes writing its pieces
                 self._counters.served_latency_s += time.perf_counter() - read_at - queued_s
             self._record_reply(outcome, reply)
             return response

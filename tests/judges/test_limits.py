@@ -87,6 +87,22 @@ def test_tpm_reserves_then_settles_against_real_usage() -> None:
     assert sum(t2.sleeps) == pytest.approx(40.0)  # 4000 missing tokens at 100 per second
 
 
+def test_a_slot_given_up_unsent_spends_nothing_of_the_rate_limits() -> None:
+    # A pack whose items another process stored while it waited for its slot is not sent.
+    t = FakeTime()
+    limiter = make(t, max_in_flight=10, rpm=1, tpm=6000)
+
+    async def main() -> None:
+        for _ in range(3):
+            async with limiter.slot(5000) as slot:
+                slot.unused()
+        async with limiter.slot(5000):
+            pass
+
+    asyncio.run(main())
+    assert t.sleeps == []  # three slots given back whole, so the one real request still finds both full
+
+
 def test_in_flight_cap_is_never_exceeded() -> None:
     limiter = RequestLimiter(max_in_flight=3)
     seen: list[int] = []

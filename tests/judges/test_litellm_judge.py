@@ -32,7 +32,7 @@ from faithfulness_pipeline.judges.litellm_judge import (
     MissingAPIKeyError,
     Redactor,
 )
-from tests.fakellm import FakeLLMServer, FaultPlan
+from tests.fakellm import FakeLLMServer, FaultPlan, Latency
 from tests.fakellm.scripted import (
     ScriptedJudge,
     TypicalRow,
@@ -428,6 +428,39 @@ def test_a_partly_warm_pipeline_run_counts_each_stored_result_once(server: FakeL
     assert stats.cached_items == extracted  # the claims, each counted once
     for table in (warm, again):
         assert table.drop("scored_at").equals(cold.drop("scored_at"))
+
+
+def test_a_pack_whose_items_were_stored_while_it_waited_for_a_slot_is_not_sent(tmp_path: Path) -> None:
+    # Another process (here: a direct write) stores a pack's items after the pack's first look in the
+    # store but before its request gets a slot: the last look, made holding the slot, must catch it.
+    from faithfulness_pipeline.core.judge import Usage
+    from faithfulness_pipeline.judges.store import ResultStore, encode_claims
+
+    store = tmp_path / "shared.sqlite"
+    items = [ExtractItem(f"r{k}", f"Item {k} makes one claim.", None) for k in range(4)]
+    with FakeLLMServer(ScriptedJudge(), latency=Latency(base_s=0.6)) as srv:
+        judge = make_judge(srv, store_path=store, max_concurrency=1, max_items_per_pack=2)
+
+        async def other_process() -> None:
+            await asyncio.sleep(0.3)  # the first pack is out, the second waits for the only slot
+            writer = ResultStore(store)
+            value = encode_claims(("stored by the other process",), Usage(1.0, 10, 5, 0.0))
+            writer.put_many([(judge._extract_key(item), "extract", value) for item in items[2:]])
+            writer.close()
+
+        async def main() -> list[ExtractResult]:
+            try:
+                results, _ = await asyncio.gather(judge.extract_claims(items), other_process())
+                return results
+            finally:
+                await judge.aclose()
+
+        results = asyncio.run(main())
+        requests = srv.stats().requests
+    assert requests == 1
+    assert [r.claims for r in results[2:]] == [("stored by the other process",)] * 2
+    assert all(r.error is None and r.claims and "stored" not in r.claims[0] for r in results[:2])
+    assert judge.stats().cached_items == 2
 
 
 def test_an_unusable_store_path_fails_before_any_work(tmp_path: Path) -> None:
