@@ -110,6 +110,7 @@ def measure(in_flight: int, rows: int, seed: int, **judge: Any) -> dict[str, Any
             scored = score(frame, scorer)
             wall = time.perf_counter() - start
         after = server.stats()
+    idle = sampler.idle_share()
     requests = after["requests"] - before["requests"]
     modelled = after["modelled_latency_s"] - before["modelled_latency_s"]
     answers = frame.height
@@ -132,14 +133,14 @@ def measure(in_flight: int, rows: int, seed: int, **judge: Any) -> dict[str, Any
         "limit_answers_per_s": limit,
         "fraction_of_limit": rate / limit,
         "max_in_flight_seen": after["max_in_flight_seen"],
-        "idle": sampler.idle_share(),
+        "idle": idle,
         "phases": sampler.phases(),
         # The server's own time per reply (parsing, counting, judging, its loop's delays) over the modelled
         # one: what of the held time above modelled is the fake server's, not the client's.
         "served_per_modelled": (after["served_latency_s"] - before["served_latency_s"]) / modelled,
         # Slot-time the client held per second of modelled service time: above 1 when replies wait to be
         # read or requests to be written (a busy or CPU-starved client or server), not when slots sit idle.
-        "held_per_modelled": sampler.idle_share()["busy"] * in_flight * wall / modelled,
+        "held_per_modelled": idle["busy"] * in_flight * wall / modelled,
         "verdict_mix": {str(k): int(v) for k, v in counts.iter_rows()},
     }
 

@@ -95,24 +95,19 @@ class KeyMaker:
         """One key per row of a column of already laid-out content (:func:`extract_content`, or the two
         parts of :func:`pair_content` as ``texts`` and ``tails``), hashed straight from the columns' UTF-8
         buffers: no Python string per row. No row may be null."""
-        heads = _spans(texts)
-        rows = [heads] if tails is None else [heads, _spans(tails)]
-        return self._span_digests(rows, 0, len(heads[1]))
-
-    def _span_digests(self, parts: list[_Spans], start: int, stop: int) -> list[bytes]:
-        out: list[bytes] = []
+        data, spans = _spans(texts)
         base = self._base
-        if len(parts) == 1:
-            data, spans = parts[0]
-            for a, b in spans[start:stop]:
+        out: list[bytes] = []
+        if tails is None:
+            for a, b in spans:
                 h = base.copy()
                 h.update(data[a:b])
                 out.append(h.digest()[:16])
             return out
-        (head_data, head_spans), (tail_data, tail_spans) = parts
-        for (a, b), (c, d) in zip(head_spans[start:stop], tail_spans[start:stop], strict=True):
+        tail_data, tail_spans = _spans(tails)
+        for (a, b), (c, d) in zip(spans, tail_spans, strict=True):
             h = base.copy()
-            h.update(head_data[a:b])
+            h.update(data[a:b])
             h.update(tail_data[c:d])
             out.append(h.digest()[:16])
         return out
