@@ -332,13 +332,20 @@ def _stored_rows(sendable: pl.DataFrame, judge: object) -> pl.DataFrame | None:
 
 
 async def _per_item_rows(rest: pl.DataFrame, judge: Judge, progress: RowProgress | None) -> pl.DataFrame:
-    """The result columns of ``rest`` through the per-item port, extraction calls overlapping verdicts."""
+    """The result columns of ``rest`` (in no particular row order) through the per-item port, extraction
+    calls overlapping verdicts.
+
+    Work that is not a request stays off the path of the first and the last one: passages become Python
+    strings only when their call's verdicts are due, and each call's rows become a small result frame
+    as soon as its verdicts are back, while later calls are still out.
+    """
     size = max(1, judge.overlap_rows if isinstance(judge, Overlapping) else rest.height)
     n = rest.height
+    row_ids = rest.get_column("_i")
+    passages = rest.get_column(S.CONTEXT)
     keys = rest.get_column(S.ROW_KEY).to_list()
     answers = rest.get_column(S.ANSWER).to_list()
     questions = rest.get_column(S.QUESTION).to_list()
-    contexts = rest.get_column(S.CONTEXT).to_list()
     blank = rest.get_column("_blank").to_list()
 
     claims: list[list[str] | None] = [[] for _ in range(n)]
@@ -347,38 +354,55 @@ async def _per_item_rows(rest: pl.DataFrame, judge: Judge, progress: RowProgress
     verdicts: list[Sequence[ClaimVerdict] | None] = [None] * n
     truncated = [False] * n
     v_usages = [NO_USAGE] * n
+    parts: list[pl.DataFrame] = []
     half = _half(progress)
 
+    def frame_of(rows: list[int]) -> pl.DataFrame:
+        x = _usage_frame([x_usages[i] for i in rows])
+        v = _usage_frame([v_usages[i] for i in rows])
+        return pl.DataFrame(
+            [
+                row_ids.gather(rows),
+                _nested(S.CLAIMS, [claims[i] for i in rows], _CLAIMS_ARROW),
+                pl.Series(S.ERROR, [errors[i] for i in rows], dtype=pl.String),
+                *[s.alias(f"x_{c}") for c, s in x.items()],
+                _verdict_column([verdicts[i] for i in rows]),
+                pl.Series(S.CONTEXT_TRUNCATED, [truncated[i] for i in rows], dtype=pl.Boolean),
+                *[s.alias(f"v_{c}") for c, s in v.items()],
+            ]
+        )
+
     async def verdicts_of(rows: list[int]) -> None:
+        with_claims = [i for i in rows if errors[i] is None and claims[i]]
+        context = dict(zip(with_claims, passages.gather(with_claims).to_list(), strict=True)) if with_claims else {}
         todo: list[int] = []
         for i in rows:
             if errors[i] is not None:
                 continue
-            found = claims[i]
-            if not found:
+            if not claims[i]:
                 verdicts[i] = ()
-            elif not contexts[i]:
-                verdicts[i] = (_NO_CONTEXT_VERDICT,) * len(found)
+            elif not context[i]:
+                verdicts[i] = (_NO_CONTEXT_VERDICT,) * len(claims[i] or ())
             else:
                 todo.append(i)
         if progress is not None and len(todo) < len(rows):
             progress((len(rows) - len(todo)) / 2)
-        if not todo:
-            return
-        items = [
-            VerdictItem(id=keys[i], claims=tuple(claims[i] or ()), context=tuple(contexts[i]), question=questions[i])
-            for i in todo
-        ]
-        results = await judge.judge_claims(items, half)
-        _check_ids("judge_claims", [it.id for it in items], [r.id for r in results])
-        for i, result in zip(todo, results, strict=True):
-            v_usages[i] = result.usage
-            truncated[i] = result.context_truncated
-            count = len(claims[i] or ())
-            if result.verdicts is None or len(result.verdicts) != count:
-                errors[i] = f"claim verdicts failed: {result.error or 'judge returned a wrong number of verdicts'}"
-                continue
-            verdicts[i] = result.verdicts
+        if todo:
+            items = [
+                VerdictItem(id=keys[i], claims=tuple(claims[i] or ()), context=tuple(context[i]), question=questions[i])
+                for i in todo
+            ]
+            results = await judge.judge_claims(items, half)
+            _check_ids("judge_claims", [it.id for it in items], [r.id for r in results])
+            for i, result in zip(todo, results, strict=True):
+                v_usages[i] = result.usage
+                truncated[i] = result.context_truncated
+                count = len(claims[i] or ())
+                if result.verdicts is None or len(result.verdicts) != count:
+                    errors[i] = f"claim verdicts failed: {result.error or 'judge returned a wrong number of verdicts'}"
+                    continue
+                verdicts[i] = result.verdicts
+        parts.append(frame_of(rows))
 
     async def claims_then_verdicts(rows: list[int]) -> None:
         items = [ExtractItem(id=keys[i], answer=answers[i], question=questions[i]) for i in rows]
@@ -399,19 +423,7 @@ async def _per_item_rows(rest: pl.DataFrame, judge: Judge, progress: RowProgress
             group.create_task(verdicts_of(blank_rows))
         for start in range(0, len(send), size):
             group.create_task(claims_then_verdicts(send[start : start + size]))
-    x = _usage_frame(x_usages)
-    v = _usage_frame(v_usages)
-    return pl.DataFrame(
-        [
-            rest.get_column("_i"),
-            _nested(S.CLAIMS, claims, _CLAIMS_ARROW),
-            pl.Series(S.ERROR, errors, dtype=pl.String),
-            *[s.alias(f"x_{c}") for c, s in x.items()],
-            _verdict_column(verdicts),
-            pl.Series(S.CONTEXT_TRUNCATED, truncated, dtype=pl.Boolean),
-            *[s.alias(f"v_{c}") for c, s in v.items()],
-        ]
-    )
+    return pl.concat(parts, how="vertical") if parts else frame_of([])
 
 
 def chunks_of(df: pl.DataFrame, rows: int) -> Iterable[pl.DataFrame]:

@@ -63,6 +63,7 @@ from faithfulness_pipeline.core.keys import is_blank
 from faithfulness_pipeline.core.packing import (
     REPLY_SLACK_TOKENS,
     Count,
+    Entry,
     Limits,
     Packer,
     halves,
@@ -501,28 +502,24 @@ class LiteLLMJudge:
             packer = Packer(self.frame_tokens[plan.step], self.limits)
             order = plan.order()
             turn = self._loop_bound().counting
-            clock = time.perf_counter
             at = 0
             # One call packs at a time, in the order the calls came: the first answers' packs all leave
             # first, so their claims are back (and their verdicts can go) while later answers' are out.
             # Interleaved, every call's last extraction pack would come back at the end of the phase.
             async with turn:
                 while at < len(order):
-                    until = clock() + _TURN_S
-                    while at < len(order):
-                        i = order[at]
-                        at += 1
-                        entry = plan.add(i)
+                    # Counted on a worker thread, a short turn at a time: the tokenizer lets go of the GIL
+                    # while it encodes, so the event loop sends requests and reads replies meanwhile
+                    # instead of leaving them to wait (and hold their slots) until the counting is done.
+                    counted = await asyncio.to_thread(_count_turn, plan, order, at)
+                    for i, entry in zip(order[at : at + len(counted)], counted, strict=True):
                         if entry is None:
                             self._finish_error(plan, i, plan.oversize[i], progress)
                         else:
                             closed = packer.push(entry)
                             if closed is not None:
                                 queue.put(closed)
-                        if clock() >= until:
-                            break
-                    # Short turns: replies that arrive while we count wait unread, holding their slots.
-                    await asyncio.sleep(0)
+                    at += len(counted)
             last = packer.flush()
             if last is not None:
                 queue.put(last)
@@ -710,6 +707,21 @@ class LiteLLMJudge:
         self._stats.completion_tokens += completion
         if priced is not None and self._stats.cost_usd is not None:
             self._stats.cost_usd += priced[0] + priced[1]
+
+
+def _count_turn(plan: _Plan[Any], order: Sequence[int], start: int) -> list[Entry | None]:
+    """``plan.add`` for the items of ``order`` from ``start`` on, for about ``_TURN_S`` (one item at least).
+
+    Only one call counts at a time (the judge's counting lock), so one thread at a time writes to a
+    plan's per-item tables; the event loop reads only the entries of packs already closed.
+    """
+    until = time.perf_counter() + _TURN_S
+    out: list[Entry | None] = []
+    for at in range(start, len(order)):
+        out.append(plan.add(order[at]))
+        if time.perf_counter() >= until:
+            break
+    return out
 
 
 _FROZEN: list[bool] = []

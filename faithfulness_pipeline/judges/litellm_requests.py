@@ -72,10 +72,10 @@ class _RequestFailed(Exception):
         self.sent = sent
 
 
-#: Counting time between two chances for the workers to run (replies that arrive meanwhile wait, holding
-#: their request slots), ~20 verdict items. Only one call counts at a time, so this also bounds how fast
-#: packs are made per pass of the event loop: 2 ms starved the packing on a busy machine (a quarter of
-#: the slots idle at 64 in flight), 8 ms keeps the 99th percentile wait of the loop near 0.1 s.
+#: Counting time of one turn on the counting thread, ~20 verdict items: the packs it closes are queued
+#: (and can be sent) only when the turn is over. Shorter turns cost a thread hop and a pass of the event
+#: loop each; counting on the loop itself, 2 ms starved the packing on a busy machine and 8 ms kept the
+#: loop's 99th percentile wait near 0.1 s. On a thread the loop is not blocked while the tokenizer runs.
 _TURN_S: Final = 0.008
 
 
