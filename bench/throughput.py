@@ -188,7 +188,7 @@ def report(result: dict[str, Any]) -> str:
             f"| {r['in_flight']} | {r['rows']} | {r['requests_per_answer']:.3f} | "
             f"{r['prompt_tokens_per_answer']:.0f} | {r['completion_tokens_per_answer']:.1f} | "
             f"{r['mean_request_latency_s']:.3f} | **{r['answers_per_s']:.1f}** | {r['limit_answers_per_s']:.1f} | "
-            f"**{r['fraction_of_limit']:.2f}** | {100 * idle['empty']:.1f} % / {100 * idle['partial']:.1f} % | "
+            f"**{r['fraction_of_limit']:.3f}** | {100 * idle['empty']:.1f} % / {100 * idle['partial']:.1f} % | "
             f"{r['held_per_modelled']:.2f} |"
         )
     lines += ["", "Where the idle slot-time sits (the run's start and end; the slots' busy share in between):", ""]
@@ -215,7 +215,7 @@ def report(result: dict[str, Any]) -> str:
     lines += [
         "",
         f"Targets: fraction ≥ {targets['fraction_of_limit']} ({_met(worst >= targets['fraction_of_limit'])}, "
-        f"lowest {worst:.2f}); ≥ {targets['answers_per_s_at_16']:g} answers/s at 16 in flight "
+        f"lowest {worst:.3f}); ≥ {targets['answers_per_s_at_16']:g} answers/s at 16 in flight "
         f"({_met(at16['answers_per_s'] >= targets['answers_per_s_at_16'])}, {at16['answers_per_s']:.1f}); "
         f"≤ {targets['completion_tokens_per_answer']:g} completion tokens per answer for both scores "
         f"({_met(completion <= targets['completion_tokens_per_answer'])}, {completion:.1f}).",
