@@ -144,11 +144,11 @@ def _keys_in_child(conn: Any) -> None:
 
 def test_batched_keys_work_in_a_forked_child() -> None:
     k = KeyMaker("verdict", "v1", "openai/m")
-    k.keys_of_pairs([((f"c{i}",), ("p" * 3000,)) for i in range(600)])  # the parent's pool is running
+    k.keys_of_pairs([((f"c{i}",), ("p" * 3000,)) for i in range(600)])  # hashed in the parent first
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_keys_in_child, args=(child,))
     proc.start()
-    assert parent.poll(30) and parent.recv() is True  # a fork-inherited pool would hang here
+    assert parent.poll(30) and parent.recv() is True  # a hang here: state the child cannot use
     proc.join(30)
     assert proc.exitcode == 0
