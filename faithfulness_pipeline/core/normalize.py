@@ -230,14 +230,18 @@ def _read_messages(df: pl.DataFrame, config: ScoringConfig, shape: str) -> _From
     return out
 
 
-def _clean_passages(dtype: Any, name: str) -> pl.Expr:
+def _clean_passages(df: pl.DataFrame, name: str) -> pl.Expr:
     """A context cell as passages: a string is one passage; null and blank passages are skipped."""
-    col = pl.col(name)
+    col, dtype = pl.col(name), df.schema[name]
     if isinstance(dtype, pl.List):
-        element = pl.element().cast(pl.String)
-        return col.cast(pl.List(pl.String)).list.eval(
-            pl.element().filter(element.is_not_null() & (element.str.strip_chars() != ""))
-        )
+        as_text = col.cast(pl.List(pl.String))
+        # Most tables hold no null or blank passage: one scan that finds none spares a filtering copy
+        # of every passage (about half the cost of preparing a chunk of typical RAG rows).
+        passages = df.select(as_text.explode()).to_series()
+        if not (passages.has_nulls() or passages.str.contains(r"^\s*$").any()):
+            return as_text
+        element = pl.element()
+        return as_text.list.eval(pl.element().filter(element.is_not_null() & (element.str.strip_chars() != "")))
     if dtype == pl.Null:
         return pl.lit(None, dtype=pl.List(pl.String))
     text = col.cast(pl.String)
@@ -359,9 +363,10 @@ def prepare(df: pl.DataFrame, config: ScoringConfig, registry: KeyRegistry | Non
             else empty
         )
         if columns.context in df.columns:
-            cell = _clean_passages(df.schema[columns.context], columns.context)
+            frame = frame.with_columns(_clean_passages(df, columns.context).alias(S.CONTEXT))
+            cell = pl.col(S.CONTEXT)
             # A null or empty context cell falls through to the conversation's tool results.
-            context = pl.when(cell.list.len() > 0).then(cell).otherwise(tools)
+            context = cell if parsed is None else pl.when(cell.list.len() > 0).then(cell).otherwise(tools)
         else:
             context = tools
         frame = frame.with_columns(context.fill_null(empty).alias(S.CONTEXT))

@@ -54,6 +54,17 @@ def test_context_as_one_string_is_one_passage() -> None:
     assert out[S.CONTEXT][0].to_list() == ["one passage"]
 
 
+@pytest.mark.parametrize("blank", [None, "", "  ", "\u3000", "\u00a0\t\n"])
+def test_null_and_blank_passages_are_skipped_and_clean_cells_kept_as_they_are(blank: str | None) -> None:
+    # Ideographic and no-break spaces are blank too: zh and ko documents carry them.
+    df = pl.DataFrame({"output": ["A.", "B.", "C.", "D."],
+                       "context": [[" one ", blank, "two"], [blank], None, ["三 ", "세"]]})
+    got = prepare(df, ScoringConfig())[S.CONTEXT].to_list()
+    assert got == [[" one ", "two"], [], [], ["三 ", "세"]]
+    clean = df.filter(pl.col("output") == "D.")
+    assert prepare(clean, ScoringConfig())[S.CONTEXT].to_list() == [["三 ", "세"]]
+
+
 def test_passthrough_columns_keep_their_order_and_values() -> None:
     df = pl.DataFrame({"z": [1], "output": ["A."], "a": ["x"], "m": [2.5]})
     out = prepare(df, ScoringConfig())
