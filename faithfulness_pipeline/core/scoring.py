@@ -14,6 +14,7 @@ import math
 import sys
 
 import polars as pl
+import pyarrow as pa
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
@@ -97,31 +98,30 @@ def _supported_reason() -> pl.Expr:
 
 
 def published_verdicts(df: pl.DataFrame) -> pl.Series:
-    """``verdicts`` as published: claim text zipped with its verdict, evidence index replaced by passage text."""
-    idx = "_fp_row"
-    fields = ["verdict", "speculative", "reason"]
-    narrow = df.select(
-        pl.int_range(pl.len(), dtype=pl.UInt32).alias(idx),
-        pl.col(S.CLAIMS).alias("claim"),
-        *[_verdict_field(f).alias(f) for f in fields],
-        pl.col(S.CONTEXT).list.gather(_verdict_field("evidence_index"), null_on_oob=True).alias("evidence"),
-        pl.col(S.VERDICTS).is_null().alias("_fp_missing"),
-    )
-    evidence_index = _verdict_field("evidence_index").alias("_fp_evidence_index")
-    zipped = (
-        narrow.with_columns(df.select(evidence_index).to_series())
-        .filter(~pl.col("_fp_missing") & (pl.col("claim").list.len() > 0))
-        .explode(["claim", *fields, "evidence", "_fp_evidence_index"])
-        .with_columns(_supported_reason())
-        .group_by(idx, maintain_order=True)
-        .agg(pl.struct("claim", *fields, "evidence").alias("verdicts"))
-    )
-    joined = narrow.select(idx, "_fp_missing").join(zipped, on=idx, how="left", maintain_order="left")
-    empty = pl.lit([], dtype=pl.List(S.VERDICT_STRUCT))
-    return joined.select(
-        pl.when(pl.col("_fp_missing"))
-        .then(None)
-        .otherwise(pl.col("verdicts").fill_null(empty))
-        .cast(pl.List(S.VERDICT_STRUCT))
-        .alias("verdicts")
-    ).to_series()
+    """``verdicts`` as published: claim text zipped with its verdict, evidence index replaced by passage text.
+
+    Built flat: every claim of every judged row in one column each, then cut back into rows by the
+    verdict lists' own lengths (a row has one verdict per claim), without grouping rows back together.
+    """
+    verdicts = pl.col(S.VERDICTS)
+    lengths = df.select(verdicts.list.len().fill_null(0).cast(pl.Int64)).to_series()
+    judged = df.filter(lengths > 0)
+    flat = judged.select(
+        pl.col(S.CLAIMS).explode().alias("claim"),
+        verdicts.explode().struct.unnest(),
+        pl.col(S.CONTEXT).list.gather(_verdict_field("evidence_index"), null_on_oob=True).explode().alias("evidence"),
+    ).rename({"evidence_index": "_fp_evidence_index"})
+    flat = flat.select(
+        "claim", "verdict", "speculative", _supported_reason(), "evidence"
+    ).cast({name: dtype for name, dtype in S.VERDICT_STRUCT.to_schema().items()})
+    offsets = pl.concat([pl.Series([0], dtype=pl.Int64), lengths.cum_sum()])
+    struct = pa.StructArray.from_arrays([_arrow(flat.get_column(c)) for c in flat.columns], names=flat.columns)
+    missing = df.get_column(S.VERDICTS).is_null()
+    column = pa.LargeListArray.from_arrays(_arrow(offsets), struct, mask=_arrow(missing))
+    return pl.Series("verdicts", column, dtype=pl.List(S.VERDICT_STRUCT))
+
+
+def _arrow(series: pl.Series) -> pa.Array:
+    # String views as polars holds them: the evidence passages are not copied on the way to Arrow and back.
+    arr = series.rechunk().to_arrow(compat_level=pl.CompatLevel.newest())
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr

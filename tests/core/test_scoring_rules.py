@@ -158,3 +158,22 @@ def test_usage_is_summed_over_both_steps() -> None:
     row = _score([_answer("en", supported=1)]).row(0, named=True)
     assert row["llm_calls"] == 1.0 and row["prompt_tokens"] == 200 and row["completion_tokens"] == 20
     assert row["cost_usd"] == pytest.approx(0.002)
+
+
+@pytest.mark.parametrize(("claim", "quoted"), [
+    ("It is  painted\tgold.", '"It is painted gold." (not found in the context)'),
+    ("它\u3000被漆成\n金色。", '"它 被漆成 金色。" (not found in the context)'),
+    ("금색으로 칠해져 있다.", '"금색으로 칠해져 있다." (not found in the context)'),
+    ("  plain  ", '"plain" (not found in the context)'),
+])
+def test_reasons_quote_claims_with_whitespace_folded_to_single_spaces(claim: str, quoted: str) -> None:
+    from faithfulness_pipeline.core import schema as S
+    from faithfulness_pipeline.core.reasons import add_reasons
+
+    verdict = {"claim": claim, "verdict": "unsupported", "speculative": False, "reason": None, "evidence": None}
+    df = pl.DataFrame({
+        "verdicts": [[verdict]], "n_claims": [1], "n_contradicted": [0], "n_unsupported": [1],
+        "hallucination_score": [1.0], "faithfulness_score": [0.0], S.ERROR: [None],
+    }, schema_overrides={"verdicts": pl.List(S.VERDICT_STRUCT), S.ERROR: pl.String})
+    reason = add_reasons(df).row(0, named=True)["hallucination_reason"]
+    assert quoted in reason, reason
