@@ -39,7 +39,7 @@ class TimedJudge:
         self.judge = judge
         self.model_name = judge.model_name
         self.prompt_version = judge.prompt_version
-        self.seconds = {"extract": 0.0, "verdict": 0.0}
+        self.seconds = {"rows": 0.0, "extract": 0.0, "verdict": 0.0}
 
     async def extract_claims(self, items: Any, progress: Any = None) -> Any:
         start = time.perf_counter()
@@ -74,6 +74,16 @@ class TimedJudge:
             return self.judge.stored_verdicts(claims, contexts)
         finally:
             self.seconds["verdict"] += time.perf_counter() - start
+
+    def stored_rows(self, answers: Any, questions: Any, contexts: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self.judge.stored_rows(answers, questions, contexts)
+        finally:
+            self.seconds["rows"] += time.perf_counter() - start
+
+    def store_rows(self, answers: Any, questions: Any, contexts: Any, results: Any) -> None:
+        self.judge.store_rows(answers, questions, contexts, results)
 
     def stats(self) -> Any:
         return self.judge.stats()

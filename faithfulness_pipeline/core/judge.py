@@ -173,3 +173,22 @@ class StoredColumns(Protocol):
     def stored_claims(self, answers: pl.Series, questions: pl.Series) -> pl.DataFrame | None: ...
 
     def stored_verdicts(self, claims: pl.Series, contexts: pl.Series) -> pl.DataFrame | None: ...
+
+
+@runtime_checkable
+class StoredRows(Protocol):
+    """A judge whose store also keeps each finished row whole: one lookup a row on a warm re-run.
+
+    ``stored_rows`` gives, for each row (non-blank answer), the columns ``claims``, ``verdicts``,
+    ``context_truncated`` and the usage columns prefixed ``x_`` (extraction) and ``v_`` (verdicts), with
+    a null ``verdicts`` where the row is not stored (then the pipeline goes step by step, through
+    :class:`StoredColumns` and the per-item port); None when it has nothing to look in. It counts each
+    hit as two cached step results. ``store_rows`` keeps rows that have both steps done, given with the
+    same columns; it never raises (a failed write only means a later run takes the longer way).
+    """
+
+    def stored_rows(self, answers: pl.Series, questions: pl.Series, contexts: pl.Series) -> pl.DataFrame | None: ...
+
+    def store_rows(
+        self, answers: pl.Series, questions: pl.Series, contexts: pl.Series, results: pl.DataFrame
+    ) -> None: ...

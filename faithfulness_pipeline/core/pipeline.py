@@ -26,6 +26,7 @@ from faithfulness_pipeline.core.judge import (
     Judge,
     Overlapping,
     StoredColumns,
+    StoredRows,
     Usage,
     VerdictItem,
 )
@@ -277,7 +278,8 @@ async def judge_overlapped(df: pl.DataFrame, judge: Judge, progress: RowProgress
 
     Answers are sent for extraction in calls of ``judge.overlap_rows``; each call's verdicts leave as soon
     as its claims are back, while later calls are still out. Items the judge can serve column-wise from
-    its store (:class:`StoredColumns`) never become Python objects.
+    its store (:class:`StoredRows`, :class:`StoredColumns`) never become Python objects; rows finished
+    any other way are then kept whole in the store (:class:`StoredRows`) for the next run.
     """
     n = df.height
     work = df.select(
@@ -288,12 +290,17 @@ async def judge_overlapped(df: pl.DataFrame, judge: Judge, progress: RowProgress
     # chunk's store lookup, scoring or preparation runs on the other core meanwhile.
     stored = await asyncio.to_thread(_stored_rows, work.filter(~pl.col("_blank")), judge)
     done_ids = stored.get_column("_i") if stored is not None else pl.Series("_i", [], dtype=pl.Int64)
-    rest = work.filter(~pl.col("_i").is_in(done_ids.implode())) if done_ids.len() else work
     if progress is not None and done_ids.len():
         progress(float(done_ids.len()))
-    fresh = await _per_item_rows(rest, judge, progress)
-    parts = [fresh] if stored is None else [fresh, stored.select(fresh.columns)]
-    found = pl.concat(parts, how="vertical").sort("_i")
+    if stored is not None and stored.height == n:
+        found = stored.sort("_i")  # a warm re-run: nothing left to ask
+    else:
+        rest = work.filter(~pl.col("_i").is_in(done_ids.implode())) if done_ids.len() else work
+        fresh = (await _per_item_rows(rest, judge, progress)).with_columns(pl.lit(False).alias(_WHOLE))
+        parts = [fresh] if stored is None else [fresh, stored.select(fresh.columns)]
+        found = pl.concat(parts, how="vertical").sort("_i")
+    if isinstance(judge, StoredRows):
+        await asyncio.to_thread(_keep_rows, work, found, judge)
     x_usage = [(found.get_column(f"x_{c}")).alias(c) for c in S.USAGE_COLUMNS]
     out = df.with_columns(found.get_column(S.CLAIMS), found.get_column(S.ERROR), *x_usage)
     return out.with_columns(
@@ -303,8 +310,50 @@ async def judge_overlapped(df: pl.DataFrame, judge: Judge, progress: RowProgress
     )
 
 
+#: True on rows served whole from the store (:class:`StoredRows`): those need not be kept again.
+_WHOLE = "_whole"
+
+
 def _stored_rows(sendable: pl.DataFrame, judge: object) -> pl.DataFrame | None:
-    """The rows whose claims and verdicts are both in the judge's store, as finished result columns."""
+    """The rows whose results are all in the judge's store, as finished result columns: whole rows
+    first, then the rest step by step (claims, then verdicts of those claims)."""
+    if sendable.height == 0:
+        return None
+    parts: list[pl.DataFrame] = []
+    rest = sendable
+    if isinstance(judge, StoredRows):
+        rows = judge.stored_rows(
+            sendable.get_column(S.ANSWER), sendable.get_column(S.QUESTION), sendable.get_column(S.CONTEXT)
+        )
+        if rows is not None:
+            missing = rows.get_column("verdicts").is_null()
+            whole = pl.concat([sendable.select("_i"), rows], how="horizontal").filter(~missing)
+            parts.append(_result_columns(whole, whole=True))
+            rest = sendable.filter(missing) if whole.height else sendable
+    steps = _stored_steps(rest, judge)
+    if steps is not None:
+        parts.append(_result_columns(steps, whole=False))
+    parts = [p for p in parts if p.height]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else pl.concat(parts, how="vertical")
+
+
+def _result_columns(found: pl.DataFrame, *, whole: bool) -> pl.DataFrame:
+    return found.select(
+        "_i",
+        pl.col("claims").alias(S.CLAIMS),
+        pl.lit(None, dtype=pl.String).alias(S.ERROR),
+        *[f"x_{c}" for c in S.USAGE_COLUMNS],
+        pl.col("verdicts").alias(S.VERDICTS),
+        pl.col("context_truncated").alias(S.CONTEXT_TRUNCATED),
+        *[f"v_{c}" for c in S.USAGE_COLUMNS],
+        pl.lit(whole).alias(_WHOLE),
+    )
+
+
+def _stored_steps(sendable: pl.DataFrame, judge: object) -> pl.DataFrame | None:
+    """The rows whose claims and verdicts are both in the judge's store as step results."""
     if not isinstance(judge, StoredColumns) or sendable.height == 0:
         return None
     claims = judge.stored_claims(sendable.get_column(S.ANSWER), sendable.get_column(S.QUESTION))
@@ -319,15 +368,32 @@ def _stored_rows(sendable: pl.DataFrame, judge: object) -> pl.DataFrame | None:
     if verdicts is None:
         return None
     both = pl.concat([hit, verdicts.rename({c: f"v_{c}" for c in S.USAGE_COLUMNS})], how="horizontal")
-    both = both.filter(pl.col("verdicts").is_not_null())
-    return both.select(
-        "_i",
-        pl.col("claims").alias(S.CLAIMS),
-        pl.lit(None, dtype=pl.String).alias(S.ERROR),
-        *[f"x_{c}" for c in S.USAGE_COLUMNS],
-        pl.col("verdicts").alias(S.VERDICTS),
-        pl.col("context_truncated").alias(S.CONTEXT_TRUNCATED),
-        *[f"v_{c}" for c in S.USAGE_COLUMNS],
+    return both.filter(pl.col("verdicts").is_not_null())
+
+
+def _keep_rows(work: pl.DataFrame, found: pl.DataFrame, judge: StoredRows) -> None:
+    """Hands the rows finished this run (both steps, judged against passages) to the store whole."""
+    new = (
+        ~found.get_column(_WHOLE)
+        & found.get_column(S.ERROR).is_null()
+        & found.get_column(S.VERDICTS).is_not_null()
+        & (found.get_column(S.CLAIMS).list.len() > 0)
+        & (work.get_column(S.CONTEXT).list.len() > 0)
+    )
+    if not new.any():
+        return
+    rows, results = work.filter(new), found.filter(new)
+    judge.store_rows(
+        rows.get_column(S.ANSWER),
+        rows.get_column(S.QUESTION),
+        rows.get_column(S.CONTEXT),
+        results.select(
+            pl.col(S.CLAIMS).alias("claims"),
+            pl.col(S.VERDICTS).alias("verdicts"),
+            pl.col(S.CONTEXT_TRUNCATED).alias("context_truncated"),
+            *[f"x_{c}" for c in S.USAGE_COLUMNS],
+            *[f"v_{c}" for c in S.USAGE_COLUMNS],
+        ),
     )
 
 

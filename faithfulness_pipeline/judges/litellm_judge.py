@@ -15,8 +15,9 @@ Per step (claims, then verdicts) a call to the judge:
 
 1. answers what needs no request (empty answers, zero claims, empty context) and what the result
    store already holds (``refresh`` skips the lookups, never the writes). The pipeline first asks for
-   whole columns of stored results (:meth:`LiteLLMJudge.stored_claims`, ``stored_verdicts``), so that a
-   warm re-run never builds per-item objects; only what is not stored comes through the port;
+   whole columns of stored results (:meth:`LiteLLMJudge.stored_rows`, then ``stored_claims`` and
+   ``stored_verdicts``), so that a warm re-run never builds per-item objects; only what is not stored
+   comes through the port, and rows finished that way are handed back whole (``store_rows``);
 2. counts every remaining item's tokens with litellm's offline tokenizer and packs the items into
    requests under ``pack_tokens`` (truncating the passages of an item only when it alone exceeds the
    model's window, and saying so on its result). Packs leave while later items are still counted
@@ -103,9 +104,11 @@ from faithfulness_pipeline.judges.litellm_requests import (
     _Turns,
 )
 from faithfulness_pipeline.judges.litellm_secrets import MissingAPIKeyError, Redactor, resolve_api_key
+from faithfulness_pipeline.judges.row_results import decode_rows, encode_rows, row_keys
 from faithfulness_pipeline.judges.store import (
     KeyMaker,
     ResultStore,
+    Value,
     decode_claims,
     decode_claims_column,
     decode_verdicts_column,
@@ -206,8 +209,10 @@ class LiteLLMJudge:
         mode = "schema" if self.card.json_schema else "prompt"
         common = (config.model, api_base, f"t={config.temperature}", f"seed={config.seed}", mode)
         self._extract_keys = KeyMaker("extract", prompts.EXTRACT_PROMPT_VERSION, *common)
-        self._verdict_keys = KeyMaker(
-            "verdict", prompts.VERDICT_PROMPT_VERSION, *common, f"window={self.card.context_window}"
+        window = f"window={self.card.context_window}"
+        self._verdict_keys = KeyMaker("verdict", prompts.VERDICT_PROMPT_VERSION, *common, window)
+        self._row_keys = KeyMaker(
+            "row", prompts.EXTRACT_PROMPT_VERSION, prompts.VERDICT_PROMPT_VERSION, *common, window
         )
         self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
         # stored_claims / stored_verdicts run on a worker thread (the pipeline keeps the event loop free)
@@ -314,9 +319,8 @@ class LiteLLMJudge:
         """
         if self.store is None or self.config.refresh or answers.len() == 0:
             return None
-        frame = pl.DataFrame({"q": questions, "a": answers})
-        question = pl.when(is_blank(pl.col("q"))).then(pl.lit(None, dtype=pl.String)).otherwise(pl.col("q"))
-        content = frame.select(extract_content(question, pl.col("a"))).to_series()
+        frame = pl.DataFrame({"q": _questions(questions), "a": answers})
+        content = frame.select(extract_content(pl.col("q"), pl.col("a"))).to_series()
         with _gc_paused():
             keys = self._extract_keys.keys_of_texts(content)
             values = self._lookup_aligned(keys)
@@ -355,6 +359,36 @@ class LiteLLMJudge:
             # Each hit is a row served whole from the store: its claims and its verdicts, two step results.
             self._count_cached(2 * (decoded.height - decoded.get_column("verdicts").null_count()))
         return decoded
+
+    def stored_rows(self, answers: pl.Series, questions: pl.Series, contexts: pl.Series) -> pl.DataFrame | None:
+        """Whole rows already in the store (``core.judge.StoredRows``): null ``verdicts`` where not."""
+        if self.store is None or self.config.refresh or answers.len() == 0:
+            return None
+        with _gc_paused():
+            keys = row_keys(self._row_keys, _questions(questions), answers, contexts)
+            values = self._lookup_aligned(keys)
+        decoded = decode_rows(values)
+        if decoded is not None:
+            self._count_cached(2 * (decoded.height - decoded.get_column("verdicts").null_count()))
+        return decoded
+
+    def store_rows(
+        self, answers: pl.Series, questions: pl.Series, contexts: pl.Series, results: pl.DataFrame
+    ) -> None:
+        """Keeps finished rows whole (also under ``refresh``, which rewrites what it asks again)."""
+        if self.store is None or answers.len() == 0:
+            return
+        try:
+            with _gc_paused():
+                keys = row_keys(self._row_keys, _questions(questions), answers, contexts)
+            values = encode_rows(results).cast(pl.Binary).to_list()
+        except Exception as exc:  # a row that cannot be kept costs a slower re-run, never this run
+            note = f"whole rows could not be kept in the result store ({type(exc).__name__})"
+            if note not in self._stats.notes:
+                self._stats.notes.append(note)
+            log.warning("%s: %s", note, exc)
+            return
+        self._save([(key, "row", value) for key, value in zip(keys, values, strict=True)])
 
     def _count_cached(self, n: int) -> None:
         with self._count_lock:
@@ -454,10 +488,13 @@ class LiteLLMJudge:
         return self._verdict_keys.key_of_lists(item.claims, item.context)
 
     def _lookup(self, keys: list[bytes]) -> dict[bytes, str]:
-        return self._read_store(lambda store: store.get_many(keys), {}) if keys else {}
+        """Stored step results (text) of those keys that have one."""
+        nothing: dict[bytes, Value] = {}
+        found = self._read_store(lambda store: store.get_many(keys), nothing) if keys else nothing
+        return {key: value for key, value in found.items() if isinstance(value, str)}
 
-    def _lookup_aligned(self, keys: list[bytes]) -> list[str | None]:
-        nothing: list[str | None] = [None] * len(keys)
+    def _lookup_aligned(self, keys: list[bytes]) -> list[Value | None]:
+        nothing: list[Value | None] = [None] * len(keys)
         return self._read_store(lambda store: store.get_aligned(keys), nothing) if keys else nothing
 
     def _read_store(self, read: Callable[[ResultStore], T], nothing: T) -> T:
@@ -473,7 +510,7 @@ class LiteLLMJudge:
             log.warning("%s: %s", note, exc)
             return nothing
 
-    def _save(self, rows: list[tuple[bytes, str, str]]) -> None:
+    def _save(self, rows: Sequence[tuple[bytes, str, Value]]) -> None:
         if self.store is None or not rows:
             return
         try:
@@ -742,6 +779,13 @@ def _freeze_imports() -> None:
 
 
 _GC_LOCK = threading.Lock()
+def _questions(questions: pl.Series) -> pl.Series:
+    """Questions as the prompts see them: a blank question is no question."""
+    return questions.to_frame("q").select(
+        pl.when(is_blank(pl.col("q"))).then(pl.lit(None, dtype=pl.String)).otherwise(pl.col("q"))
+    ).to_series()
+
+
 _gc_pausers = 0  # threads inside _gc_paused right now: the last one out turns the collector back on
 _gc_was_enabled = False
 

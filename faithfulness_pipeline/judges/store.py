@@ -14,18 +14,20 @@ Why SQLite (in WAL mode), and not DuckDB or a Parquet journal:
 * **Fast warm re-runs.** Keys are 16-byte blobs in a ``WITHOUT ROWID`` primary-key table, looked up
   ~900 at a time with one ``IN (...)`` query (each distinct key once): a few hundred thousand lookups
   per second. What a warm re-run spends is hashing every row's passages again to find its key and
-  decoding the values (flat JSON arrays). Both are done column-wise for a whole chunk: polars lays the
-  key content out (:func:`extract_content`, :func:`pair_content`), SHA-256 reads it straight from the
-  column's buffer, and polars parses the values
-  (:func:`decode_claims_column`, :func:`decode_verdicts_column`); no Python object per row. The
-  pipeline runs these lookups on a worker thread, next to the scoring of the chunk before: hashing
-  a column on two threads of its own only made the threads wait on each other for the GIL.
+  decoding the values. Both are done column-wise for a whole chunk: polars lays the key content out
+  (:func:`extract_content`, :func:`pair_content`, ``row_results.row_head``), SHA-256 reads it straight
+  from the columns' buffers (:func:`spans`, :func:`list_spans`), and polars parses the values
+  (:func:`decode_claims_column`, :func:`decode_verdicts_column`, ``row_results.decode_rows``); no
+  Python object per row. Finished rows are also kept whole (``row_results``), so a re-run of them
+  costs one key, one lookup and one decode a row instead of two of each. The pipeline runs these
+  lookups on a worker thread, next to the scoring of the chunk before: hashing a column on two threads
+  of its own only made the threads wait on each other for the GIL.
 * **Nothing to install, one file to copy or delete.** ``sqlite3`` ships with Python.
 
-What is stored: the key (a hash), the step, a compact JSON value (the claim texts or the verdicts, the
-original usage, the truncation flag) and a timestamp. Never a prompt, never an API key: the key hash covers the
-step, the prompt version, the model and api_base, the output-changing parameters and the item content,
-and none of those contain the secret.
+What is stored: the key (a hash), the step (``extract``, ``verdict`` or ``row``), a compact JSON value
+(the claim texts or the verdicts or both, the original usage, the truncation flag) and a timestamp.
+Never a prompt, never an API key: the key hash covers the step, the prompt version, the model and
+api_base, the output-changing parameters and the item content, and none of those contain the secret.
 """
 
 from __future__ import annotations
@@ -85,16 +87,20 @@ class KeyMaker:
         """One key per row of a column of already laid-out content (:func:`extract_content`, or the two
         parts of :func:`pair_content` as ``texts`` and ``tails``), hashed straight from the columns' UTF-8
         buffers: no Python string per row. No row may be null."""
-        data, spans = _spans(texts)
+        return self.keys_of_spans(spans(texts), None if tails is None else spans(tails))
+
+    def keys_of_spans(self, first: _Spans, second: _Spans | None = None) -> list[bytes]:
+        """One key per row over the row's bytes in ``first`` then (if given) its bytes in ``second``."""
+        data, spans = first
         base = self._base
         out: list[bytes] = []
-        if tails is None:
+        if second is None:
             for a, b in spans:
                 h = base.copy()
                 h.update(data[a:b])
                 out.append(h.digest()[:16])
             return out
-        tail_data, tail_spans = _spans(tails)
+        tail_data, tail_spans = second
         for (a, b), (c, d) in zip(spans, tail_spans, strict=True):
             h = base.copy()
             h.update(data[a:b])
@@ -125,7 +131,7 @@ _CACHE_KIB: Final = 64 * 1024
 _Spans = tuple[memoryview, list[tuple[int, int]]]
 
 
-def _spans(texts: pl.Series) -> _Spans:
+def spans(texts: pl.Series) -> _Spans:
     """The UTF-8 buffer of a string column and each row's (start, end) in it."""
     arr = texts.rechunk().to_arrow()
     if isinstance(arr, pa.ChunkedArray):
@@ -138,6 +144,25 @@ def _spans(texts: pl.Series) -> _Spans:
     offsets = memoryview(offsets_buf).cast("q")[arr.offset : arr.offset + len(arr) + 1].tolist()
     data = memoryview(data_buf) if data_buf is not None else memoryview(b"")
     return data, list(itertools.pairwise(offsets))
+
+
+def list_spans(lists: pl.Series) -> _Spans:
+    """The UTF-8 buffer of a list-of-strings column and, for each row, the (start, end) of all its
+    strings, which Arrow lays out back to back: a row's texts without any copy. No null row or text."""
+    arr = lists.rechunk().to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    arr = arr.cast(pa.large_list(pa.large_string()))
+    if arr.null_count or arr.values.null_count:
+        raise ValueError("content to hash must not be null")
+    texts = arr.values
+    if len(texts) == 0:
+        return memoryview(b""), [(0, 0)] * len(arr)
+    _, offsets_buf, data_buf = texts.buffers()
+    starts = memoryview(offsets_buf).cast("q")[texts.offset : texts.offset + len(texts) + 1]
+    rows = memoryview(arr.buffers()[1]).cast("q")[arr.offset : arr.offset + len(arr) + 1].tolist()
+    data = memoryview(data_buf) if data_buf is not None else memoryview(b"")
+    return data, [(starts[i], starts[j]) for i, j in itertools.pairwise(rows)]
 
 
 def _pair_content(first: Sequence[str], second: Sequence[str]) -> tuple[bytes, bytes]:
@@ -205,6 +230,11 @@ def _content(fields: Sequence[str | None]) -> bytes:
     return (head + "\x00" + body).encode("utf-8", "surrogatepass")
 
 
+#: A stored value: a step result is JSON text; a whole row (``row_results``) is UTF-8 bytes, which
+#: reach a polars column without a detour through Python strings (a third faster to read).
+Value = str | bytes
+
+
 class ResultStore:
     """A SQLite file of results keyed by :class:`KeyMaker` keys. Safe for two processes at once."""
 
@@ -246,9 +276,9 @@ class ResultStore:
             self._conn = conn
         return self._conn
 
-    def get_many(self, keys: Sequence[bytes]) -> dict[bytes, str]:
+    def get_many(self, keys: Sequence[bytes]) -> dict[bytes, Value]:
         """The stored values of those keys that are present (one query per ~900 keys)."""
-        found: dict[bytes, str] = {}
+        found: dict[bytes, Value] = {}
         if not keys:
             return found
         with self._lock:
@@ -260,14 +290,14 @@ class ResultStore:
                 found.update(conn.execute(query, chunk).fetchall())
         return found
 
-    def get_aligned(self, keys: Sequence[bytes]) -> list[str | None]:
+    def get_aligned(self, keys: Sequence[bytes]) -> list[Value | None]:
         """The stored value of every key in order (None where absent); each distinct key is asked once."""
         distinct = list(dict.fromkeys(keys))
         found = self.get_many(distinct)
         get = found.get
         return [get(k) for k in keys]
 
-    def put_many(self, rows: Iterable[tuple[bytes, str, str]]) -> None:
+    def put_many(self, rows: Iterable[tuple[bytes, str, Value]]) -> None:
         """Stores ``(key, step, value)`` rows in one transaction, replacing older values of the keys."""
         now = time.time()
         batch = [(k, step, value, now) for k, step, value in rows]
