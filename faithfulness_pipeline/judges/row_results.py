@@ -100,34 +100,33 @@ def decode_rows(values: Sequence[Value | None]) -> pl.DataFrame | None:
         parsed = pl.Series(values, dtype=pl.Binary).cast(pl.String).str.json_decode(_VALUE)
     except (TypeError, pl.exceptions.PolarsError):  # not bytes, not UTF-8, not JSON of this layout
         return None
-    frame = pl.DataFrame({"value": parsed}).unnest("value")
+    # Usage first: the same casts tell whether a value's usage is readable.
+    frame = pl.DataFrame({"value": parsed}).unnest("value").with_columns(*_usage("x"), *_usage("v"))
     n = pl.col("c").list.len()
-    fine = (
-        pl.col("c").is_not_null() & (n > 0) & pl.col("t").is_not_null()
-        & (pl.col("l").str.len_bytes() == n) & pl.col("l").str.contains("^[SCU]*$")
-        & (pl.col("s").str.len_bytes() == n) & pl.col("s").str.contains("^[01]*$")
-        & (pl.col("e").list.len() == n) & (pl.col("r").list.len() == n)
-        & _usage_fine("x") & _usage_fine("v")
+    fine = pl.all_horizontal(
+        n > 0, pl.col("t").is_not_null(),
+        pl.col("l").str.len_bytes() == n, pl.col("s").str.len_bytes() == n,
+        pl.col("e").list.len() == n, pl.col("r").list.len() == n,
+        pl.col("l").str.contains("^[SCU]*$"), pl.col("s").str.contains("^[01]*$"),
+        pl.col("x").list.len() == len(USAGE), pl.col("v").list.len() == len(USAGE),
+        # the cost may be null (unknown price); calls and tokens may not
+        *[pl.col(f"{p}_{name}").is_not_null() for p in ("x", "v") for name in USAGE[:3]],
     ).fill_null(False)
-    frame = frame.with_columns(fine.alias("fine"))
-    good = frame.filter("fine")
-    flat = good.select(
+    frame = frame.with_columns(fine.alias("fine"), pl.when(fine).then(n).otherwise(0).cast(pl.Int64).alias("n"))
+    flat = frame.filter("fine").select(
         pl.col("l").str.split("").explode().replace_strict(_VERDICT, return_dtype=pl.String).alias("verdict"),
         (pl.col("s").str.split("").explode() == "1").alias("speculative"),
         pl.col("r").explode().alias("reason"),
         pl.col("e").explode().alias("evidence_index"),
     )
-    lengths = frame.select(pl.when("fine").then(n).otherwise(0).cast(pl.Int64)).to_series()
-    offsets = pl.concat([pl.Series([0], dtype=pl.Int64), lengths.cum_sum()])
-    struct = pa.StructArray.from_arrays(
-        [_arrow(flat.get_column(name)) for name in flat.columns], names=flat.columns
-    )
+    offsets = pl.concat([pl.Series([0], dtype=pl.Int64), frame.get_column("n").cum_sum()])
+    struct = pa.StructArray.from_arrays([_arrow(flat.get_column(c)) for c in flat.columns], names=flat.columns)
     verdicts = pa.LargeListArray.from_arrays(_arrow(offsets), struct, mask=_arrow(~frame.get_column("fine")))
-    ok = pl.col("fine")
+    # Claims, flag and usage of a row whose verdicts are null mean nothing: callers go by the verdicts.
     return frame.select(
-        pl.when(ok).then(pl.col("c")).otherwise(pl.lit(None, dtype=_TEXTS)).alias("claims"),
-        pl.when(ok).then(pl.col("t") != 0).otherwise(pl.lit(None, dtype=pl.Boolean)).alias("context_truncated"),
-        *_usage("x"), *_usage("v"),
+        pl.col("c").alias("claims"),
+        (pl.col("t") != 0).alias("context_truncated"),
+        *[f"{p}_{name}" for p in ("x", "v") for name in USAGE],
     ).with_columns(pl.Series(S.VERDICTS, verdicts).alias("verdicts"))
 
 
@@ -136,15 +135,6 @@ def _usage(prefix: str) -> list[pl.Expr]:
         pl.col(prefix).list.get(n, null_on_oob=True).cast(dtype, strict=False).alias(f"{prefix}_{name}")
         for n, (name, dtype) in enumerate(_USAGE_DTYPES.items())
     ]
-
-
-def _usage_fine(prefix: str) -> pl.Expr:
-    # Four numbers; the cost may be null (unknown price), calls and tokens may not.
-    data = pl.col(prefix)
-    return (data.list.len() == len(USAGE)) & pl.all_horizontal(
-        data.list.get(n, null_on_oob=True).cast(dtype, strict=False).is_not_null()
-        for n, dtype in enumerate(list(_USAGE_DTYPES.values())[:3])
-    )
 
 
 def _arrow(series: pl.Series) -> pa.Array:
