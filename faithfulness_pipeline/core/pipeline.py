@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from itertools import accumulate
 from typing import Any
@@ -247,8 +247,9 @@ async def score_chunks(
     try:
         while True:
             try:
-                piece = next(stream, None)
-                ready = None if piece is None else prepare(piece, config, registry)
+                # Reading and preparing a chunk (10-30 ms) on a worker thread leaves the event loop free
+                # to hand the chunk in flight on to its next stage meanwhile.
+                ready = await asyncio.to_thread(_next_prepared, stream, config, registry)
             except Exception:
                 # A chunk that cannot be read or prepared (a duplicate key) fails the run where it did
                 # before: after the chunks ahead of it have been yielded.
@@ -271,6 +272,14 @@ async def score_chunks(
             pending.cancel()
             with contextlib.suppress(BaseException):
                 await pending
+
+
+def _next_prepared(
+    stream: Iterator[pl.DataFrame], config: ScoringConfig, registry: KeyRegistry
+) -> pl.DataFrame | None:
+    """The next chunk prepared, or None at the end. One call at a time: chunks are read in order."""
+    piece = next(stream, None)
+    return None if piece is None else prepare(piece, config, registry)
 
 
 async def judge_overlapped(df: pl.DataFrame, judge: Judge, progress: RowProgress | None = None) -> pl.DataFrame:
