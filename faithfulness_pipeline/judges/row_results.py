@@ -32,14 +32,8 @@ import pyarrow as pa
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.judges.store import KeyMaker, Value, list_spans, spans
 
-#: The result columns of a row, as ``stored_rows`` gives them and ``store_rows`` takes them.
-USAGE: Final = ("llm_calls", "prompt_tokens", "completion_tokens", "cost_usd")
-_USAGE_DTYPES: Final[dict[str, pl.DataType]] = {
-    "llm_calls": pl.Float64(),
-    "prompt_tokens": pl.Int64(),
-    "completion_tokens": pl.Int64(),
-    "cost_usd": pl.Float64(),
-}
+#: A row's usage columns, each twice: prefixed ``x_`` (extraction) and ``v_`` (verdicts).
+USAGE: Final = S.USAGE_COLUMNS
 _LETTER: Final = {"supported": "S", "contradicted": "C", "unsupported": "U"}
 _VERDICT: Final = {"S": "supported", "C": "contradicted", "U": "unsupported"}
 _TEXTS: Final = pl.List(pl.String)
@@ -133,7 +127,7 @@ def decode_rows(values: Sequence[Value | None]) -> pl.DataFrame | None:
 def _usage(prefix: str) -> list[pl.Expr]:
     return [
         pl.col(prefix).list.get(n, null_on_oob=True).cast(dtype, strict=False).alias(f"{prefix}_{name}")
-        for n, (name, dtype) in enumerate(_USAGE_DTYPES.items())
+        for n, (name, dtype) in enumerate(S.USAGE_SCHEMA.items())
     ]
 
 
