@@ -4,7 +4,7 @@ Two judges: the offline judge, and the litellm judge on a warm result store (eve
 zero requests: the path of a nightly re-run over rows scored before).
 
 Each size runs ``faithfulness-pipeline score in.parquet -o out.parquet`` in a child process (chunks of
-5,000 rows) with the offline judge as shipped: the CLI process and its worker processes. The CLI's peak
+the default size) with the offline judge as shipped: the CLI process and its worker processes. The CLI's peak
 is its ``ru_maxrss`` from ``wait4``; each worker's is its VmHWM, read from /proc while it runs; the total
 adds them. Typical RAG rows would take minutes at a million, so these rows are short, built with polars
 expressions (no Python loop): a one-sentence answer and one short passage, English, Chinese and Korean
@@ -33,7 +33,10 @@ import polars as pl
 from common import FAKE_KEY_ENV, ROOT, machine
 from overhead import BENCH_MODEL, ServerProcess
 
+from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.judges.offline import default_processes
+
+CHUNK_ROWS = ScoringConfig().chunk_rows
 
 TARGET_RATIO = 1.5
 ROW_GROUP_ROWS = 100_000
@@ -212,7 +215,7 @@ def report(result: dict[str, Any]) -> str:
         "",
         "`.venv/bin/python bench/memory.py` — `faithfulness-pipeline score in.parquet -o out.parquet` in a child "
         f"process with the offline judge as shipped ({result['processes']} processes: the CLI and its worker "
-        "processes), chunks of 5,000 rows. Peak RSS: the CLI's `ru_maxrss` and each worker's VmHWM; the total "
+        f"processes), chunks of {CHUNK_ROWS:,} rows (the default). Peak RSS: the CLI's `ru_maxrss` and each worker's VmHWM; the total "
         "adds them (an upper bound). Short rows (a one-sentence answer and one short passage, en/zh/ko in turn, "
         "one answer in five with a number its passage does not state; built with polars expressions) because a "
         f"million typical rows would take minutes; input row groups of {result['row_group_rows']:,} rows. Both "

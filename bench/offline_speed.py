@@ -7,7 +7,7 @@ nothing per row, so a repeated row costs what a new one does. Measured:
 
 * the judge alone, per language, on one core (CPU time of claims + verdicts, no pipeline);
 * the pipeline in one process: ``score_chunks`` (prepare -> claims -> verdicts -> scores, chunks of
-  5,000 rows) over the distinct rows;
+  the default size) over the distinct rows;
 * the pipeline as shipped: the offline judge's default processes (the usable cores, here shared
   between this process and worker processes) over all ``--rows`` rows, wall clock, worker start included.
 
@@ -135,7 +135,8 @@ def report(result: dict[str, Any]) -> str:
         "",
         "`.venv/bin/python bench/offline_speed.py` — typical RAG rows (`bench/rag_rows.py`: 3–6 sentence "
         "answers, 3–8 passages of 60–150 words, en/zh/ko in thirds) scored end to end through "
-        "`score_chunks` (prepare -> claims -> verdicts -> scores, chunks of 5,000 rows, no Parquet I/O) with "
+        f"`score_chunks` (prepare -> claims -> verdicts -> scores, chunks of {ScoringConfig().chunk_rows:,} rows, "
+        "no Parquet I/O) with "
         f"the offline judge. {result['distinct']:,} distinct rows were generated "
         f"({result['generate_s']:.0f} s) and repeated under new conversation_ids up to {result['rows']:,} rows "
         "(the judge keeps nothing per row, so a repeat costs what a new row does).",

@@ -1,15 +1,16 @@
 """Warm re-run: re-scoring answers whose results are all in the result store (zero requests).
 
 The store is keyed by content (step, prompt version, model and settings, the answer / claims and
-passages), not by row id. So we score 5,000 distinct typical RAG rows once against the fake server to
-fill a store, then re-score 100,000 rows that repeat those contents under distinct conversation_ids:
+passages), not by row id. So we score one chunk's worth (the default chunk size) of distinct typical
+RAG rows once against the fake server to fill a store, then re-score 100,000 rows that repeat those
+contents under distinct conversation_ids:
 every step result is a store hit, and the run must send nothing. Timed end to end through
-``score_frame_async`` with the litellm judge (chunks of 5,000 rows, both steps, scores and reasons).
+``score_frame_async`` with the litellm judge (default chunks, both steps, scores and reasons).
 
-5,000 distinct rows is one chunk's worth: no content repeats inside a chunk, so the lookups (which ask
-each distinct key of a chunk once) cost what re-scoring 100,000 different answers would.
+One chunk's worth: no content repeats inside a chunk, so the lookups (which ask each distinct key of a
+chunk once) cost what re-scoring 100,000 different answers would.
 
-    .venv/bin/python bench/warm_rerun.py [--rows 100000] [--distinct 5000]
+    .venv/bin/python bench/warm_rerun.py [--rows 100000] [--distinct N]
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from common import machine, machine_line, score
 from overhead import BENCH_MODEL, bench_judge
 from rag_rows import make_rows
 
+from faithfulness_pipeline.core.config import ScoringConfig
 from tests.fakellm import FakeLLMServer
 from tests.fakellm.scripted import ScriptedJudge
 
 TARGET_ANSWERS_PER_S = 50_000
+CHUNK_ROWS = ScoringConfig().chunk_rows
 
 
 class TimedJudge:
@@ -101,7 +104,7 @@ def repeated(rows: int, distinct: int, seed: int = 41) -> tuple[pl.DataFrame, pl
     return base, big
 
 
-def run(rows: int = 100_000, distinct: int = 5000) -> dict[str, Any]:
+def run(rows: int = 100_000, distinct: int = CHUNK_ROWS) -> dict[str, Any]:
     base, big = repeated(rows, distinct)
     with tempfile.TemporaryDirectory() as tmp, FakeLLMServer(ScriptedJudge(grounded=True)) as server:
         store = Path(tmp) / "results.sqlite"
@@ -131,6 +134,7 @@ def run(rows: int = 100_000, distinct: int = 5000) -> dict[str, Any]:
         "ok_rows": ok,
         "wall_s": wall,
         "cpu_s": cpu,
+        "judge_rows_s": judge.seconds["rows"],
         "judge_extract_s": judge.seconds["extract"],
         "judge_verdict_s": judge.seconds["verdict"],
         "answers_per_s": big.height / wall,
@@ -144,7 +148,7 @@ def run(rows: int = 100_000, distinct: int = 5000) -> dict[str, Any]:
 def report(result: dict[str, Any]) -> str:
     met = "met" if result["answers_per_s"] >= result["target_answers_per_s"] and result["requests"] == 0 else "MISSED"
     same = "identical" if result["identical_to_cold"] else "NOT identical"
-    judge_s = result["judge_extract_s"] + result["judge_verdict_s"]
+    judge_s = result["judge_rows_s"] + result["judge_extract_s"] + result["judge_verdict_s"]
     return "\n".join([
         "## Warm re-run from the result store",
         "",
@@ -152,24 +156,27 @@ def report(result: dict[str, Any]) -> str:
         f"{result['distinct_contents']:,} distinct typical RAG rows were scored once against the fake server "
         f"({result['fill_requests']} requests, {result['fill_s']:.1f} s) to fill it, then {result['rows']:,} rows "
         "repeating those contents under distinct conversation_ids were re-scored end to end "
-        "(`score_frame_async`, litellm judge, chunks of 5,000 rows): every step result is a store hit. "
+        f"(`score_frame_async`, litellm judge, chunks of {CHUNK_ROWS:,} rows, the default): every step result is "
+        "a store hit. "
         "The distinct rows are one chunk's worth, so no content repeats inside a chunk and every lookup "
         "costs what it would for 100,000 different answers.",
         "",
         "| rows | requests | step results from the store | ok rows | wall s | CPU s (all threads) | "
-        "store lookups s (claims + verdicts, summed over threads) | answers/s | target |",
+        "store lookups s (whole rows + claims + verdicts, summed over threads) | answers/s | target |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         f"| {result['rows']:,} | {result['requests']} | {result['cached_items']:,} | {result['ok_rows']:,} | "
-        f"{result['wall_s']:.2f} | {result['cpu_s']:.2f} | {judge_s:.2f} ({result['judge_extract_s']:.2f} + "
-        f"{result['judge_verdict_s']:.2f}) | **{result['answers_per_s']:,.0f}** | "
+        f"{result['wall_s']:.2f} | {result['cpu_s']:.2f} | {judge_s:.2f} ({result['judge_rows_s']:.2f} + "
+        f"{result['judge_extract_s']:.2f} + {result['judge_verdict_s']:.2f}) | **{result['answers_per_s']:,.0f}** | "
         f"≥ {result['target_answers_per_s']:,} with 0 requests ({met}) |",
         "",
         f"Every column of the re-scored rows but conversation_id, row_key and scored_at is {same} to the cold "
         "run's table (checked on the rows that repeat the cold rows).",
         "",
-        "The store lookups (key hashing, SQLite, decoding) run on a worker thread while the chunk before is "
-        "scored on another and the next one prepared on the event loop, so their seconds overlap the rest "
-        "and the columns do not add up to the wall time.",
+        "Finished rows are kept whole in the store, so a re-run finds each row with one key, one lookup and "
+        "one decode (claims and verdicts are looked up step by step only for rows without a whole entry). "
+        "The store lookups (key hashing, SQLite, decoding) run on a worker thread while the "
+        "chunk before is scored on another and the next one prepared on a third, so their seconds overlap "
+        "the rest and the columns do not add up to the wall time.",
         "",
         machine_line(result),
     ])
@@ -178,6 +185,6 @@ def report(result: dict[str, Any]) -> str:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--distinct", type=int, default=5000)
+    parser.add_argument("--distinct", type=int, default=CHUNK_ROWS)
     args = parser.parse_args()
     print(report(run(args.rows, args.distinct)))

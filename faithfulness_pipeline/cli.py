@@ -214,7 +214,7 @@ def main() -> None:
 @click.option("--scale", type=float, default=1.0, show_default=True, help="Maximum score value (> 0).")
 @click.option("--zero-claims", type=click.Choice(["zero", "null"]), default="zero", show_default=True,
               help="Scores of answers without claims: 0 like Mastra, or null.")
-@click.option("--chunk-rows", type=int, default=5000, show_default=True, help="Rows per processing chunk.")
+@click.option("--chunk-rows", type=int, default=10_000, show_default=True, help="Rows per processing chunk.")
 @click.option("--model", default=None, help="litellm model, e.g. openai/gpt-4o-mini. Absent: offline judge.")
 @click.option("--api-base", default=None, help="Base URL of an OpenAI-compatible server.")
 @click.option("--api-key-env", default=None, help="Environment variable that holds the API key.")

@@ -108,7 +108,8 @@ def soak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Soak]:
         env = child_env(**{KEY_ENV: KEY})
         reference = _start(cli_command(clean, src, root / "reference.parquet", "--quiet"), env, root / "reference.log")
         faulty = _start(
-            cli_command(cli_server, src, root / "cli.parquet", "--timeout", TIMEOUT_S),
+            # Chunks of 5,000 rows: four of them, so that per-chunk growth would show across the soak.
+            cli_command(cli_server, src, root / "cli.parquet", "--timeout", TIMEOUT_S, "--chunk-rows", "5000"),
             child_env(**{KEY_ENV: KEY}, **BACKOFF),
             root / "cli.log",
         )
@@ -196,7 +197,7 @@ def test_cli_memory_stays_flat_across_the_soak(soak: Soak) -> None:
     late = [mb for _, p, mb in series if p >= 2 * total / 3]
     assert first and middle and late, "too few samples"
     print(f"cli peak RSS: first third {max(first):.0f} MB, middle {max(middle):.0f} MB, last {max(late):.0f} MB")
-    # Four chunks of 5,000 rows (the default) stream through: a leak of per-row state would grow by chunk.
+    # Four chunks of 5,000 rows stream through: a leak of per-row state would grow by chunk.
     # The first chunk runs alone; from the second on the pipeline keeps two in flight (it overlaps them),
     # so the steady state, and the baseline, starts in the middle third.
     assert max(late) <= 1.15 * max(middle), (max(first), max(middle), max(late))
