@@ -386,7 +386,7 @@ class LiteLLMJudge:
             note = f"whole rows could not be kept in the result store ({type(exc).__name__})"
             if note not in self._stats.notes:
                 self._stats.notes.append(note)
-            log.warning("%s: %s", note, exc)
+            log.warning("%s: %s", note, self._redact(str(exc))[:_ERROR_CHARS])
             return
         self._save([(key, "row", value) for key, value in zip(keys, values, strict=True)])
 
@@ -778,7 +778,6 @@ def _freeze_imports() -> None:
         _FROZEN.append(True)
 
 
-_GC_LOCK = threading.Lock()
 def _questions(questions: pl.Series) -> pl.Series:
     """Questions as the prompts see them: a blank question is no question."""
     return questions.to_frame("q").select(
@@ -786,6 +785,7 @@ def _questions(questions: pl.Series) -> pl.Series:
     ).to_series()
 
 
+_GC_LOCK = threading.Lock()
 _gc_pausers = 0  # threads inside _gc_paused right now: the last one out turns the collector back on
 _gc_was_enabled = False
 

@@ -91,18 +91,18 @@ class KeyMaker:
 
     def keys_of_spans(self, first: _Spans, second: _Spans | None = None) -> list[bytes]:
         """One key per row over the row's bytes in ``first`` then (if given) its bytes in ``second``."""
-        data, spans = first
+        data, rows = first
         base = self._base
         out: list[bytes] = []
         if second is None:
-            for a, b in spans:
+            for a, b in rows:
                 h = base.copy()
                 h.update(data[a:b])
                 out.append(h.digest()[:16])
             return out
         tail_data, tail_spans = second
         piece = _GIL_PIECE
-        for (a, b), (c, d) in zip(spans, tail_spans, strict=True):
+        for (a, b), (c, d) in zip(rows, tail_spans, strict=True):
             h = base.copy()
             h.update(data[a:b])
             while d - c > piece:
@@ -157,7 +157,7 @@ def spans(texts: pl.Series) -> _Spans:
 
 def list_spans(lists: pl.Series) -> _Spans:
     """The UTF-8 buffer of a list-of-strings column and, for each row, the (start, end) of all its
-    strings, which Arrow lays out back to back: a row's texts without any copy. No null row or text."""
+    strings, which Arrow lays out back to back: no joined copy of a row's texts. No null row or text."""
     arr = lists.rechunk().to_arrow()
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
