@@ -301,14 +301,16 @@ async def judge_overlapped(df: pl.DataFrame, judge: Judge, progress: RowProgress
     done_ids = stored.get_column("_i") if stored is not None else pl.Series("_i", [], dtype=pl.Int64)
     if progress is not None and done_ids.len():
         progress(float(done_ids.len()))
+    kept = False  # whether every row came whole from the store: then there is nothing to keep
     if stored is not None and stored.height == n:
         found = stored.sort("_i")  # a warm re-run: nothing left to ask
+        kept = bool(found.get_column(_WHOLE).all())
     else:
         rest = work.filter(~pl.col("_i").is_in(done_ids.implode())) if done_ids.len() else work
         fresh = (await _per_item_rows(rest, judge, progress)).with_columns(pl.lit(False).alias(_WHOLE))
         parts = [fresh] if stored is None else [fresh, stored.select(fresh.columns)]
         found = pl.concat(parts, how="vertical").sort("_i")
-    if isinstance(judge, StoredRows):
+    if isinstance(judge, StoredRows) and not kept:
         await asyncio.to_thread(_keep_rows, work, found, judge)
     x_usage = [(found.get_column(f"x_{c}")).alias(c) for c in S.USAGE_COLUMNS]
     out = df.with_columns(found.get_column(S.CLAIMS), found.get_column(S.ERROR), *x_usage)
