@@ -15,8 +15,9 @@ Time is injectable (``clock``, ``sleep``) so the tests can check every decision 
 from __future__ import annotations
 
 import asyncio
-import collections
 import email.utils
+import heapq
+import itertools
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -108,9 +109,11 @@ class RequestLimiter:
         self._last_cut = float("-inf")
         self._successes = 0
         self._streak_429 = 0
-        # Waiting requests in arrival order; a freed slot is handed to exactly one of them (waking
-        # every waiter on each release costs quadratic time with thousands of packs queued).
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # Waiting requests, longest expected first within a bounded head start (see ``slot``); a freed
+        # slot is handed to exactly one of them (waking every waiter on each release costs quadratic
+        # time with thousands of packs queued).
+        self._waiters: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._arrivals = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.counters = LimiterCounters(min_cap_seen=max_in_flight)
 
@@ -121,19 +124,23 @@ class RequestLimiter:
         if self._loop is not loop:
             # A new event loop (a new run): the old loop's waiters and slots are gone with it.
             self._loop = loop
-            self._waiters = collections.deque()
+            self._waiters = []
             self.in_flight = 0
 
-    def slot(self, tokens: int) -> Slot:
-        return Slot(self, tokens)
+    def slot(self, tokens: int, head_start_s: float = 0.0) -> Slot:
+        """A slot for a request of ``tokens`` (for TPM). Waiting requests get free slots in arrival
+        order, but a request queues as if it had arrived ``head_start_s`` earlier: given its expected
+        length, the long requests of a wave leave first and the last wave ends sooner, and no request
+        is passed by one that arrived more than the largest head start after it."""
+        return Slot(self, tokens, head_start_s)
 
-    async def _enter(self, tokens: int) -> None:
+    async def _enter(self, tokens: int, head_start_s: float = 0.0) -> None:
         self._bind_loop()
         if not self._waiters and self.in_flight < self.cap:
             self.in_flight += 1
         else:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
+            heapq.heappush(self._waiters, (self._clock() - head_start_s, next(self._arrivals), waiter))
             try:
                 await waiter  # resolved by _hand_over, which has counted this request in flight
             except BaseException:
@@ -167,9 +174,10 @@ class RequestLimiter:
         self._hand_over()
 
     def _hand_over(self) -> None:
-        """Gives free slots (the cap may have grown) to the longest-waiting requests, one each."""
+        """Gives free slots (the cap may have grown) to the first waiting requests in queue order (arrival
+        less head start), one each."""
         while self._waiters and self.in_flight < self.cap:
-            waiter = self._waiters.popleft()
+            _, _, waiter = heapq.heappop(self._waiters)
             if waiter.done():  # cancelled while it waited
                 continue
             self.in_flight += 1
@@ -236,12 +244,13 @@ class RequestLimiter:
 class Slot:
     """One admitted request; ``settle`` it with the reply's token usage."""
 
-    def __init__(self, limiter: RequestLimiter, tokens: int) -> None:
+    def __init__(self, limiter: RequestLimiter, tokens: int, head_start_s: float = 0.0) -> None:
         self._limiter = limiter
         self.tokens = tokens
+        self.head_start_s = head_start_s
 
     async def __aenter__(self) -> Slot:
-        await self._limiter._enter(self.tokens)
+        await self._limiter._enter(self.tokens, self.head_start_s)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

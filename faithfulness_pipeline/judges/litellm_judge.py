@@ -95,6 +95,8 @@ from faithfulness_pipeline.judges.litellm_plans import (
 )
 from faithfulness_pipeline.judges.litellm_requests import (
     _TURN_S,
+    EXTRACTION_HEAD_START_S,
+    HEAD_START_S_PER_TOKEN,
     RATE_LIMIT_RETRY_FACTOR,
     _PackQueue,
     _Reply,
@@ -641,7 +643,9 @@ class LiteLLMJudge:
             retry, before = tries.sent > 0, tries
             tries = tries.sending()
             try:
-                reply = await self._sender.send(messages, response_format, max_tokens, estimate, still_needed)
+                reply = await self._sender.send(
+                    messages, response_format, max_tokens, estimate, still_needed, _head_start_s(plan.step, max_tokens)
+                )
             except _RequestFailed as failure:
                 if failure.kind == "stale":  # nothing was sent: the rest goes as a smaller pack
                     tries = before
@@ -776,6 +780,11 @@ def _freeze_imports() -> None:
         gc.collect()  # what is garbage already is freed, not frozen
         gc.freeze()
         _FROZEN.append(True)
+
+
+def _head_start_s(step: str, max_tokens: int) -> float:
+    extraction = EXTRACTION_HEAD_START_S if step == "extract" else 0.0
+    return extraction + max_tokens * HEAD_START_S_PER_TOKEN
 
 
 def _questions(questions: pl.Series) -> pl.Series:

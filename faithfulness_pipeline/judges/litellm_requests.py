@@ -77,6 +77,13 @@ class _RequestFailed(Exception):
 #: loop each; counting on the loop itself, 2 ms starved the packing on a busy machine and 8 ms kept the
 #: loop's 99th percentile wait near 0.1 s. On a thread the loop is not blocked while the tokenizer runs.
 _TURN_S: Final = 0.008
+#: How far ahead of its arrival a waiting request queues (``RequestLimiter.slot``). Extraction first:
+#: its replies are what the verdict requests wait for. Then per token of its reply budget: the long
+#: requests of a wave take the free slots first, so a run's last replies do not all come from long
+#: packs sent last. Bounded: a request is passed only by ones that arrived at most the difference of
+#: the two head starts later (about 2.5 s at most for packs of a few hundred tokens).
+EXTRACTION_HEAD_START_S: Final = 2.0
+HEAD_START_S_PER_TOKEN: Final = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +165,7 @@ class _Sender:
         max_tokens: int,
         prompt_estimate: int,
         still_needed: Callable[[], bool] | None = None,
+        head_start_s: float = 0.0,
     ) -> _Reply:
         """One request. ``still_needed`` is asked once the request holds its slot, right before it is sent:
         False (its items were stored meanwhile, by another process) gives up the slot unsent ("stale")."""
@@ -182,7 +190,7 @@ class _Sender:
             kwargs["api_key"] = self._api_key
         if response_format is not None:
             kwargs["response_format"] = response_format
-        async with self.limiter.slot(prompt_estimate + max_tokens) as slot:
+        async with self.limiter.slot(prompt_estimate + max_tokens, head_start_s) as slot:
             if self.fatal is not None:  # learnt while this request waited for its slot
                 raise _RequestFailed("fatal", self.fatal, sent=False)
             if still_needed is not None and not still_needed():

@@ -147,6 +147,39 @@ def test_freed_slots_go_to_waiters_in_arrival_order_one_each() -> None:
     assert limiter.in_flight == 0 and limiter.counters.max_in_flight_seen == 2
 
 
+def test_a_head_start_lets_longer_requests_pass_only_those_that_arrived_within_it() -> None:
+    t = FakeTime()
+    limiter = make(t, max_in_flight=1)
+    order: list[str] = []
+
+    async def main() -> None:
+        gate = asyncio.Event()
+
+        async def one(name: str, head_start_s: float) -> None:
+            async with limiter.slot(1, head_start_s):
+                order.append(name)
+                if name == "holder":
+                    await gate.wait()
+
+        holder = asyncio.create_task(one("holder", 0.0))
+        await asyncio.sleep(0)
+        waiting = []
+        # (name, arrival on the fake clock, head start): queued as arrival - head start
+        for name, at, head_start_s in [("short-early", 1000.0, 0.1), ("long-late", 1000.5, 1.0),
+                                       ("long-too-late", 1002.0, 1.0), ("equal-a", 1003.0, 0.0),
+                                       ("equal-b", 1003.0, 0.0)]:
+            t.now = at
+            waiting.append(asyncio.create_task(one(name, head_start_s)))
+            await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(holder, *waiting)
+
+    asyncio.run(main())
+    # long-late (999.5) passes short-early (999.9); long-too-late (1001.0) does not; ties keep arrival order
+    assert order == ["holder", "long-late", "short-early", "long-too-late", "equal-a", "equal-b"]
+    assert limiter.in_flight == 0
+
+
 def test_a_waiter_cancelled_in_the_queue_does_not_leak_its_slot() -> None:
     limiter = RequestLimiter(max_in_flight=1)
 
