@@ -14,9 +14,9 @@ import math
 import sys
 
 import polars as pl
-import pyarrow as pa
 
 from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.arrays import lists_of_structs
 from faithfulness_pipeline.core.config import ScoringConfig
 
 _EPS = sys.float_info.epsilon
@@ -114,14 +114,5 @@ def published_verdicts(df: pl.DataFrame) -> pl.Series:
     flat = flat.select(
         "claim", "verdict", "speculative", _supported_reason(), "evidence"
     ).cast({name: dtype for name, dtype in S.VERDICT_STRUCT.to_schema().items()})
-    offsets = pl.concat([pl.Series([0], dtype=pl.Int64), lengths.cum_sum()])
-    struct = pa.StructArray.from_arrays([_arrow(flat.get_column(c)) for c in flat.columns], names=flat.columns)
     missing = df.get_column(S.VERDICTS).is_null()
-    column = pa.LargeListArray.from_arrays(_arrow(offsets), struct, mask=_arrow(missing))
-    return pl.Series("verdicts", column, dtype=pl.List(S.VERDICT_STRUCT))
-
-
-def _arrow(series: pl.Series) -> pa.Array:
-    # String views as polars holds them: the evidence passages are not copied on the way to Arrow and back.
-    arr = series.rechunk().to_arrow(compat_level=pl.CompatLevel.newest())
-    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    return lists_of_structs("verdicts", flat, lengths, missing, pl.List(S.VERDICT_STRUCT))

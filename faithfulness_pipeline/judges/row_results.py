@@ -27,15 +27,21 @@ from collections.abc import Sequence
 from typing import Final
 
 import polars as pl
-import pyarrow as pa
 
 from faithfulness_pipeline.core import schema as S
-from faithfulness_pipeline.judges.store import KeyMaker, Value, list_spans, spans
+from faithfulness_pipeline.core.arrays import lists_of_structs
+from faithfulness_pipeline.judges.store import (
+    LETTER_OF_VERDICT,
+    VERDICT_OF_LETTER,
+    KeyMaker,
+    Value,
+    list_spans,
+    spans,
+    usage_exprs,
+)
 
 #: A row's usage columns, each twice: prefixed ``x_`` (extraction) and ``v_`` (verdicts).
 USAGE: Final = S.USAGE_COLUMNS
-_LETTER: Final = {"supported": "S", "contradicted": "C", "unsupported": "U"}
-_VERDICT: Final = {"S": "supported", "C": "contradicted", "U": "unsupported"}
 _TEXTS: Final = pl.List(pl.String)
 _VALUE: Final = pl.Struct({
     "x": _TEXTS, "v": _TEXTS, "t": pl.Int8, "c": _TEXTS, "l": pl.String, "s": pl.String,
@@ -74,7 +80,7 @@ def encode_rows(results: pl.DataFrame) -> pl.Series:
         return pl.concat_list([pl.col(f"{prefix}_{name}").cast(pl.String) for name in USAGE])
 
     letters = verdicts.list.eval(
-        pl.element().struct.field("verdict").replace_strict(_LETTER, return_dtype=pl.String)
+        pl.element().struct.field("verdict").replace_strict(LETTER_OF_VERDICT, return_dtype=pl.String)
     ).list.join("")
     flags = verdicts.list.eval(pl.element().struct.field("speculative").cast(pl.Int8).cast(pl.String)).list.join("")
     return results.select(
@@ -108,30 +114,19 @@ def decode_rows(values: Sequence[Value | None]) -> pl.DataFrame | None:
     ).fill_null(False)
     frame = frame.with_columns(fine.alias("fine"), pl.when(fine).then(n).otherwise(0).cast(pl.Int64).alias("n"))
     flat = frame.filter("fine").select(
-        pl.col("l").str.split("").explode().replace_strict(_VERDICT, return_dtype=pl.String).alias("verdict"),
+        pl.col("l").str.split("").explode().replace_strict(VERDICT_OF_LETTER, return_dtype=pl.String).alias("verdict"),
         (pl.col("s").str.split("").explode() == "1").alias("speculative"),
         pl.col("r").explode().alias("reason"),
         pl.col("e").explode().alias("evidence_index"),
     )
-    offsets = pl.concat([pl.Series([0], dtype=pl.Int64), frame.get_column("n").cum_sum()])
-    struct = pa.StructArray.from_arrays([_arrow(flat.get_column(c)) for c in flat.columns], names=flat.columns)
-    verdicts = pa.LargeListArray.from_arrays(_arrow(offsets), struct, mask=_arrow(~frame.get_column("fine")))
+    verdicts = lists_of_structs(S.VERDICTS, flat, frame.get_column("n"), ~frame.get_column("fine"))
     # Claims, flag and usage of a row whose verdicts are null mean nothing: callers go by the verdicts.
     return frame.select(
         pl.col("c").alias("claims"),
         (pl.col("t") != 0).alias("context_truncated"),
         *[f"{p}_{name}" for p in ("x", "v") for name in USAGE],
-    ).with_columns(pl.Series(S.VERDICTS, verdicts).alias("verdicts"))
+    ).with_columns(verdicts.alias("verdicts"))
 
 
 def _usage(prefix: str) -> list[pl.Expr]:
-    return [
-        pl.col(prefix).list.get(n, null_on_oob=True).cast(dtype, strict=False).alias(f"{prefix}_{name}")
-        for n, (name, dtype) in enumerate(S.USAGE_SCHEMA.items())
-    ]
-
-
-def _arrow(series: pl.Series) -> pa.Array:
-    # String views as polars holds them: no copy of the texts on the way to Arrow and back.
-    arr = series.rechunk().to_arrow(compat_level=pl.CompatLevel.newest())
-    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    return [expr.name.prefix(f"{prefix}_") for expr in usage_exprs(pl.col(prefix))]

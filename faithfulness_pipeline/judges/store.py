@@ -46,14 +46,16 @@ import polars as pl
 import pyarrow as pa
 
 from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.arrays import lists_of_structs
 from faithfulness_pipeline.core.judge import ClaimVerdict, Usage, Verdict
 
 SCHEMA_VERSION: Final = 1
 #: Parameters per query: below SQLite's historical limit of 999 host parameters.
 LOOKUP_CHUNK: Final = 900
 
-_LETTER: Final[dict[str, str]] = {"supported": "S", "contradicted": "C", "unsupported": "U"}
-_VERDICT: Final[dict[str, Verdict]] = {"S": "supported", "C": "contradicted", "U": "unsupported"}
+#: How verdicts are stored: one letter each.
+LETTER_OF_VERDICT: Final[dict[str, str]] = {"supported": "S", "contradicted": "C", "unsupported": "U"}
+VERDICT_OF_LETTER: Final[dict[str, Verdict]] = {"S": "supported", "C": "contradicted", "U": "unsupported"}
 
 
 class KeyMaker:
@@ -370,7 +372,7 @@ def decode_claims(value: str) -> tuple[tuple[str, ...], Usage]:
 def encode_verdicts(verdicts: Sequence[ClaimVerdict], usage: Usage, truncated: bool) -> str:
     flat: list[Any] = [usage.llm_calls, usage.prompt_tokens, usage.completion_tokens, usage.cost_usd, int(truncated)]
     for v in verdicts:
-        flat += (_LETTER[v.verdict], int(v.speculative), v.evidence, v.reason)
+        flat += (LETTER_OF_VERDICT[v.verdict], int(v.speculative), v.evidence, v.reason)
     return _dumps(flat)
 
 
@@ -390,11 +392,11 @@ def decode_verdicts(value: str) -> tuple[tuple[ClaimVerdict, ...], Usage, bool]:
             shape = (letter, spec, evidence)
             verdict = plain.get(shape)
             if verdict is None:
-                verdict = ClaimVerdict(_VERDICT[letter], bool(spec), None, evidence)
+                verdict = ClaimVerdict(VERDICT_OF_LETTER[letter], bool(spec), None, evidence)
                 if len(plain) < 4096:
                     plain[shape] = verdict
         else:
-            verdict = ClaimVerdict(_VERDICT[letter], bool(spec), reason, evidence)
+            verdict = ClaimVerdict(VERDICT_OF_LETTER[letter], bool(spec), reason, evidence)
         verdicts.append(verdict)
     return tuple(verdicts), Usage(data[0], data[1], data[2], data[3]), bool(data[4])
 
@@ -407,12 +409,6 @@ def decode_verdicts(value: str) -> tuple[tuple[ClaimVerdict, ...], Usage, bool]:
 # the caller asks for that item the per-item way, which re-asks for what is unreadable.
 
 _AS_TEXT: Final = pl.List(pl.String)
-_USAGE_DTYPES: Final[dict[str, pl.DataType]] = {
-    "llm_calls": pl.Float64(),
-    "prompt_tokens": pl.Int64(),
-    "completion_tokens": pl.Int64(),
-    "cost_usd": pl.Float64(),
-}
 
 
 def _parsed(values: pl.Series) -> pl.Series | None:
@@ -422,16 +418,18 @@ def _parsed(values: pl.Series) -> pl.Series | None:
         return None
 
 
-def _usage_exprs(data: pl.Expr) -> list[pl.Expr]:
+def usage_exprs(data: pl.Expr) -> list[pl.Expr]:
+    """The usage columns from a stored list of usage numbers (as text): calls, prompt and completion
+    tokens, cost; null where a number is missing or unreadable."""
     return [data.list.get(n, null_on_oob=True).cast(dtype, strict=False).alias(name)
-            for n, (name, dtype) in enumerate(_USAGE_DTYPES.items())]
+            for n, (name, dtype) in enumerate(S.USAGE_SCHEMA.items())]
 
 
 def _usage_valid(data: pl.Expr) -> pl.Expr:
     # The cost may be null (unknown price); calls and tokens may not.
     return pl.all_horizontal(
         data.list.get(n, null_on_oob=True).cast(dtype, strict=False).is_not_null()
-        for n, dtype in enumerate(list(_USAGE_DTYPES.values())[:3])
+        for n, dtype in enumerate(list(S.USAGE_SCHEMA.values())[:3])
     )
 
 
@@ -447,11 +445,8 @@ def decode_claims_column(values: pl.Series) -> pl.DataFrame | None:
     usable = data.is_not_null() & (data.list.len() >= 4) & _usage_valid(data)
     return pl.DataFrame({"data": parsed}).select(
         pl.when(usable).then(data.list.slice(4)).otherwise(pl.lit(None, dtype=_AS_TEXT)).alias("claims"),
-        *_usage_exprs(data),
+        *usage_exprs(data),
     )
-
-
-_LETTERS: Final = {"S": "supported", "C": "contradicted", "U": "unsupported"}
 
 
 def decode_verdicts_column(values: pl.Series, n_claims: pl.Series) -> pl.DataFrame | None:
@@ -474,13 +469,13 @@ def decode_verdicts_column(values: pl.Series, n_claims: pl.Series) -> pl.DataFra
     flat = frame.filter("shaped").get_column("body").explode()
     fields = pl.DataFrame({name: flat.gather_every(4, k) for k, name in enumerate(_FIELDS)})
     fields = fields.select(
-        pl.col("letter").replace_strict(_LETTERS, default=None, return_dtype=pl.String).alias("verdict"),
+        pl.col("letter").replace_strict(VERDICT_OF_LETTER, default=None, return_dtype=pl.String).alias("verdict"),
         (pl.col("speculative").cast(pl.Int64, strict=False) != 0).alias("speculative"),
         pl.col("reason"),
         pl.col("evidence").cast(pl.Int32, strict=False).alias("evidence_index"),
         # An unknown letter, or a flag or evidence that is no integer, makes the row unreadable.
         (
-            pl.col("letter").is_in(list(_LETTERS))
+            pl.col("letter").is_in(list(VERDICT_OF_LETTER))
             & pl.col("speculative").cast(pl.Int64, strict=False).is_not_null()
             & (pl.col("evidence").is_null() | pl.col("evidence").cast(pl.Int32, strict=False).is_not_null())
         ).alias("fine"),
@@ -488,26 +483,16 @@ def decode_verdicts_column(values: pl.Series, n_claims: pl.Series) -> pl.DataFra
     if not fields.get_column("fine").all():
         return _without_unreadable(frame, fields, values, n_claims)
     lengths = frame.select(pl.when("shaped").then(pl.col("n")).otherwise(0)).to_series()
-    offsets = pl.concat([pl.Series([0], dtype=pl.Int64), lengths.cum_sum()]).to_arrow()
-    struct = pa.StructArray.from_arrays(
-        [_flat_arrow(fields.get_column(name)) for name in _STRUCT_FIELDS], names=list(_STRUCT_FIELDS)
-    )
-    missing = _flat_arrow(frame.get_column("shaped").not_())
-    verdicts = pl.Series(S.VERDICTS, pa.LargeListArray.from_arrays(offsets, struct, mask=missing))
+    verdicts = lists_of_structs(S.VERDICTS, fields.select(_STRUCT_FIELDS), lengths, ~frame.get_column("shaped"))
     return frame.select(
         pl.when("shaped").then(data.list.get(4, null_on_oob=True).cast(pl.Int64, strict=False) != 0)
         .otherwise(pl.lit(None, dtype=pl.Boolean)).alias("context_truncated"),
-        *_usage_exprs(data),
+        *usage_exprs(data),
     ).with_columns(verdicts.alias("verdicts"))
 
 
 _FIELDS: Final = ("letter", "speculative", "evidence", "reason")  # the stored order
 _STRUCT_FIELDS: Final = ("verdict", "speculative", "reason", "evidence_index")  # the pipeline's
-
-
-def _flat_arrow(series: pl.Series) -> pa.Array:
-    arr = series.rechunk().to_arrow()
-    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
 
 
 def _without_unreadable(
