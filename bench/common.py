@@ -54,7 +54,8 @@ def pack_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def litellm_judge(base_url: str, **overrides: Any) -> Judge:
-    from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge, LiteLLMJudgeConfig
+    from faithfulness_pipeline.judges.litellm_config import LiteLLMJudgeConfig
+    from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 
     config = LiteLLMJudgeConfig(model="openai/bench-judge", api_base=base_url, api_key_env=FAKE_KEY_ENV,
                                 **overrides)

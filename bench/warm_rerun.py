@@ -36,7 +36,8 @@ CHUNK_ROWS = ScoringConfig().chunk_rows
 
 
 class TimedJudge:
-    """The Judge port around another judge, adding up the wall time spent inside its two steps."""
+    """The Judge port around the stored judge, adding up the wall time spent inside it: whole chunks of rows
+    (``judge_rows``: store lookups, decoding, keeping rows) and the per-item steps of what is not stored."""
 
     def __init__(self, judge: Any) -> None:
         self.judge = judge
@@ -44,49 +45,33 @@ class TimedJudge:
         self.prompt_version = judge.prompt_version
         self.seconds = {"rows": 0.0, "extract": 0.0, "verdict": 0.0}
 
-    async def extract_claims(self, items: Any, progress: Any = None) -> Any:
+    async def extract_claims(self, items: Any, hooks: Any = None) -> Any:
         start = time.perf_counter()
         try:
-            return await self.judge.extract_claims(items, progress)
+            return await self.judge.extract_claims(items, hooks)
         finally:
             self.seconds["extract"] += time.perf_counter() - start
 
-    async def judge_claims(self, items: Any, progress: Any = None) -> Any:
+    async def judge_claims(self, items: Any, hooks: Any = None) -> Any:
         start = time.perf_counter()
         try:
-            return await self.judge.judge_claims(items, progress)
+            return await self.judge.judge_claims(items, hooks)
         finally:
             self.seconds["verdict"] += time.perf_counter() - start
 
-    # The judge's optional capabilities (core.judge.Overlapping, StoredColumns) pass through, timed too:
-    # a wrapper that hid them would measure the per-item path instead of what a real run does.
+    # The judge's optional capabilities (core.judge.Overlapping, RowJudge) pass through, timed too: a
+    # wrapper that hid them would measure the per-item path instead of what a real run does.
     @property
-    def overlap_rows(self) -> int:
-        return int(self.judge.overlap_rows)
+    def overlap_rows(self) -> int | None:
+        value = self.judge.overlap_rows
+        return None if value is None else int(value)
 
-    def stored_claims(self, answers: Any, questions: Any) -> Any:
+    async def judge_rows(self, rows: Any, progress: Any) -> Any:
         start = time.perf_counter()
         try:
-            return self.judge.stored_claims(answers, questions)
-        finally:
-            self.seconds["extract"] += time.perf_counter() - start
-
-    def stored_verdicts(self, claims: Any, contexts: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return self.judge.stored_verdicts(claims, contexts)
-        finally:
-            self.seconds["verdict"] += time.perf_counter() - start
-
-    def stored_rows(self, answers: Any, questions: Any, contexts: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return self.judge.stored_rows(answers, questions, contexts)
+            return await self.judge.judge_rows(rows, progress)
         finally:
             self.seconds["rows"] += time.perf_counter() - start
-
-    def store_rows(self, answers: Any, questions: Any, contexts: Any, results: Any) -> None:
-        self.judge.store_rows(answers, questions, contexts, results)
 
     def stats(self) -> Any:
         return self.judge.stats()
@@ -162,7 +147,8 @@ def report(result: dict[str, Any]) -> str:
         "costs what it would for 100,000 different answers.",
         "",
         "| rows | requests | step results from the store | ok rows | wall s | CPU s (all threads) | "
-        "store lookups s (whole rows + claims + verdicts, summed over threads) | answers/s | target |",
+        "in the stored judge s (whole chunks + per-item claims + verdicts, summed over overlapping chunks) | "
+        "answers/s | target |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         f"| {result['rows']:,} | {result['requests']} | {result['cached_items']:,} | {result['ok_rows']:,} | "
         f"{result['wall_s']:.2f} | {result['cpu_s']:.2f} | {judge_s:.2f} ({result['judge_rows_s']:.2f} + "
@@ -175,8 +161,8 @@ def report(result: dict[str, Any]) -> str:
         "Finished rows are kept whole in the store, so a re-run finds each row with one key, one lookup and "
         "one decode (claims and verdicts are looked up step by step only for rows without a whole entry). "
         "The store lookups (key hashing, SQLite, decoding) run on a worker thread while the "
-        "chunk before is scored on another and the next one prepared on a third, so their seconds overlap "
-        "the rest and the columns do not add up to the wall time.",
+        "chunk before is scored on another and the next one prepared on a third, so the stored judge's seconds "
+        "overlap the rest and the columns do not add up to the wall time.",
         "",
         machine_line(result),
     ])

@@ -7,8 +7,9 @@ import asyncio
 import polars as pl
 
 from faithfulness_pipeline.core.config import ScoringConfig
+from faithfulness_pipeline.core.flow import RowProgress
 from faithfulness_pipeline.core.judge import Judge
-from faithfulness_pipeline.core.pipeline import RowProgress, score_frame_async
+from faithfulness_pipeline.core.pipeline import score_frame_async
 
 
 def default_judge() -> Judge:

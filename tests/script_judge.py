@@ -14,8 +14,8 @@ from faithfulness_pipeline.core.judge import (
     ClaimVerdict,
     ExtractItem,
     ExtractResult,
+    Hooks,
     JudgeStats,
-    ProgressCallback,
     Usage,
     VerdictItem,
     VerdictResult,
@@ -50,7 +50,7 @@ class ScriptedJudge:
         self.verdict_calls: list[VerdictItem] = []
         self.closed = 0
 
-    async def extract_claims(self, items: Sequence[ExtractItem], progress: ProgressCallback | None = None
+    async def extract_claims(self, items: Sequence[ExtractItem], hooks: Hooks[ExtractResult] | None = None
                              ) -> list[ExtractResult]:
         self.extract_calls.extend(items)
         out = []
@@ -59,11 +59,11 @@ class ScriptedJudge:
                 out.append(ExtractResult(item.id, None, "scripted failure", self.usage))
             else:
                 out.append(ExtractResult(item.id, split_claims(item.answer), None, self.usage))
-        if progress:
-            progress(len(items))
+        if hooks is not None:
+            hooks.tick(len(items))
         return out
 
-    async def judge_claims(self, items: Sequence[VerdictItem], progress: ProgressCallback | None = None
+    async def judge_claims(self, items: Sequence[VerdictItem], hooks: Hooks[VerdictResult] | None = None
                            ) -> list[VerdictResult]:
         self.verdict_calls.extend(items)
         out = []
@@ -72,8 +72,8 @@ class ScriptedJudge:
                 out.append(VerdictResult(item.id, None, "scripted failure", self.usage))
             else:
                 out.append(VerdictResult(item.id, tuple(scripted_verdict(c) for c in item.claims), None, self.usage))
-        if progress:
-            progress(len(items))
+        if hooks is not None:
+            hooks.tick(len(items))
         return out
 
     def stats(self) -> JudgeStats:

@@ -6,14 +6,16 @@ the core only sees per-item results. A failure is a per-item result with ``error
 exception that loses the other items, and never a made-up value.
 
 Implementations: ``judges.offline.OfflineJudge`` (deterministic, no network),
-``judges.litellm_judge.LiteLLMJudge`` (the product) and the scripted fakes of the tests.
+``judges.litellm_judge.LiteLLMJudge`` (the product) and the scripted fakes of the tests. Capabilities that
+any judge can use (the result store) wrap a judge and are judges themselves (``judges.stored``); the core
+knows nothing of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     import polars as pl
@@ -111,6 +113,30 @@ class JudgeStats:
     notes: list[str] = field(default_factory=list)
 
 
+R = TypeVar("R", ExtractResult, VerdictResult)
+
+
+@dataclass(frozen=True, slots=True)
+class Hooks(Generic[R]):
+    """What the caller of one port call wants to hear while the call runs. Every hook is optional, and a
+    judge that cannot use one (it sends no requests, or answers everything at once) may ignore it.
+
+    - ``progress(n)``: ``n`` more items are finished (successfully or not);
+    - ``settled(results)``: these results just validated, before the call returns (a wrapper stores them
+      at once, so a crash loses only what is in flight);
+    - ``recheck(ids)``: asked right before a request for these items leaves; returns the results of those
+      that became available meanwhile (another process stored them), which the judge then need not ask.
+    """
+
+    progress: ProgressCallback | None = None
+    settled: Callable[[Sequence[R]], None] | None = None
+    recheck: Callable[[Sequence[str]], Mapping[str, R]] | None = None
+
+    def tick(self, n: int) -> None:
+        if self.progress is not None and n > 0:
+            self.progress(n)
+
+
 @runtime_checkable
 class Judge(Protocol):
     """Extracts claims from answers and judges claims against contexts, many items per call."""
@@ -121,13 +147,13 @@ class Judge(Protocol):
     prompt_version: str
 
     async def extract_claims(
-        self, items: Sequence[ExtractItem], progress: ProgressCallback | None = None
+        self, items: Sequence[ExtractItem], hooks: Hooks[ExtractResult] | None = None
     ) -> list[ExtractResult]:
         """Return one result per item, in input order."""
         ...
 
     async def judge_claims(
-        self, items: Sequence[VerdictItem], progress: ProgressCallback | None = None
+        self, items: Sequence[VerdictItem], hooks: Hooks[VerdictResult] | None = None
     ) -> list[VerdictResult]:
         """Return one result per item, in input order, each with exactly one verdict per claim."""
         ...
@@ -141,6 +167,8 @@ class Judge(Protocol):
         ...
 
 
+
+
 # Optional capabilities. The pipeline uses them when a judge has them; every judge works without.
 
 
@@ -148,47 +176,22 @@ class Judge(Protocol):
 class Overlapping(Protocol):
     """A judge whose calls wait on requests (not CPU) and may run concurrently, sharing its limits.
 
-    The pipeline then splits a chunk's extraction into calls of ``overlap_rows`` answers and sends each
-    call's verdicts as soon as its claims are back, while the next chunk's calls already start: request
-    slots are not left idle at step and chunk boundaries.
+    With an ``overlap_rows`` (not None) the pipeline splits a chunk's extraction into calls of that many
+    answers and sends each call's verdicts as soon as its claims are back, while the next chunk's calls
+    already start: request slots are not left idle at step and chunk boundaries.
     """
 
     @property
-    def overlap_rows(self) -> int: ...
+    def overlap_rows(self) -> int | None: ...
 
 
 @runtime_checkable
-class StoredColumns(Protocol):
-    """A judge that can answer whole columns from a result store at once (a warm re-run).
+class RowJudge(Protocol):
+    """A judge that takes a chunk's rows as columns (``core.flow.ROW_COLUMNS``) and returns their result
+    columns (``core.flow.RESULT_COLUMNS``), in any row order, instead of being called item by item.
 
-    Each method returns one row per input row, or None when it has nothing to look in. A null
-    ``claims`` / ``verdicts`` means "not stored": the pipeline asks for that item the per-item way.
-    ``stored_claims`` gives ``claims`` (list of str) and the usage columns; ``stored_verdicts`` gives
-    ``verdicts`` (the raw verdict structs, one per claim), ``context_truncated`` and the usage columns.
-    The pipeline serves a row this way only when both its claims and its verdicts are stored, so
-    ``stored_verdicts`` counts each of its hits as two cached step results and ``stored_claims`` counts
-    none: rows it finds that are not served go through the per-item port, which counts them there.
+    It may answer some rows without the port (a wrapper that holds results does) and runs the core's own
+    flow (``core.flow.judge_rows``) for the others.
     """
 
-    def stored_claims(self, answers: pl.Series, questions: pl.Series) -> pl.DataFrame | None: ...
-
-    def stored_verdicts(self, claims: pl.Series, contexts: pl.Series) -> pl.DataFrame | None: ...
-
-
-@runtime_checkable
-class StoredRows(Protocol):
-    """A judge whose store also keeps each finished row whole: one lookup a row on a warm re-run.
-
-    ``stored_rows`` gives, for each row (non-blank answer), the columns ``claims``, ``verdicts``,
-    ``context_truncated`` and the usage columns prefixed ``x_`` (extraction) and ``v_`` (verdicts), with
-    a null ``verdicts`` where the row is not stored (then the pipeline goes step by step, through
-    :class:`StoredColumns` and the per-item port); None when it has nothing to look in. It counts each
-    hit as two cached step results. ``store_rows`` keeps rows that have both steps done, given with the
-    same columns; it never raises (a failed write only means a later run takes the longer way).
-    """
-
-    def stored_rows(self, answers: pl.Series, questions: pl.Series, contexts: pl.Series) -> pl.DataFrame | None: ...
-
-    def store_rows(
-        self, answers: pl.Series, questions: pl.Series, contexts: pl.Series, results: pl.DataFrame
-    ) -> None: ...
+    async def judge_rows(self, rows: pl.DataFrame, progress: Callable[[float], None] | None) -> pl.DataFrame: ...

@@ -117,9 +117,11 @@ def parse_extract_reply(text: str, sentences: Mapping[str, Sequence[str]]) -> Pa
 
     ``sentences[id]`` are the numbered sentences the request showed (number ``n`` is
     ``sentences[id][n - 1]``). A member is valid when it is a list whose entries are either a sentence
-    number (an integer, or a string of digits only) or a non-empty claim text, with the numbers in
-    range and strictly increasing (claims come in answer order, none twice). An empty list is a valid
-    "no claims".
+    number (a JSON integer) or a non-empty claim text (a JSON string), with the numbers in range and
+    strictly increasing (claims come in answer order, none twice). An empty list is a valid "no claims".
+
+    The JSON type alone tells the two apart: a string is always a written-out claim, even one made only
+    of digits ("1990", "2"), so that a claim can never be mistaken for a sentence number.
     """
     seen, failed, unknown, complete = _collect(text, list(sentences))
     ok: dict[str, tuple[str, ...]] = {}
@@ -146,10 +148,8 @@ def _claims(value: Any, sentences: Sequence[str]) -> tuple[str, ...]:
             text = entry.strip()
             if not text:
                 raise ValueError("a claim is empty")
-            if not (text.isascii() and text.isdecimal()):
-                claims.append(text)
-                continue
-            entry = int(text)  # a number written as a string still names a sentence
+            claims.append(text)
+            continue
         if not 1 <= entry <= len(sentences):
             raise ValueError(f"sentence {entry} does not exist (the answer has {len(sentences)})")
         if entry <= last:

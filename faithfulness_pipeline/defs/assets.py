@@ -1,21 +1,22 @@
-"""The assets: thin wiring of the scoring core, one asset per step, one Parquet partition per day.
+"""The assets: thin wiring of the scoring core, one asset per stage, one Parquet partition per day.
 
 raw_conversations -> extracted_claims -> judged_claims -> scored_conversations -> claim_table
                                                                               -> daily_answer_quality
 scored_conversations + claim_table + daily_answer_quality -> answer_quality_duckdb
 
-The two LLM steps run in the ``llm_judge`` pool (limit in dagster_home/dagster.yaml), so concurrent runs
-and backfills never run more judge steps at once than the pool allows. Code versions of everything the
-judge produces carry the judge model and prompt version: after a prompt change Dagster shows those
-tables as stale.
+``extracted_claims`` and ``judged_claims`` are materialised by one step (a multi-asset): the core's one
+claims -> verdicts flow (``core.flow``), the same as the CLI's, so that a verdict request leaves as soon
+as its answers' claims are back and a re-run is served whole rows from the result store. The step runs
+in the ``llm_judge`` pool (limit in dagster_home/dagster.yaml), so concurrent runs and backfills never run
+more judge steps at once than the pool allows. Code versions of everything the judge produces carry the
+judge model and prompt version: after a prompt change Dagster shows those tables as stale.
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
 import asyncio
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from datetime import date
-from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -23,14 +24,15 @@ import polars as pl
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.core.flow import V_USAGE, X_USAGE, RowProgress
 from faithfulness_pipeline.core.judge import Judge
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
 from faithfulness_pipeline.core.outputs import claim_table as build_claim_table
-from faithfulness_pipeline.core.pipeline import RowProgress, extract_step, score_step, verdict_step
+from faithfulness_pipeline.core.pipeline import judge_frame, score_step
 from faithfulness_pipeline.defs import checks
 from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
 from faithfulness_pipeline.defs.landing import file_schema, list_landing, load_day
-from faithfulness_pipeline.defs.metadata import aggregates_md, judge_metadata, scored_metadata
+from faithfulness_pipeline.defs.metadata import aggregates_md, judge_metadata, scored_metadata, usage_totals
 from faithfulness_pipeline.defs.resources import JudgeResource, LandingResource, ScoringResource, WarehouseResource
 
 GROUP = "answer_quality"
@@ -46,72 +48,48 @@ DUCKDB = "answer_quality_duckdb"
 
 # Bump a revision when an asset's own code changes what it writes.
 _RAW_REVISION = "raw-1"
-_CLAIMS_REVISION = "claims-1"
-_VERDICTS_REVISION = "verdicts-1"
+_CLAIMS_REVISION = "claims-2"
+_VERDICTS_REVISION = "verdicts-2"
 _SCORED_REVISION = "scored-1"
 _CLAIM_TABLE_REVISION = "claim-table-1"
 _DAILY_REVISION = "daily-1"
 _DUCKDB_REVISION = "duckdb-1"
 
-# Staging columns: which judge produced the stage ("model|prompt version"); dropped before scoring.
-_EXTRACT_JUDGE = "_fp_extract_judge"
-_VERDICT_JUDGE = "_fp_verdict_judge"
+# Staging column: which judge produced the claims and verdicts ("model|prompt version"); dropped before scoring.
+_JUDGE = "_fp_judge"
 
 
-def _progress(context: dg.AssetExecutionContext, total: int, step: str) -> RowProgress:
+def _progress(context: dg.AssetExecutionContext, total: int) -> RowProgress:
     """Logs every tenth of the way: the UI shows how far a long LLM step is."""
-    done = [0.0, 0.0]  # rows finished in this step, rows at the last log line
+    done = [0.0, 0.0]  # rows finished (each row counts half per LLM step), rows at the last log line
 
     def report(rows: float) -> None:
-        done[0] += rows * 2  # the core counts each row as half per LLM step
+        done[0] += rows
         if total and done[0] - done[1] >= total / 10:
             done[1] = done[0]
-            context.log.info(f"{step}: {min(done[0], total):.0f} of {total} rows")
+            context.log.info(f"claims and verdicts: {min(done[0], total):.0f} of {total} rows")
 
     return report
 
 
-def _run_with_judge(judge: Judge, step: Callable[[Judge], Awaitable[pl.DataFrame]]) -> pl.DataFrame:
-    """One event loop per step; the judge's network clients and store are closed before it ends."""
+def _judged(context: dg.AssetExecutionContext, frame: pl.DataFrame, judge: Judge, chunk_rows: int) -> pl.DataFrame:
+    """The claims, verdicts and usage (extraction and verdicts apart) of every row; the judge is closed after."""
+    progress = _progress(context, frame.height)
 
     async def run() -> pl.DataFrame:
         try:
-            return await step(judge)
+            return await judge_frame(frame, judge, chunk_rows, progress, split_usage=True)
         finally:
             await judge.aclose()
 
     return asyncio.run(run())
 
 
-def _judge_label(judge: Judge) -> str:
-    return f"{judge.model_name}|{judge.prompt_version}"
-
-
-def _llm_step(
-    context: dg.AssetExecutionContext,
-    frame: pl.DataFrame,
-    judge: JudgeResource,
-    warehouse: WarehouseResource,
-    step: Callable[[pl.DataFrame, Judge, RowProgress], Awaitable[pl.DataFrame]],
-    label_column: str,
-    name: str,
-) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """Runs one LLM step of the core over ``frame``: its output stamped with the judge, and its metadata."""
-    made = judge.make(warehouse.judge_store())
-    progress = _progress(context, frame.height, name)
-    out = _run_with_judge(made, lambda j: step(frame, j, progress))
-    out = out.with_columns(pl.lit(_judge_label(made), dtype=pl.String).alias(label_column))
-    meta: dict[str, Any] = {
-        **judge_metadata(made.stats(), made.model_name, made.prompt_version),
-        "error_rows": int(out.get_column(S.ERROR).is_not_null().sum()),
-    }
-    return out, meta
-
-
 def _judge_identity(frame: pl.DataFrame) -> tuple[str, str]:
-    """judge_model and prompt_version for the scored table; both steps' judges when they differ."""
+    """judge_model and prompt_version for the scored table; every judge's when partitions were judged by
+    several (the table of an older run may carry the staging columns of both former steps)."""
     labels: list[str] = []
-    for column in (_EXTRACT_JUDGE, _VERDICT_JUDGE):
+    for column in (_JUDGE, "_fp_extract_judge", "_fp_verdict_judge"):
         if column in frame.columns:
             labels += [v for v in frame.get_column(column).unique().sort().to_list() if v and v not in labels]
     models = list(dict.fromkeys(label.split("|", 1)[0] for label in labels))
@@ -174,45 +152,64 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         )
         yield checks.unique_keys_result(RAW, keyed)
 
-    @dg.asset(
-        name=CLAIMS,
+    @dg.multi_asset(
+        outs={
+            CLAIMS: dg.AssetOut(
+                code_version=versioned(_CLAIMS_REVISION),
+                kinds={"parquet", "llm"},
+                description="Step a: the atomic claims of every answer (one LLM extraction per answer, packed into "
+                "few requests; shared by both scorers), with what the extraction cost. Empty answers have no "
+                "claims and cost nothing. Materialised with judged_claims, in one step.",
+            ),
+            VERDICTS: dg.AssetOut(
+                code_version=versioned(_VERDICTS_REVISION),
+                kinds={"parquet", "llm"},
+                description="Step b: a verdict for every claim against the answer's context only (supported / "
+                "contradicted / unsupported, hedging, reason, evidence). An empty context makes no call.",
+            ),
+        },
+        internal_asset_deps={CLAIMS: {dg.AssetKey(RAW)}, VERDICTS: {dg.AssetKey(CLAIMS)}},
         group_name=GROUP,
         partitions_def=partitions,
-        code_version=versioned(_CLAIMS_REVISION),
         pool=LLM_POOL,
-        kinds={"parquet", "llm"},
-        description="Step a: the atomic claims of every answer (one LLM extraction per answer, packed into few "
-        "requests; shared by both scorers). Empty answers have no claims and cost nothing.",
+        can_subset=False,
     )
-    def extracted_claims(
+    def claims_and_verdicts(
         context: dg.AssetExecutionContext,
         raw_conversations: pl.DataFrame,
         judge: JudgeResource,
+        scoring: ScoringResource,
         warehouse: WarehouseResource,
-    ) -> dg.Output[pl.DataFrame]:
-        out, meta = _llm_step(context, raw_conversations, judge, warehouse, extract_step, _EXTRACT_JUDGE, "claims")
-        meta["claims"] = int(out.get_column(S.CLAIMS).list.len().sum() or 0)
-        return dg.Output(out, metadata=meta)
-
-    @dg.asset(
-        name=VERDICTS,
-        group_name=GROUP,
-        partitions_def=partitions,
-        code_version=versioned(_VERDICTS_REVISION),
-        pool=LLM_POOL,
-        kinds={"parquet", "llm"},
-        description="Step b: a verdict for every claim against the answer's context only (supported / "
-        "contradicted / unsupported, hedging, reason, evidence). An empty context makes no call.",
-    )
-    def judged_claims(
-        context: dg.AssetExecutionContext,
-        extracted_claims: pl.DataFrame,
-        judge: JudgeResource,
-        warehouse: WarehouseResource,
-    ) -> dg.Output[pl.DataFrame]:
-        out, meta = _llm_step(context, extracted_claims, judge, warehouse, verdict_step, _VERDICT_JUDGE, "verdicts")
-        meta["context_truncated_rows"] = int(out.get_column(S.CONTEXT_TRUNCATED).sum() or 0)
-        return dg.Output(out, metadata=meta)
+    ) -> Iterator[dg.Output[pl.DataFrame]]:
+        made = judge.make(warehouse.judge_store())
+        judged = _judged(context, raw_conversations, made, scoring.config().chunk_rows)
+        label = pl.lit(f"{made.model_name}|{made.prompt_version}", dtype=pl.String).alias(_JUDGE)
+        meta = judge_metadata(made.stats(), made.model_name, made.prompt_version)
+        # An extraction that failed left no claims; a failure of the verdicts is judged_claims' own.
+        extraction_error = pl.when(pl.col(S.CLAIMS).is_null()).then(pl.col(S.ERROR)).otherwise(None)
+        claims = judged.select(
+            *raw_conversations.columns, S.CLAIMS, extraction_error.alias(S.ERROR),
+            *[pl.col(x).alias(c) for x, c in zip(X_USAGE, S.USAGE_COLUMNS, strict=True)], label,
+        )
+        verdicts = judged.select(
+            *raw_conversations.columns, S.CLAIMS, S.ERROR, S.VERDICTS, S.CONTEXT_TRUNCATED,
+            *[(pl.col(x) + pl.col(v)).alias(c) for x, v, c in zip(X_USAGE, V_USAGE, S.USAGE_COLUMNS, strict=True)],
+            label,
+        )
+        # What the step sent is one figure for both tables: it is on judged_claims. extracted_claims says what
+        # producing its claims cost (the extraction's share of the requests, stored results included).
+        yield dg.Output(claims, output_name=CLAIMS, metadata={
+            "judge_model": made.model_name,
+            "prompt_version": made.prompt_version,
+            "claims": int(claims.get_column(S.CLAIMS).list.len().sum() or 0),
+            "error_rows": int(claims.get_column(S.ERROR).is_not_null().sum()),
+            **{f"extraction_{k}": v for k, v in usage_totals(claims).items()},
+        })
+        yield dg.Output(verdicts, output_name=VERDICTS, metadata={
+            **meta,
+            "error_rows": int(verdicts.get_column(S.ERROR).is_not_null().sum()),
+            "context_truncated_rows": int(verdicts.get_column(S.CONTEXT_TRUNCATED).sum() or 0),
+        })
 
     @dg.asset(
         name=SCORED,
@@ -227,7 +224,8 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
     def scored_conversations(judged_claims: pl.DataFrame, scoring: ScoringResource) -> dg.Output[pl.DataFrame]:
         config = scoring.config()
         model, prompt = _judge_identity(judged_claims)
-        staged = judged_claims.drop([c for c in (_EXTRACT_JUDGE, _VERDICT_JUDGE) if c in judged_claims.columns])
+        staged = judged_claims.drop([c for c in (_JUDGE, "_fp_extract_judge", "_fp_verdict_judge")
+                                     if c in judged_claims.columns])
         scored = score_step(staged, config, judge_model=model, prompt_version=prompt)
         return dg.Output(
             scored, metadata=scored_metadata(scored, scale=config.scale, answer_column=config.columns.output)
@@ -291,8 +289,7 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
 
     return [
         raw_conversations,
-        extracted_claims,
-        judged_claims,
+        claims_and_verdicts,
         scored_conversations,
         claim_table,
         daily_answer_quality,

@@ -21,9 +21,6 @@ from faithfulness_pipeline.core.io import atomic_path
 from faithfulness_pipeline.core.judge import Judge
 from faithfulness_pipeline.judges.factory import JudgeOptions, make_judge
 
-#: The variable a literal ``api_key`` is handed to the judge through (the judge reads keys from the env).
-_KEY_HANDOFF_ENV = "FP_JUDGE_API_KEY"
-
 
 class JudgeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """The LLM judge. No ``model`` = the offline lexical judge (deterministic, no network, no key)."""
@@ -66,22 +63,18 @@ class JudgeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     backoff_max_s: float | None = Field(default=None, description="Longest back-off, in seconds (default 60).")
 
     def options(self, default_store: str | None = None) -> JudgeOptions:
-        key_env = self.api_key_env
-        if self.api_key:
-            key_env = key_env or _KEY_HANDOFF_ENV
-            # The judge reads keys from the environment; a dg.EnvVar value is normally already there.
-            if os.environ.get(key_env) != self.api_key:
-                os.environ[key_env] = self.api_key
+        """The judge's options; the default store serves the litellm judge (the offline one needs no store
+        unless one is set)."""
         return JudgeOptions(
             model=self.model or None,
             api_base=self.api_base,
-            api_key_env=key_env,
+            api_key_env=self.api_key_env,
             max_concurrency=self.max_concurrency,
             rpm=self.rpm,
             tpm=self.tpm,
             timeout_s=self.timeout_s,
             pack_tokens=self.pack_tokens,
-            store_path=(self.store_path or default_store) if self.model else None,
+            store_path=(self.store_path or default_store) if self.model else self.store_path,
             refresh=self.refresh,
             backoff_base_s=self.backoff_base_s,
             backoff_max_s=self.backoff_max_s,
@@ -89,7 +82,7 @@ class JudgeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     def make(self, default_store: str | None = None) -> Judge:
         """A fresh judge for one step (close it with ``await judge.aclose()`` at the end of the step)."""
-        return make_judge(self.options(default_store))
+        return make_judge(self.options(default_store), api_key=self.api_key or None)
 
 
 def judge_identity(model: str | None) -> tuple[str, str]:

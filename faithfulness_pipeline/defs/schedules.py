@@ -4,20 +4,27 @@
 import hashlib
 import json
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import dagster as dg
-from dagster._core.definitions.partitions.partitioned_schedule import UnresolvedPartitionedAssetScheduleDefinition
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from faithfulness_pipeline.defs.landing import LandingFile, file_days, list_landing
 from faithfulness_pipeline.defs.resources import LandingResource
+
+if TYPE_CHECKING:
+    # Dagster exports no public name for what define_asset_job and build_schedule_from_partitioned_job
+    # return. Imported for the type checker only, so the code location itself runs on public API alone;
+    # tests/defs/test_private_dagster.py fails if these names move (checked with CHECKED_WITH_DAGSTER in
+    # defs/preload.py). The annotations that use them are strings: they exist only while type checking.
+    from dagster._core.definitions.partitions.partitioned_schedule import UnresolvedPartitionedAssetScheduleDefinition
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 JOB = "score_conversations"
 SCHEDULE = "daily_scoring"
 SENSOR = "new_landing_files"
 
 
-def build_job() -> UnresolvedAssetJobDefinition:
+def build_job() -> "UnresolvedAssetJobDefinition":
     # Partitioned like its assets (daily): Dagster infers it from the selection.
     return dg.define_asset_job(
         JOB,
@@ -28,8 +35,8 @@ def build_job() -> UnresolvedAssetJobDefinition:
 
 
 def build_schedule(
-    job: UnresolvedAssetJobDefinition,
-) -> dg.ScheduleDefinition | UnresolvedPartitionedAssetScheduleDefinition:
+    job: "UnresolvedAssetJobDefinition",
+) -> "dg.ScheduleDefinition | UnresolvedPartitionedAssetScheduleDefinition":
     # The last partition of a daily partitioning is yesterday: at 01:30 UTC the day is complete.
     return dg.build_schedule_from_partitioned_job(
         job,
@@ -56,7 +63,7 @@ def new_files(files: list[LandingFile], cursor: dict[str, str]) -> list[LandingF
     return [f for f in files if cursor.get(f.path) != _stamp(f)]
 
 
-def build_sensor(job: UnresolvedAssetJobDefinition, partitions: dg.PartitionsDefinition[str]) -> dg.SensorDefinition:
+def build_sensor(job: "UnresolvedAssetJobDefinition", partitions: dg.PartitionsDefinition[str]) -> dg.SensorDefinition:
     @dg.sensor(
         name=SENSOR,
         job=job,

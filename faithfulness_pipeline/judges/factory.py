@@ -1,4 +1,5 @@
-"""Choosing a judge from user options: offline when no model is set, else the litellm judge."""
+"""Choosing a judge from user options: offline when no model is set, else the litellm judge; with a store
+path, the result store around it (``judges.stored``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.io import iter_chunks
-from faithfulness_pipeline.core.judge import ExtractItem, Judge
+from faithfulness_pipeline.core.judge import ExtractItem, Judge, VerdictItem
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
+from faithfulness_pipeline.core.packing import rough_sentences
+from faithfulness_pipeline.judges.estimates import Estimating
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,32 +53,41 @@ def _seconds_from_env(variable: str) -> float | None:
     return value
 
 
-def make_judge(options: JudgeOptions) -> Judge:
-    """The offline judge when ``options.model`` is unset; otherwise a configured litellm judge.
+def make_judge(options: JudgeOptions, api_key: str | None = None) -> Judge:
+    """The offline judge when ``options.model`` is unset; otherwise a configured litellm judge; either one
+    behind the result store when ``options.store_path`` is set.
 
     A missing API key fails here, before any row is read. ``FP_JUDGE_BACKOFF_BASE_S`` and
     ``FP_JUDGE_BACKOFF_MAX_S`` set the back-off where the options do not.
     """
+    judge: Judge
     if not options.model:
         from faithfulness_pipeline.judges.offline import OfflineJudge
 
-        return OfflineJudge()
-    from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge, LiteLLMJudgeConfig
+        judge = OfflineJudge()
+    else:
+        from faithfulness_pipeline.judges.litellm_config import LiteLLMJudgeConfig
+        from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 
-    given: dict[str, Any] = {k: v for k, v in asdict(options).items() if v is not None}
-    for name, variable in ENV_FALLBACKS:
-        if name not in given and (value := _seconds_from_env(variable)) is not None:
-            given[name] = value
-    judge: Judge = LiteLLMJudge(LiteLLMJudgeConfig(**given))
-    return judge
+        given: dict[str, Any] = {
+            k: v for k, v in asdict(options).items() if v is not None and k not in ("store_path", "refresh")
+        }
+        for name, variable in ENV_FALLBACKS:
+            if name not in given and (value := _seconds_from_env(variable)) is not None:
+                given[name] = value
+        judge = LiteLLMJudge(LiteLLMJudgeConfig(**given), api_key=api_key)
+    if options.store_path is None:
+        return judge
+    from faithfulness_pipeline.judges.stored import StoredJudge, open_store
+
+    return StoredJudge(judge, open_store(options.store_path), refresh=options.refresh)
 
 
 def estimate_cost(judge: Judge, paths: list[str], config: ScoringConfig) -> str:
     """The dry-run report: what scoring ``paths`` would send, without sending anything."""
-    estimator = getattr(judge, "estimate", None)
     registry = KeyRegistry()
     answers: list[ExtractItem] = []
-    contexts: list[tuple[str, ...]] = []
+    verdicts: list[VerdictItem] = []
     rows = 0
     for chunk in iter_chunks(paths, config.chunk_rows):
         prepared = prepare(chunk, config, registry)
@@ -85,15 +97,16 @@ def estimate_cost(judge: Judge, paths: list[str], config: ScoringConfig) -> str:
         ).iter_rows():
             if answer is not None and answer.strip():
                 answers.append(ExtractItem(id=key, answer=answer, question=question))
-                contexts.append(tuple(context or ()))
-    if estimator is None:
+                # Claims not extracted yet are estimated as the answer's sentences.
+                verdicts.append(VerdictItem(key, tuple(rough_sentences(answer)), tuple(context or ()), question))
+    if not isinstance(judge, Estimating):
         return f"dry run: {rows} rows, {len(answers)} answers to judge with {judge.model_name}: 0 requests, cost $0"
-    estimate = estimator(answers, contexts)
+    estimate = judge.estimate(answers, verdicts)
     cost = "unknown (no price for this model)" if estimate.cost_usd is None else f"${estimate.cost_usd:.4f}"
     lines = [
         f"dry run with {judge.model_name} (prompt {judge.prompt_version}): {rows} rows, {len(answers)} answers",
         f"  requests: {estimate.requests}",
-        f"  already in the result store: {getattr(estimate, 'cached_items', 0)} step results (free)",
+        f"  already in the result store: {estimate.cached_items} step results (free)",
         f"  prompt tokens: {estimate.prompt_tokens}",
         f"  completion tokens: {estimate.completion_tokens}",
         f"  estimated cost: {cost}",

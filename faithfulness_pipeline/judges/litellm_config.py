@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -51,8 +50,6 @@ class LiteLLMJudgeConfig(BaseModel):
     max_retries: int = Field(default=6, ge=0, description="re-sends of an item after a failed request or reply")
     pack_tokens: int = Field(default=DEFAULT_PACK_TOKENS, ge=256, description="prompt-token budget of one request")
     max_items_per_pack: int = Field(default=DEFAULT_MAX_ITEMS_PER_PACK, ge=1, description="items per request at most")
-    store_path: Path | None = Field(default=None, description="SQLite result store file; None = no store")
-    refresh: bool = Field(default=False, description="ignore stored results (new results are still stored)")
     seed: int | None = Field(default=0, description="sampling seed, where the provider supports one")
     temperature: float = Field(default=0.0, ge=0, description="sampling temperature")
     input_cost_per_token: float | None = Field(default=None, ge=0, description="USD per prompt token (override)")
@@ -91,7 +88,7 @@ class ModelCard:
         return prompt_tokens * self.input_cost_per_token, completion_tokens * self.output_cost_per_token
 
 
-def _lenient(fn: Callable[[], Any]) -> Any:
+def lenient(fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except Exception:  # litellm raises assorted types for "unknown model"
@@ -123,7 +120,7 @@ def model_card(config: LiteLLMJudgeConfig) -> ModelCard:
     litellm = import_litellm()
 
     notes: list[str] = []
-    info = _lenient(lambda: litellm.get_model_info(config.model)) or {}
+    info = lenient(lambda: litellm.get_model_info(config.model)) or {}
     window = config.context_window or info.get("max_input_tokens") or info.get("max_tokens")
     if not window:
         window = DEFAULT_CONTEXT_WINDOW
@@ -133,12 +130,12 @@ def model_card(config: LiteLLMJudgeConfig) -> ModelCard:
         )
     max_out = config.max_output_tokens or info.get("max_output_tokens") or DEFAULT_MAX_OUTPUT_TOKENS
     if config.use_json_schema == "auto":
-        schema = bool(_lenient(lambda: litellm.supports_response_schema(model=config.model)))
+        schema = bool(lenient(lambda: litellm.supports_response_schema(model=config.model)))
     else:
         schema = bool(config.use_json_schema)
     in_cost, out_cost = config.input_cost_per_token, config.output_cost_per_token
     if in_cost is None or out_cost is None:
-        known = _lenient(lambda: litellm.cost_per_token(model=config.model, prompt_tokens=1, completion_tokens=1))
+        known = lenient(lambda: litellm.cost_per_token(model=config.model, prompt_tokens=1, completion_tokens=1))
         if known is not None:
             in_cost = float(known[0]) if in_cost is None else in_cost
             out_cost = float(known[1]) if out_cost is None else out_cost

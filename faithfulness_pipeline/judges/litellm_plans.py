@@ -1,19 +1,21 @@
 """Per-step plans of the litellm judge: what one call's claim-extraction or verdict items become.
 
-A plan counts its items' tokens, makes their packing entries, renders a pack into a prompt, parses
-and validates the reply, and turns values (fresh or stored) into results. It knows the prompts and
-the reply formats but nothing of how requests are sent, retried or limited: that is the judge's
-(``litellm_judge``) and the sender's (``litellm_requests``) business. The plans read a few settings of
-their judge (model card, limits, token counter), hence the annotation-only import of the judge.
+A plan answers the items that need no request, counts the others' tokens, makes their packing entries,
+renders a pack into a prompt, parses and validates the reply, and turns values into results. It knows
+the prompts and the reply formats but nothing of how requests are sent, retried or limited: that is the
+judge's (``litellm_judge``) and the sender's (``litellm_requests``) business. What it needs to know of
+its model comes in one :class:`Sizing`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final, Generic, TypeVar
 
 from faithfulness_pipeline.core import prompts
 from faithfulness_pipeline.core.judge import (
+    ClaimVerdict,
     ExtractItem,
     ExtractResult,
     Usage,
@@ -22,7 +24,9 @@ from faithfulness_pipeline.core.judge import (
 )
 from faithfulness_pipeline.core.packing import (
     REPLY_SLACK_TOKENS,
+    Count,
     Entry,
+    Limits,
     Pack,
     extract_output_bound,
     pack_entries,
@@ -30,28 +34,38 @@ from faithfulness_pipeline.core.packing import (
     verdict_output_bound,
 )
 from faithfulness_pipeline.core.parsing import ParsedReply, parse_extract_reply, parse_verdict_reply
-from faithfulness_pipeline.judges.store import decode_claims, decode_verdicts, encode_claims, encode_verdicts
-
-if TYPE_CHECKING:
-    from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 
 R = TypeVar("R", ExtractResult, VerdictResult)
 
+NO_CONTEXT_REASON: Final = "No context was provided to check this claim against."
 
-class _Plan(Generic[R]):
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    """What packing needs to know of the model: its token counter, limits and the fixed prompt sizes."""
+
+    count_tokens: Count
+    limits: Limits
+    frame_tokens: dict[str, int]  # tokens of a request of each step without items
+    priced: bool  # whether cost can be known (else usage carries a null cost)
+
+
+class Plan(Generic[R]):
     """One step's items of one call: their packing entries, prompts, parsing and results."""
 
     step: ClassVar[str]
 
-    def __init__(self, judge: LiteLLMJudge, indices: Sequence[int], keys: Mapping[int, bytes]) -> None:
-        self.judge: LiteLLMJudge = judge
+    def __init__(self, sizing: Sizing, indices: Sequence[int]) -> None:
+        self.sizing = sizing
         self.indices: list[int] = list(indices)
-        self.keys: Mapping[int, bytes] = keys
         self.entries: dict[int, Entry] = {}
         self.oversize: dict[int, str] = {}  # items that cannot be sent at all, with the reason
         self.results: dict[int, R] = {}
-        zero = Usage(cost_usd=0.0 if judge.card.priced else None)
+        zero = Usage(cost_usd=0.0 if sizing.priced else None)
         self.usage: dict[int, Usage] = dict.fromkeys(indices, zero)
+
+    def item_id(self, i: int) -> str:
+        raise NotImplementedError
 
     def order(self) -> list[int]:
         """The items in packing order (items that share passages next to each other)."""
@@ -64,7 +78,7 @@ class _Plan(Generic[R]):
     def packs(self) -> list[Pack]:
         """Every item counted, then packed the way a run packs them (for the dry-run estimate)."""
         entries = [e for e in (self.add(i) for i in self.order()) if e is not None]
-        return pack_entries(entries, self.judge.frame_tokens[self.step], self.judge.limits)
+        return pack_entries(entries, self.sizing.frame_tokens[self.step], self.sizing.limits)
 
     def render(self, indices: Sequence[int]) -> tuple[list[dict[str, str]], dict[str, int], Any]:
         """``(messages, local id -> index, parse context)`` of one request."""
@@ -82,48 +96,43 @@ class _Plan(Generic[R]):
     def error_result(self, i: int, reason: str, usage: Usage) -> R:
         raise NotImplementedError
 
-    def encode(self, i: int, value: Any, usage: Usage) -> str:
-        raise NotImplementedError
-
-    def stored_result(self, i: int, value: str) -> R | None:
-        """Item ``i``'s result from its stored value; None if the value is unreadable (then it is re-asked)."""
-        raise NotImplementedError
-
     def expected_output(self, i: int) -> int:
         raise NotImplementedError
 
 
-class _ExtractPlan(_Plan[ExtractResult]):
+class ExtractPlan(Plan[ExtractResult]):
     step = "extract"
 
-    def __init__(
-        self,
-        judge: LiteLLMJudge,
-        items: Sequence[ExtractItem],
-        indices: Sequence[int],
-        keys: Mapping[int, bytes],
-    ) -> None:
-        super().__init__(judge, indices, keys)
+    def __init__(self, sizing: Sizing, items: Sequence[ExtractItem], indices: Sequence[int]) -> None:
+        super().__init__(sizing, indices)
         self.items = items
         self.sentences: dict[int, tuple[str, ...]] = {}
         self.lines: dict[int, str] = {}  # the data line under prompts.ID_SLOT, rendered once
 
+    @staticmethod
+    def free(item: ExtractItem) -> ExtractResult | None:
+        """The result of an item that needs no request: an empty answer has no claims."""
+        return ExtractResult(id=item.id, claims=()) if item.answer is None or not item.answer.strip() else None
+
+    def item_id(self, i: int) -> str:
+        return self.items[i].id
+
     def add(self, i: int) -> Entry | None:
-        judge = self.judge
+        sizing = self.sizing
         item = self.items[i]
         sentences = prompts.split_sentences(item.answer)
-        line = prompts.extract_line(prompts.ID_SLOT, sentences, _question(item.question))
-        prompt = judge.count_tokens(line) + 3
+        line = prompts.extract_line(prompts.ID_SLOT, sentences, item.question)
+        prompt = sizing.count_tokens(line) + 3
         # The data line is the answer plus a little JSON: bound the reply by it.
         bound = extract_output_bound(prompt)
-        room = judge.limits.usable_window - judge.frame_tokens[self.step] - prompt - REPLY_SLACK_TOKENS
+        room = sizing.limits.usable_window - sizing.frame_tokens[self.step] - prompt - REPLY_SLACK_TOKENS
         if bound > room:
             # A long answer alone: the generous bound does not fit, a tight one may (claims restate
             # the answer, a little longer at most). An answer is never cut.
             if room < prompt * 5 // 4 + 16:
                 self.oversize[i] = (
                     f"the answer ({prompt} tokens) is too long for the model's context window "
-                    f"of {judge.limits.context_window} tokens"
+                    f"of {sizing.limits.context_window} tokens"
                 )
                 return None
             bound = room
@@ -155,24 +164,13 @@ class _ExtractPlan(_Plan[ExtractResult]):
     def error_result(self, i: int, reason: str, usage: Usage) -> ExtractResult:
         return ExtractResult(id=self.items[i].id, claims=None, error=reason, usage=usage)
 
-    def encode(self, i: int, value: Any, usage: Usage) -> str:
-        return encode_claims(value, usage)
-
-    def stored_result(self, i: int, value: str) -> ExtractResult | None:
-        return _stored_extract(self.judge, self.items[i], value)
 
 
-class _VerdictPlan(_Plan[VerdictResult]):
+class VerdictPlan(Plan[VerdictResult]):
     step = "verdict"
 
-    def __init__(
-        self,
-        judge: LiteLLMJudge,
-        items: Sequence[VerdictItem],
-        indices: Sequence[int],
-        keys: Mapping[int, bytes],
-    ) -> None:
-        super().__init__(judge, indices, keys)
+    def __init__(self, sizing: Sizing, items: Sequence[VerdictItem], indices: Sequence[int]) -> None:
+        super().__init__(sizing, indices)
         self.items = items
         self.passages: dict[int, tuple[str, ...]] = {}
         self.lines: dict[int, str] = {}  # the data line with passages under prompts.ID_SLOT, rendered once
@@ -193,11 +191,24 @@ class _VerdictPlan(_Plan[VerdictResult]):
             return self.indices
         return [i for m in members.values() for i in m]
 
+    @staticmethod
+    def free(item: VerdictItem) -> VerdictResult | None:
+        """The result of an item that needs no request: no claims, or no passages to check them against."""
+        if not item.claims:
+            return VerdictResult(id=item.id, verdicts=())
+        if not item.context:
+            none = ClaimVerdict(verdict="unsupported", reason=NO_CONTEXT_REASON)
+            return VerdictResult(id=item.id, verdicts=tuple(none for _ in item.claims))
+        return None
+
+    def item_id(self, i: int) -> str:
+        return self.items[i].id
+
     def add(self, i: int) -> Entry | None:
-        judge = self.judge
-        count = judge.count_tokens
-        frame = judge.frame_tokens[self.step]
-        window = judge.limits.usable_window
+        sizing = self.sizing
+        count = sizing.count_tokens
+        frame = sizing.frame_tokens[self.step]
+        window = sizing.limits.usable_window
         claims = self.items[i].claims
         passages = tuple(self.items[i].context)
         group = self.group_of.get(i)
@@ -216,7 +227,7 @@ class _VerdictPlan(_Plan[VerdictResult]):
             if not passages:
                 self.oversize[i] = (
                     "the claims alone are too long for the model's context window "
-                    f"of {judge.limits.context_window} tokens"
+                    f"of {sizing.limits.context_window} tokens"
                 )
                 return None
             self.truncated.add(i)
@@ -266,27 +277,3 @@ class _VerdictPlan(_Plan[VerdictResult]):
         return VerdictResult(
             id=self.items[i].id, verdicts=None, error=reason, usage=usage, context_truncated=i in self.truncated
         )
-
-    def encode(self, i: int, value: Any, usage: Usage) -> str:
-        return encode_verdicts(value, usage, i in self.truncated)
-
-    def stored_result(self, i: int, value: str) -> VerdictResult | None:
-        return _stored_verdicts(self.judge, self.items[i], value)
-
-
-def _stored_extract(judge: LiteLLMJudge, item: ExtractItem, value: str | None) -> ExtractResult | None:
-    decoded = judge._decoded(decode_claims, value)
-    return None if decoded is None else ExtractResult(item.id, decoded[0], None, decoded[1], True)
-
-
-def _stored_verdicts(judge: LiteLLMJudge, item: VerdictItem, value: str | None) -> VerdictResult | None:
-    decoded = judge._decoded(decode_verdicts, value)
-    if decoded is None:
-        return None
-    verdicts, usage, cut = decoded
-    return VerdictResult(item.id, verdicts, None, usage, True, cut)
-
-
-def _question(question: str | None) -> str | None:
-    return question if question is not None and question.strip() else None
-

@@ -1,6 +1,6 @@
 """Requests of the litellm judge: how packs wait and go, how often they were tried, one request sent.
 
-:class:`_Sender` is the only place a completion is asked of litellm: one request under the shared
+:class:`Sender` is the only place a completion is asked of litellm: one request under the shared
 :class:`RequestLimiter`, with litellm's own retries off, and the classification of its failure (rate
 limit, transient, timeout, too big, an item to isolate, fatal) that decides what the judge does next.
 It knows nothing of steps, plans or the store, so the judge's retry loop (``LiteLLMJudge._run_pack``)
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from faithfulness_pipeline.core.judge import JudgeStats
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from faithfulness_pipeline.judges.litellm_config import LiteLLMJudgeConfig
 
 @dataclass(frozen=True, slots=True)
-class _Reply:
+class Reply:
     text: str
     prompt_tokens: int
     completion_tokens: int
@@ -35,20 +35,25 @@ RATE_LIMIT_RETRY_FACTOR: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
-class _Tries:
+class Tries:
     """How often the items of a pack have been sent and failed; sub-packs inherit it."""
 
     sent: int = 0
     errors: int = 0  # failed requests and invalid replies
     limited: int = 0  # 429 replies
+    #: (the unusable reply, what was wrong with it): quoted in the next request of the same items
+    repair: tuple[str, str] | None = None
 
-    def sending(self) -> _Tries:
-        return _Tries(self.sent + 1, self.errors, self.limited)
+    def sending(self) -> Tries:
+        return replace(self, sent=self.sent + 1)
 
-    def failed(self, rate_limited: bool) -> _Tries:
+    def failed(self, rate_limited: bool) -> Tries:
         if rate_limited:
-            return _Tries(self.sent, self.errors, self.limited + 1)
-        return _Tries(self.sent, self.errors + 1, self.limited)
+            return replace(self, limited=self.limited + 1)
+        return replace(self, errors=self.errors + 1)
+
+    def unusable_reply(self, reply: str, why: str) -> Tries:
+        return replace(self, repair=(reply, why))
 
     def exhausted(self, max_retries: int) -> bool:
         return self.errors > max_retries or self.limited > RATE_LIMIT_RETRY_FACTOR * max(1, max_retries)
@@ -57,7 +62,7 @@ class _Tries:
         return f"gave up after {self.sent} requests: {reason}"
 
 
-class _RequestFailed(Exception):
+class RequestFailed(Exception):
     """A request that produced no usable reply. ``kind`` decides what happens next."""
 
     def __init__(
@@ -76,7 +81,7 @@ class _RequestFailed(Exception):
 #: (and can be sent) only when the turn is over. Shorter turns cost a thread hop and a pass of the event
 #: loop each; counting on the loop itself, 2 ms starved the packing on a busy machine and 8 ms kept the
 #: loop's 99th percentile wait near 0.1 s. On a thread the loop is not blocked while the tokenizer runs.
-_TURN_S: Final = 0.008
+TURN_S: Final = 0.008
 #: How far ahead of its arrival a waiting request queues (``RequestLimiter.slot``). Extraction first:
 #: its replies are what the verdict requests wait for. Then per token of its reply budget: the long
 #: requests of a wave take the free slots first, so a run's last replies do not all come from long
@@ -87,7 +92,7 @@ HEAD_START_S_PER_TOKEN: Final = 0.001
 
 
 @dataclass(frozen=True, slots=True)
-class _Turns:
+class Turns:
     """What the calls of one judge share on one event loop."""
 
     loop: asyncio.AbstractEventLoop
@@ -95,7 +100,7 @@ class _Turns:
     counting: asyncio.Lock  # held by the call whose items are being counted and packed
 
 
-class _PackQueue:
+class PackQueue:
     """Packs waiting for a worker, first in first out."""
 
     def __init__(self) -> None:
@@ -129,7 +134,7 @@ class _PackQueue:
         return self._packs.popleft()
 
 
-class _Sender:
+class Sender:
     """Sends one request through litellm under the shared limiter; classifies what went wrong.
 
     Holds the API key (handed to litellm only) and what the requests so far taught: ``fatal`` once a
@@ -166,7 +171,7 @@ class _Sender:
         prompt_estimate: int,
         still_needed: Callable[[], bool] | None = None,
         head_start_s: float = 0.0,
-    ) -> _Reply:
+    ) -> Reply:
         """One request. ``still_needed`` is asked once the request holds its slot, right before it is sent:
         False (its items were stored meanwhile, by another process) gives up the slot unsent ("stale")."""
         litellm = import_litellm()
@@ -192,10 +197,10 @@ class _Sender:
             kwargs["response_format"] = response_format
         async with self.limiter.slot(prompt_estimate + max_tokens, head_start_s) as slot:
             if self.fatal is not None:  # learnt while this request waited for its slot
-                raise _RequestFailed("fatal", self.fatal, sent=False)
+                raise RequestFailed("fatal", self.fatal, sent=False)
             if still_needed is not None and not still_needed():
                 slot.unused()
-                raise _RequestFailed("stale", "stored by another process while waiting for a slot", sent=False)
+                raise RequestFailed("stale", "stored by another process while waiting for a slot", sent=False)
             self._stats.requests += 1
             try:
                 # The outer timeout is a backstop for providers that ignore ``timeout`` (a context
@@ -211,9 +216,9 @@ class _Sender:
             slot.settle(prompt + completion)
         self.limiter.on_success()
         self._replies += 1
-        return _Reply(text=text, prompt_tokens=prompt, completion_tokens=completion)
+        return Reply(text=text, prompt_tokens=prompt, completion_tokens=completion)
 
-    def classify(self, exc: BaseException) -> _RequestFailed:
+    def classify(self, exc: BaseException) -> RequestFailed:
         from litellm import exceptions as litellm
 
         detail = self._redact(" ".join(str(exc).split()))[:200]
@@ -224,25 +229,25 @@ class _Sender:
             if headers is None and response is not None:
                 headers = getattr(response, "headers", None)
             pause = self.limiter.on_rate_limited(retry_after_from_headers(dict(headers) if headers else None))
-            return _RequestFailed("rate_limit", f"rate limited (429; paused {pause:.3g} s)")
+            return RequestFailed("rate_limit", f"rate limited (429; paused {pause:.3g} s)")
         if isinstance(exc, litellm.ContextWindowExceededError):
-            return _RequestFailed("too_big", f"the request exceeds the model's context window: {detail}")
+            return RequestFailed("too_big", f"the request exceeds the model's context window: {detail}")
         if isinstance(exc, litellm.Timeout | TimeoutError | asyncio.TimeoutError):
-            return _RequestFailed("timeout", f"timed out after {self.config.timeout_s:g} s")
+            return RequestFailed("timeout", f"timed out after {self.config.timeout_s:g} s")
         if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError):
             where = f" (key from {self.api_key_env})" if self.api_key_env else ""
             self.fatal = f"{name}{where}: {detail}"
-            return _RequestFailed("fatal", self.fatal)
+            return RequestFailed("fatal", self.fatal)
         if isinstance(exc, litellm.ContentPolicyViolationError):
-            return _RequestFailed("isolate", f"the provider refused the content: {detail}")
+            return RequestFailed("isolate", f"the provider refused the content: {detail}")
         if isinstance(exc, litellm.APIConnectionError):
-            return _RequestFailed("transient", f"connection error: {detail}")
+            return RequestFailed("transient", f"connection error: {detail}")
         status = _int(getattr(exc, "status_code", None))
         if isinstance(exc, litellm.BadRequestError) or (status is not None and 400 <= status < 500 and status != 408):
             # Once requests have worked, a refused one is about its items: isolate them. Before that it is
             # most likely the setup (a parameter the server rejects): do not multiply the requests.
-            return _RequestFailed("isolate" if self._replies else "fatal", f"{name}: {detail}")
-        return _RequestFailed("transient", f"{name}{f' {status}' if status else ''}: {detail}")
+            return RequestFailed("isolate" if self._replies else "fatal", f"{name}: {detail}")
+        return RequestFailed("transient", f"{name}{f' {status}' if status else ''}: {detail}")
 
 def _content(response: Any) -> str:
     try:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.judges.litellm_config import _lenient, import_litellm
+from faithfulness_pipeline.judges.litellm_config import import_litellm, lenient
 
 
 class MissingAPIKeyError(ConfigError, ValueError):
@@ -78,7 +78,7 @@ def resolve_api_key(model: str, api_key_env: str | None) -> tuple[str | None, st
         if not value:
             raise _missing(default, model)
         return default, value
-    check = _lenient(lambda: litellm.validate_environment(model=model)) or {}
+    check = lenient(lambda: litellm.validate_environment(model=model)) or {}
     missing = [str(k) for k in check.get("missing_keys") or []]
     if missing and not check.get("keys_in_environment"):
         raise _missing(" and ".join(missing), model)

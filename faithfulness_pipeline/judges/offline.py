@@ -36,6 +36,7 @@ from faithfulness_pipeline.core.judge import (
     ClaimVerdict,
     ExtractItem,
     ExtractResult,
+    Hooks,
     JudgeStats,
     ProgressCallback,
     Verdict,
@@ -62,6 +63,7 @@ from faithfulness_pipeline.judges.offline_text import (
     sentence_index,
     split_sentences,
 )
+from faithfulness_pipeline.judges.stored import ResultScope
 
 OFFLINE_MODEL_NAME = "offline-lexical-v1"
 #: Bump whenever the algorithm or its constants change: stored results are keyed by it.
@@ -432,17 +434,27 @@ class OfflineJudge:
             self._pool = None
 
     async def extract_claims(
-        self, items: Sequence[ExtractItem], progress: ProgressCallback | None = None
+        self, items: Sequence[ExtractItem], hooks: Hooks[ExtractResult] | None = None
     ) -> list[ExtractResult]:
+        progress = hooks.progress if hooks is not None else None
         claims = await self._share([it.answer for it in items], extract_claims, _extract_in_worker, list, progress)
         return [ExtractResult(id=it.id, claims=found) for it, found in zip(items, claims, strict=True)]
 
     async def judge_claims(
-        self, items: Sequence[VerdictItem], progress: ProgressCallback | None = None
+        self, items: Sequence[VerdictItem], hooks: Hooks[VerdictResult] | None = None
     ) -> list[VerdictResult]:
         work = [(it.claims, it.context) for it in items]
+        progress = hooks.progress if hooks is not None else None
         verdicts = await self._share(work, _judge_item, _judge_in_worker, _from_wire, progress)
         return [VerdictResult(id=it.id, verdicts=v) for it, v in zip(items, verdicts, strict=True)]
+
+    def result_scope(self) -> ResultScope:
+        """Its results depend on the item and the algorithm's version alone."""
+        return ResultScope(
+            extract=("extract", OFFLINE_MODEL_NAME, OFFLINE_PROMPT_VERSION),
+            verdict=("verdict", OFFLINE_MODEL_NAME, OFFLINE_PROMPT_VERSION),
+            row=("row", OFFLINE_MODEL_NAME, OFFLINE_PROMPT_VERSION),
+        )
 
     async def _share(
         self,

@@ -1,5 +1,6 @@
-"""The overlapped pipeline (a judge with ``overlap_rows``, and one that serves stored columns) gives the
-very table of the step-by-step pipeline: every row, in input order, error rows and usage included."""
+"""The overlapped pipeline (a judge with ``overlap_rows``) gives the very table of one call per step: every
+row, in input order, error rows and usage included. (The result-store wrapper's whole-row path is held
+to the same table in tests/judges/test_stored.py.)"""
 
 from __future__ import annotations
 
@@ -10,21 +11,18 @@ from collections.abc import Sequence
 import polars as pl
 import pytest
 
-from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.judge import (
     ExtractItem,
     ExtractResult,
+    Hooks,
     Overlapping,
-    ProgressCallback,
-    StoredColumns,
-    Usage,
     VerdictItem,
     VerdictResult,
 )
 from faithfulness_pipeline.core.pipeline import chunks_of, score_chunks, score_frame_async
-from tests.script_judge import ScriptedJudge, scripted_verdict, split_claims
+from tests.script_judge import ScriptedJudge
 
 
 class SlowOverlappingJudge(ScriptedJudge):
@@ -44,55 +42,15 @@ class SlowOverlappingJudge(ScriptedJudge):
         await asyncio.sleep(self.rng.random() / 200)
         self.running -= 1
 
-    async def extract_claims(self, items: Sequence[ExtractItem], progress: ProgressCallback | None = None
+    async def extract_claims(self, items: Sequence[ExtractItem], hooks: Hooks[ExtractResult] | None = None
                              ) -> list[ExtractResult]:
         await self._pause()
-        return await super().extract_claims(items, progress)
+        return await super().extract_claims(items, hooks)
 
-    async def judge_claims(self, items: Sequence[VerdictItem], progress: ProgressCallback | None = None
+    async def judge_claims(self, items: Sequence[VerdictItem], hooks: Hooks[VerdictResult] | None = None
                            ) -> list[VerdictResult]:
         await self._pause()
-        return await super().judge_claims(items, progress)
-
-
-_STORED_USAGE = Usage(llm_calls=1 / 3, prompt_tokens=7, completion_tokens=2, cost_usd=None)
-
-
-class StoringJudge(SlowOverlappingJudge):
-    """Serves answers without "[U]" column-wise, as a result store would: usage as stored, null cost."""
-
-    def stored_claims(self, answers: pl.Series, questions: pl.Series) -> pl.DataFrame | None:
-        claims = [list(split_claims(a)) if "[U]" not in a else None for a in answers.to_list()]
-        return pl.DataFrame({
-            "claims": pl.Series(claims, dtype=pl.List(pl.String)),
-            **_usage_columns(len(claims)),
-        })
-
-    def stored_verdicts(self, claims: pl.Series, contexts: pl.Series) -> pl.DataFrame | None:
-        rows = []
-        for found in claims.to_list():
-            if any("[C]" in c for c in found):
-                rows.append(None)  # not stored: asked the per-item way
-                continue
-            rows.append([
-                {"verdict": v.verdict, "speculative": v.speculative, "reason": v.reason, "evidence_index": v.evidence}
-                for v in (scripted_verdict(c) for c in found)
-            ])
-        return pl.DataFrame({
-            "verdicts": pl.Series(rows, dtype=pl.List(S.RAW_VERDICT_STRUCT)),
-            "context_truncated": pl.Series([False] * len(rows)),
-            **_usage_columns(len(rows)),
-        })
-
-
-def _usage_columns(n: int) -> dict[str, pl.Series]:
-    u = _STORED_USAGE
-    return {
-        "llm_calls": pl.Series([u.llm_calls] * n, dtype=pl.Float64),
-        "prompt_tokens": pl.Series([u.prompt_tokens] * n, dtype=pl.Int64),
-        "completion_tokens": pl.Series([u.completion_tokens] * n, dtype=pl.Int64),
-        "cost_usd": pl.Series([None] * n, dtype=pl.Float64),
-    }
+        return await super().judge_claims(items, hooks)
 
 
 def _rows(n: int) -> pl.DataFrame:
@@ -118,25 +76,15 @@ def _score(df: pl.DataFrame, judge: object, chunk_rows: int) -> pl.DataFrame:
     return out.drop("scored_at")
 
 
-@pytest.mark.parametrize("judge_class", [SlowOverlappingJudge, StoringJudge])
 @pytest.mark.parametrize("chunk_rows", [4, 10, 1000])
-def test_overlapped_pipeline_gives_the_step_by_step_table(judge_class: type[SlowOverlappingJudge],
-                                                          chunk_rows: int) -> None:
+def test_overlapped_pipeline_gives_the_step_by_step_table(chunk_rows: int) -> None:
     df = _rows(47)
     failing = {"fail_extract": {"c10", "c20", "c31"}, "fail_verdicts": {"c12", "c19", "c39"}}
-    judge = judge_class(seed=chunk_rows, **failing)
+    judge = SlowOverlappingJudge(seed=chunk_rows, **failing)
     assert isinstance(judge, Overlapping)
-    assert isinstance(judge, StoredColumns) is (judge_class is StoringJudge)
     expected = _score(df, ScriptedJudge(**failing), chunk_rows)  # type: ignore[arg-type]
     got = _score(df, judge, chunk_rows)
-    if judge_class is StoringJudge:
-        # Stored results carry their stored usage: compare everything else, then the usage of stored rows.
-        stored = pl.col("cost_usd").is_null()
-        assert got.filter(stored).height > 0
-        usage = list(S.USAGE_COLUMNS)
-        assert got.drop(usage).equals(expected.drop(usage))
-    else:
-        assert got.equals(expected)
+    assert got.equals(expected)
     assert got.get_column("conversation_id").to_list() == df.get_column("conversation_id").to_list()
     # c10 and c19 have blank answers: no call, so no failure; the others' failures are error rows.
     assert set(got.filter(pl.col("status") == "error").get_column("conversation_id")) == {"c20", "c31", "c12", "c39"}
@@ -146,7 +94,7 @@ def test_overlapped_pipeline_gives_the_step_by_step_table(judge_class: type[Slow
 def test_progress_adds_up_to_every_row() -> None:
     df = _rows(30)
     seen: list[float] = []
-    asyncio.run(score_frame_async(df, StoringJudge(seed=1), ScoringConfig(chunk_rows=7), seen.append))
+    asyncio.run(score_frame_async(df, SlowOverlappingJudge(seed=1), ScoringConfig(chunk_rows=7), seen.append))
     assert sum(seen) == pytest.approx(df.height)
 
 
@@ -166,6 +114,6 @@ def test_a_bad_later_chunk_fails_after_the_chunks_before_it() -> None:
 
 def test_an_empty_table_keeps_its_schema() -> None:
     df = _rows(0)
-    got = _score(df, StoringJudge(seed=3), 10)
+    got = _score(df, SlowOverlappingJudge(seed=3), 10)
     assert got.height == 0
     assert got.schema == _score(df, ScriptedJudge(), 10).schema

@@ -63,13 +63,13 @@ def test_metadata_records_judge_usage_and_worst_answers(built: Built) -> None:
         str(e.asset_key.to_user_string() if e.asset_key else None): e.materialization.metadata
         for e in results["2026-11-25"].get_asset_materialization_events()
     }
-    for key in ("extracted_claims", "judged_claims", "scored_conversations"):
+    for key, prefix in (("extracted_claims", "extraction_"), ("judged_claims", ""), ("scored_conversations", "")):
         meta = events[key]
         assert meta["judge_model"].value == "offline-lexical-v1"
         assert meta["prompt_version"].value == "offline-lexical-1"
-        for field in ("llm_requests", "prompt_tokens", "completion_tokens", "cost_usd", "dagster/row_count"):
-            assert field in meta, (key, field)
-        assert "dagster/column_schema" in meta
+        for field in ("llm_requests", "prompt_tokens", "completion_tokens", "cost_usd"):
+            assert prefix + field in meta, (key, field)
+        assert "dagster/row_count" in meta and "dagster/column_schema" in meta
     scored = events["scored_conversations"]
     assert scored["dagster/row_count"].value == 9
     distribution = str(scored["score_distribution"].value)

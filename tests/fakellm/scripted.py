@@ -229,9 +229,10 @@ def _reason(claim: str, kind: str, passage: int, number: str) -> str:
 
 
 def _data_items(request: ChatRequest) -> list[dict[str, Any]]:
-    user = next((m for m in reversed(request.messages) if m.get("role") == "user"), None)
+    # The user message with the DATA section; a repair request adds a later one that only says what was wrong.
+    user = next((m for m in request.messages if m.get("role") == "user" and DATA_OPEN in str(m.get("content"))), None)
     if user is None or not isinstance(user.get("content"), str):
-        raise ValueError("no user message")
+        raise ValueError("no user message with a DATA section")
     content: str = user["content"]
     start = content.index(DATA_OPEN) + len(DATA_OPEN)
     end = content.index(DATA_CLOSE, start)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import sqlite3
@@ -18,20 +19,23 @@ from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.judge import (
     ExtractItem,
     ExtractResult,
+    Hooks,
     Judge,
     JudgeStats,
     VerdictItem,
     VerdictResult,
 )
+from faithfulness_pipeline.core.packing import rough_sentences
 from faithfulness_pipeline.core.pipeline import score_frame_async
 from faithfulness_pipeline.core.prompts import PROMPT_VERSION
-from faithfulness_pipeline.judges.litellm_judge import (
-    NO_CONTEXT_REASON,
-    LiteLLMJudge,
-    LiteLLMJudgeConfig,
-    MissingAPIKeyError,
-    Redactor,
-)
+from faithfulness_pipeline.judges.factory import JudgeOptions
+from faithfulness_pipeline.judges.factory import make_judge as make_from_options
+from faithfulness_pipeline.judges.litellm_config import LiteLLMJudgeConfig
+from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
+from faithfulness_pipeline.judges.litellm_plans import NO_CONTEXT_REASON
+from faithfulness_pipeline.judges.litellm_secrets import MissingAPIKeyError, Redactor
+from faithfulness_pipeline.judges.store import KeyMaker
+from faithfulness_pipeline.judges.stored import StoredJudge, open_store
 from tests.fakellm import FakeLLMServer, FaultPlan, Latency
 from tests.fakellm.scripted import (
     ScriptedJudge,
@@ -57,7 +61,8 @@ def server() -> Iterator[FakeLLMServer]:
         yield srv
 
 
-def make_judge(server: FakeLLMServer, **overrides: Any) -> LiteLLMJudge:
+def make_judge(server: FakeLLMServer, **overrides: Any) -> Any:
+    """The litellm judge against ``server``; behind a result store when ``store_path`` is given."""
     settings: dict[str, Any] = {
         "model": "openai/fake-judge",
         "api_base": server.base_url,
@@ -68,16 +73,18 @@ def make_judge(server: FakeLLMServer, **overrides: Any) -> LiteLLMJudge:
     }
     settings.update(overrides)
     clock, sleep = settings.pop("clock", None), settings.pop("sleep", None)
-    return LiteLLMJudge(LiteLLMJudgeConfig(**settings), clock=clock, sleep=sleep)
+    store, refresh = settings.pop("store_path", None), settings.pop("refresh", False)
+    judge = LiteLLMJudge(LiteLLMJudgeConfig(**settings), clock=clock, sleep=sleep)
+    return judge if store is None else StoredJudge(judge, open_store(store), refresh=refresh)
 
 
 def run(
-    judge: LiteLLMJudge, rows: Sequence[TypicalRow], progress: list[int] | None = None
+    judge: Judge, rows: Sequence[TypicalRow], progress: list[int] | None = None
 ) -> tuple[list[ExtractResult], list[VerdictResult]]:
     """Both steps the way the pipeline calls them: verdicts only for rows with claims and context."""
 
     async def main() -> tuple[list[ExtractResult], list[VerdictResult]]:
-        tick = progress.append if progress is not None else None
+        tick: Hooks[Any] = Hooks(progress=progress.append if progress is not None else None)
         try:
             extracted = await judge.extract_claims(
                 [ExtractItem(f"r{k}", r.answer, r.question) for k, r in enumerate(rows)], tick
@@ -446,7 +453,8 @@ def test_a_pack_whose_items_were_stored_while_it_waited_for_a_slot_is_not_sent(t
             await asyncio.sleep(0.3)  # the first pack is out, the second waits for the only slot
             writer = ResultStore(store)
             value = encode_claims(("stored by the other process",), Usage(1.0, 10, 5, 0.0))
-            writer.put_many([(judge._extract_key(item), "extract", value) for item in items[2:]])
+            keys = KeyMaker(*judge.inner.result_scope().extract)
+            writer.put_many([(keys.key(None, item.answer), "extract", value) for item in items[2:]])
             writer.close()
 
         async def main() -> list[ExtractResult]:
@@ -466,10 +474,9 @@ def test_a_pack_whose_items_were_stored_while_it_waited_for_a_slot_is_not_sent(t
 
 def test_an_unusable_store_path_fails_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="result store"):
-        LiteLLMJudge(
-            LiteLLMJudgeConfig(
-                model="openai/fake-judge", api_base="http://127.0.0.1:9/v1", api_key_env=KEY_ENV, store_path=tmp_path
-            )
+        make_from_options(
+            JudgeOptions(model="openai/fake-judge", api_base="http://127.0.0.1:9/v1", api_key_env=KEY_ENV,
+                         store_path=str(tmp_path))
         )
 
 
@@ -551,7 +558,8 @@ def test_dry_run_estimate_is_within_15_percent_and_free_after_a_run(server: Fake
     rows = typical_rows(150, seed=12)
     judge = make_judge(server, store_path=tmp_path / "r.sqlite", input_cost_per_token=1e-6, output_cost_per_token=2e-6)
     answers = [ExtractItem(f"r{k}", r.answer, r.question) for k, r in enumerate(rows)]
-    estimate = judge.estimate(answers, [r.context for r in rows])
+    guesses = [VerdictItem(f"r{k}", tuple(rough_sentences(r.answer)), r.context) for k, r in enumerate(rows)]
+    estimate = judge.estimate(answers, guesses)
     assert server.stats().requests == 0  # the estimate calls nothing
     run(judge, rows)
     s = server.stats()
@@ -563,7 +571,7 @@ def test_dry_run_estimate_is_within_15_percent_and_free_after_a_run(server: Fake
         f"estimate/real: requests {estimate.requests}/{s.requests}, prompt {estimate.prompt_tokens}/"
         f"{s.prompt_tokens}, completion {estimate.completion_tokens}/{s.completion_tokens}"
     )
-    after = make_judge(server, store_path=tmp_path / "r.sqlite").estimate(answers, [r.context for r in rows])
+    after = make_judge(server, store_path=tmp_path / "r.sqlite").estimate(answers, guesses)
     assert after.requests == 0 and after.prompt_tokens == 0 and after.cached_items == 2 * len(rows)
 
 
@@ -619,7 +627,7 @@ def test_the_key_never_leaves_for_anywhere_but_the_provider(tmp_path: Path, capl
         judge = make_judge(srv, store_path=tmp_path / "store" / "r.sqlite")
         extracted, verdicts = run(judge, rows)
         assert_scripted(rows, extracted, verdicts)  # the key did reach the provider
-        text = repr((extracted, verdicts, judge.stats(), judge.config))
+        text = repr((extracted, verdicts, judge.stats(), judge.inner.config))
         assert CANARY not in text
         assert CANARY.encode() not in _files_bytes(tmp_path / "store")
 
@@ -633,3 +641,38 @@ def test_the_key_never_leaves_for_anywhere_but_the_provider(tmp_path: Path, capl
         assert e.claims is None and e.error is not None
         assert "AuthenticationError" in e.error and KEY_ENV in e.error and CANARY not in e.error
     assert CANARY not in repr(judge.stats()) and CANARY not in caplog.text
+
+
+# ------------------------------------------------------------------------------ reply format and repair
+
+
+@pytest.mark.parametrize("written", ["1990", "2"])
+def test_a_claim_written_out_as_digits_is_a_claim_in_one_request(written: str) -> None:
+    # "1990" is no sentence number of the answer, "2" is one: both are claims the judge wrote out.
+    answer = "The bridge opened in 1990. It has two lanes."
+    script = ScriptedJudge(rewrites={"The bridge opened in 1990.": [written]})
+    with FakeLLMServer(script) as srv:
+        judge = make_judge(srv)
+        (result,) = asyncio.run(judge.extract_claims([ExtractItem("r0", answer)]))
+        asyncio.run(judge.aclose())
+        assert srv.stats().requests == 1
+    assert result.error is None and result.claims == (written, "It has two lanes.")
+
+
+def test_an_unusable_reply_is_never_asked_again_with_the_same_request() -> None:
+    # The single item's reply is unusable twice (a sentence number out of range); each new request differs
+    # from the one before: it quotes the unusable reply and says what was wrong and which try this is.
+    rows = typical_rows(1, seed=2)
+    script = ScriptedJudge(misbehave={rows[0].answer[:12]: "bad_code"}, times=2)
+    with FakeLLMServer(script, capture=True) as srv:
+        judge = make_judge(srv)
+        extracted, _ = run(judge, rows)
+        extraction = [r for r in srv.requests_log if "sentences" in r.messages[1]["content"]]
+    assert extracted[0].error is None and extracted[0].claims == rows[0].claims
+    assert len(extraction) == 3
+    bodies = [json.dumps(r.messages, ensure_ascii=False) for r in extraction]
+    assert len(set(bodies)) == 3
+    repair = extraction[1].messages[-1]["content"]
+    assert extraction[1].messages[-2]["role"] == "assistant" and "does not exist" in repair and "try 2" in repair
+    assert "try 3" in extraction[2].messages[-1]["content"]
+    assert judge.stats().retries == 4  # the marker also spoils the verdict reply twice: repaired the same way

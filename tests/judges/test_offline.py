@@ -18,6 +18,7 @@ from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.judge import (
     ExtractItem,
     ExtractResult,
+    Hooks,
     Judge,
     VerdictItem,
     VerdictResult,
@@ -68,7 +69,7 @@ def test_one_result_per_item_in_order_with_zero_usage_and_progress():
     judge = OfflineJudge()
     done: list[int] = []
     items = [ExtractItem(f"id-{i}", a) for i, a in enumerate(answers)]
-    extracted = asyncio.run(judge.extract_claims(list(reversed(items)), progress=done.append))
+    extracted = asyncio.run(judge.extract_claims(list(reversed(items)), Hooks(progress=done.append)))
     assert [e.id for e in extracted] == [f"id-{i}" for i in reversed(range(4))]
     assert sum(done) == 4
     assert all(e.error is None and e.claims is not None for e in extracted)
@@ -78,7 +79,7 @@ def test_one_result_per_item_in_order_with_zero_usage_and_progress():
 
     v_items = [VerdictItem(f"v{i}", by_id[f"id-{i}"] or (), tuple(c)) for i, c in enumerate(contexts)]
     done.clear()
-    judged = asyncio.run(judge.judge_claims(v_items, progress=done.append))
+    judged = asyncio.run(judge.judge_claims(v_items, Hooks(progress=done.append)))
     assert [v.id for v in judged] == ["v0", "v1", "v2", "v3"]
     assert sum(done) == 4
     for item, result in zip(v_items, judged, strict=True):

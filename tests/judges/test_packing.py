@@ -115,7 +115,8 @@ def test_rough_sentences_in_three_languages() -> None:
 
 def test_default_pack_budget_gives_at_most_half_a_request_per_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     from faithfulness_pipeline.core.judge import ExtractItem, VerdictItem
-    from faithfulness_pipeline.judges.litellm_judge import DEFAULT_PACK_TOKENS, LiteLLMJudge, LiteLLMJudgeConfig
+    from faithfulness_pipeline.judges.litellm_config import DEFAULT_PACK_TOKENS, LiteLLMJudgeConfig
+    from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
     from tests.fakellm import FakeLLMServer
     from tests.fakellm.scripted import ScriptedJudge, typical_rows
 

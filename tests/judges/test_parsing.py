@@ -28,9 +28,18 @@ def test_extract_reply_rebuilds_claims_from_numbers_and_texts() -> None:
         assert parsed.ok == {"a1": ("Paris is in France.", "서울은 수도이다.", "서울은 한국에 있다."), "a2": ()}
         assert parsed.failed == {} and parsed.complete
         assert set(parsed.weights) == {"a1", "a2"}
-    # Sentence 3 (a question) was left out; a number written as a string still names its sentence.
-    parsed = parse_extract_reply('{"a1": ["1", 2], "a2": [1]}', SENTENCES)
+    # Sentence 3 (a question) was left out.
+    parsed = parse_extract_reply('{"a1": [1, 2], "a2": [1]}', SENTENCES)
     assert parsed.ok == {"a1": SENTENCES["a1"][:2], "a2": SENTENCES["a2"]}
+
+
+@pytest.mark.parametrize("claim", ["1990", "2", " 3 ", "٣", "00"])
+def test_a_written_out_claim_of_digits_is_a_claim_never_a_sentence_number(claim: str) -> None:
+    # JSON strings are claims and JSON integers are sentence numbers: the type decides, not the text.
+    # "2" is also a valid sentence number of a1: it still is the claim "2".
+    parsed = parse_extract_reply(json.dumps({"a1": [1, claim], "a2": [claim]}), SENTENCES)
+    assert parsed.failed == {}
+    assert parsed.ok == {"a1": (SENTENCES["a1"][0], claim.strip()), "a2": (claim.strip(),)}
 
 
 def test_extract_reply_keeps_valid_items_and_names_the_rest() -> None:

@@ -98,31 +98,3 @@ def test_aligned_lookup_gives_one_value_per_key_in_order(tmp_path: Path) -> None
     asked = [keys[5], keys[3], keys[5], keys[1999], keys[0], *keys[:1500]]
     assert store.get_aligned(asked) == [None if keys.index(k) % 3 == 0 else f"v{keys.index(k)}" for k in asked]
     store.close()
-
-
-def test_overlapping_lookups_turn_the_collector_back_on_only_when_the_last_one_leaves() -> None:
-    # The pipeline runs two chunks' store lookups on worker threads at once: the first to leave must
-    # not re-enable the collector under the second, and the last must restore it.
-    import gc
-    import threading
-
-    from faithfulness_pipeline.judges.litellm_judge import _gc_paused
-
-    entered, release = threading.Event(), threading.Event()
-    seen: list[bool] = []
-
-    def other() -> None:
-        with _gc_paused():
-            entered.set()
-            release.wait(5)
-
-    assert gc.isenabled()
-    worker = threading.Thread(target=other)
-    worker.start()
-    entered.wait(5)
-    with _gc_paused():
-        release.set()
-        worker.join(5)
-        seen.append(gc.isenabled())  # the other thread has left; this one is still inside
-    seen.append(gc.isenabled())
-    assert seen == [False, True]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from functools import partial
 from pathlib import Path
 
@@ -61,6 +62,18 @@ def _phase_reached(phase: str, judge: ScriptedJudge, folder: Path) -> bool:
     return written and step_items(judge, "verdict") > 0
 
 
+def _wait_until_quiet(server: FakeLLMServer, judge: ScriptedJudge, calm_s: float = 0.5) -> None:
+    """Returns once the server has no request open and no new one has arrived for ``calm_s`` seconds."""
+    seen, since = -1, time.monotonic()
+    while True:
+        now = (len(judge.calls), server.stats().open_requests)
+        if now[0] != seen or now[1]:
+            seen, since = now[0], time.monotonic()
+        elif time.monotonic() - since >= calm_s:
+            return
+        time.sleep(0.02)
+
+
 def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
@@ -90,6 +103,9 @@ def test_sigkill_in_every_phase_leaves_no_output_and_each_rerun_pays_only_for_wh
                 wait_for(partial(_phase_reached, phase, judge, tmp_path), proc, f"the {phase} phase")
             finally:
                 kill_group(proc)
+            # A request the killed process wrote just before it died may still be unread in the server's
+            # socket: it belongs to this run, so wait until the server has seen and dropped every one.
+            _wait_until_quiet(srv, judge)
             asked = {step: step_items(judge, step) for step in STEPS}
             assert_nothing_visible(tmp_path, outputs)
             kept = store_counts(store)
@@ -164,9 +180,11 @@ def test_dg_launch_killed_during_verdicts_resumes_from_the_store(reference: Refe
         assert asked["verdict"] < reference.items["verdict"], asked
         files = _warehouse_files(warehouse)
         day = f"ds={DAY}"
-        assert f"extracted_claims/{day}/data.parquet" in files
-        # nothing of the killed step, nor of anything after it, is visible as a table
-        for table in ("judged_claims", "scored_conversations", "claim_table", "daily_answer_quality"):
+        assert f"raw_conversations/{day}/data.parquet" in files
+        # nothing of the killed step (claims and verdicts are one), nor of anything after it, is visible as a
+        # table: what it finished is in the result store
+        for table in ("extracted_claims", "judged_claims", "scored_conversations", "claim_table",
+                      "daily_answer_quality"):
             assert not [f for f in files if f.startswith(f"{table}/") and not Path(f).name.startswith(".")], files
         for name in files:  # every visible table file is complete Parquet
             if name.endswith(".parquet") and not Path(name).name.startswith("."):

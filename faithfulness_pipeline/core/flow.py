@@ -1,0 +1,233 @@
+"""The one claims -> verdicts flow: a chunk's rows through a judge's port, extraction overlapping verdicts.
+
+The CLI, the Python API and the Dagster assets all judge rows here. A chunk becomes a small frame of
+the columns the judge needs (:data:`ROW_COLUMNS`); the judge's results come back as
+:data:`RESULT_COLUMNS`, with extraction and verdict usage apart (``x_*`` and ``v_*``), and are put back on
+the chunk by :func:`judge_chunk`. A judge that takes whole rows itself (``core.judge.RowJudge``, such as
+the result-store wrapper) gets the frame; every other judge is called item by item by
+:func:`judge_rows`. No row is ever dropped: a row the judge could not handle carries its error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from itertools import accumulate
+from typing import Any, Final
+
+import polars as pl
+import pyarrow as pa
+
+from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.judge import (
+    NO_USAGE,
+    ClaimVerdict,
+    ExtractItem,
+    Hooks,
+    Judge,
+    Overlapping,
+    RowJudge,
+    Usage,
+    VerdictItem,
+)
+from faithfulness_pipeline.core.keys import is_blank
+
+#: Receives how many rows (fractions allowed: each row passes two LLM steps) just advanced.
+RowProgress = Callable[[float], None]
+
+NO_CONTEXT_REASON: Final = "No context was provided to check this claim against."
+
+#: Position of the row in its chunk: results come back in any order and are sorted by it.
+INDEX: Final = "_i"
+#: True where the answer is blank: no claims, no call.
+BLANK: Final = "_blank"
+#: What a judge is given of each row.
+ROW_COLUMNS: Final = (INDEX, S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT, BLANK)
+#: Usage of the extraction and of the verdicts of a row, kept apart until they are added up.
+X_USAGE: Final = tuple(f"x_{c}" for c in S.USAGE_COLUMNS)
+V_USAGE: Final = tuple(f"v_{c}" for c in S.USAGE_COLUMNS)
+#: What a judge gives back for each row.
+RESULT_COLUMNS: Final = (INDEX, S.CLAIMS, S.ERROR, *X_USAGE, S.VERDICTS, S.CONTEXT_TRUNCATED, *V_USAGE)
+
+# Building nested columns through Arrow is an order of magnitude faster than from python lists of dicts.
+_CLAIMS_ARROW: Final = pa.large_list(pa.large_string())
+_NO_CONTEXT_VERDICT: Final = ClaimVerdict("unsupported", False, NO_CONTEXT_REASON, None)
+
+
+def row_frame(df: pl.DataFrame) -> pl.DataFrame:
+    """The :data:`ROW_COLUMNS` of a prepared chunk."""
+    return df.select(
+        pl.int_range(df.height, dtype=pl.Int64).alias(INDEX), S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT,
+        is_blank(pl.col(S.ANSWER)).alias(BLANK),
+    )
+
+
+async def judge_chunk(
+    df: pl.DataFrame, judge: Judge, progress: RowProgress | None = None, *, split_usage: bool = False
+) -> pl.DataFrame:
+    """A prepared chunk with its claims, verdicts, truncation flag, error and usage columns, row for row.
+
+    The usage columns add up the extraction and the verdicts; ``split_usage`` gives them apart instead
+    (``x_*`` and ``v_*``, as :data:`RESULT_COLUMNS` holds them).
+    """
+    rows = row_frame(df)
+    if isinstance(judge, RowJudge):
+        found = await judge.judge_rows(rows, progress)
+    else:
+        found = await judge_rows(rows, judge, progress)
+    if found.height != df.height:  # a judge that loses or invents rows is a bug, never a row outcome
+        raise RuntimeError(f"the judge returned {found.height} result rows for {df.height} rows")
+    found = found.sort(INDEX)
+    if split_usage:
+        usage = [found.get_column(c) for c in (*X_USAGE, *V_USAGE)]
+    else:
+        usage = [(found.get_column(x) + found.get_column(v)).alias(c)
+                 for c, x, v in zip(S.USAGE_COLUMNS, X_USAGE, V_USAGE, strict=True)]
+    return df.with_columns(
+        found.get_column(S.CLAIMS),
+        found.get_column(S.ERROR),
+        found.get_column(S.VERDICTS),
+        found.get_column(S.CONTEXT_TRUNCATED),
+        *usage,
+    )
+
+
+def _nested(name: str, values: list[Any], arrow_type: pa.DataType) -> pl.Series:
+    return pl.Series(name, pa.array(values, type=arrow_type))
+
+
+def _verdict_column(per_row: list[Sequence[ClaimVerdict] | None]) -> pl.Series:
+    """``_fp_verdicts`` built field by field (flat arrays and offsets), not verdict by verdict."""
+    flat = [v for verdicts in per_row if verdicts for v in verdicts]
+    struct = pa.StructArray.from_arrays(
+        [
+            pa.array([v.verdict for v in flat], pa.large_string()),
+            pa.array([v.speculative for v in flat], pa.bool_()),
+            pa.array([v.reason for v in flat], pa.large_string()),
+            pa.array([v.evidence for v in flat], pa.int32()),
+        ],
+        names=["verdict", "speculative", "reason", "evidence_index"],
+    )
+    offsets = pa.array(list(accumulate((len(v) if v else 0 for v in per_row), initial=0)), pa.int64())
+    missing = pa.array([v is None for v in per_row], pa.bool_())
+    return pl.Series(S.VERDICTS, pa.LargeListArray.from_arrays(offsets, struct, mask=missing))
+
+
+def _usage_columns(usages: list[Usage], names: Sequence[str]) -> list[pl.Series]:
+    return [
+        pl.Series(names[0], [u.llm_calls for u in usages], dtype=pl.Float64),
+        pl.Series(names[1], [u.prompt_tokens for u in usages], dtype=pl.Int64),
+        pl.Series(names[2], [u.completion_tokens for u in usages], dtype=pl.Int64),
+        pl.Series(names[3], [u.cost_usd for u in usages], dtype=pl.Float64),
+    ]
+
+
+def _half(progress: RowProgress | None) -> Hooks[Any]:
+    if progress is None:
+        return Hooks()
+    return Hooks(progress=lambda n: progress(n / 2))
+
+
+def _check_ids(step: str, sent: list[str], got: list[str]) -> None:
+    # The port promises one result per item in order; a judge that breaks it is a bug, not a row error.
+    if sent != got:
+        raise RuntimeError(f"judge broke the port contract in {step}: results do not match items one to one")
+
+
+def overlap_rows(judge: object) -> int | None:
+    """Answers per extraction call when the judge overlaps its calls, else None (one call a step)."""
+    return judge.overlap_rows if isinstance(judge, Overlapping) else None
+
+
+async def judge_rows(rows: pl.DataFrame, judge: Judge, progress: RowProgress | None = None) -> pl.DataFrame:
+    """The :data:`RESULT_COLUMNS` of ``rows`` (in no particular row order) through the per-item port.
+
+    Blank answers have no claims and cost no call; claims with an empty context are all ``unsupported``
+    without a call (SPEC §3b). With an overlapping judge the answers go in calls of ``overlap_rows`` and
+    each call's verdicts leave as soon as its claims are back. Work that is not a request stays off the
+    path of the first and the last one: passages become Python strings only when their call's verdicts
+    are due, and each call's rows become a small result frame as soon as its verdicts are back.
+    """
+    n = rows.height
+    size = max(1, overlap_rows(judge) or n)
+    row_ids = rows.get_column(INDEX)
+    passages = rows.get_column(S.CONTEXT)
+    keys = rows.get_column(S.ROW_KEY).to_list()
+    answers = rows.get_column(S.ANSWER).to_list()
+    questions = rows.get_column(S.QUESTION).to_list()
+    blank = rows.get_column(BLANK).to_list()
+
+    claims: list[list[str] | None] = [[] for _ in range(n)]
+    errors: list[str | None] = [None] * n
+    x_usages = [Usage() for _ in range(n)]
+    verdicts: list[Sequence[ClaimVerdict] | None] = [None] * n
+    truncated = [False] * n
+    v_usages = [NO_USAGE] * n
+    parts: list[pl.DataFrame] = []
+    hooks = _half(progress)
+
+    def frame_of(done: list[int]) -> pl.DataFrame:
+        return pl.DataFrame(
+            [
+                row_ids.gather(done),
+                _nested(S.CLAIMS, [claims[i] for i in done], _CLAIMS_ARROW),
+                pl.Series(S.ERROR, [errors[i] for i in done], dtype=pl.String),
+                *_usage_columns([x_usages[i] for i in done], X_USAGE),
+                _verdict_column([verdicts[i] for i in done]),
+                pl.Series(S.CONTEXT_TRUNCATED, [truncated[i] for i in done], dtype=pl.Boolean),
+                *_usage_columns([v_usages[i] for i in done], V_USAGE),
+            ]
+        )
+
+    async def verdicts_of(batch: list[int]) -> None:
+        with_claims = [i for i in batch if errors[i] is None and claims[i]]
+        context = dict(zip(with_claims, passages.gather(with_claims).to_list(), strict=True)) if with_claims else {}
+        todo: list[int] = []
+        for i in batch:
+            if errors[i] is not None:
+                continue
+            if not claims[i]:
+                verdicts[i] = ()
+            elif not context[i]:
+                verdicts[i] = (_NO_CONTEXT_VERDICT,) * len(claims[i] or ())
+            else:
+                todo.append(i)
+        if progress is not None and len(todo) < len(batch):
+            progress((len(batch) - len(todo)) / 2)
+        if todo:
+            items = [
+                VerdictItem(id=keys[i], claims=tuple(claims[i] or ()), context=tuple(context[i]), question=questions[i])
+                for i in todo
+            ]
+            results = await judge.judge_claims(items, hooks)
+            _check_ids("judge_claims", [it.id for it in items], [r.id for r in results])
+            for i, result in zip(todo, results, strict=True):
+                v_usages[i] = result.usage
+                truncated[i] = result.context_truncated
+                count = len(claims[i] or ())
+                if result.verdicts is None or len(result.verdicts) != count:
+                    errors[i] = f"claim verdicts failed: {result.error or 'judge returned a wrong number of verdicts'}"
+                    continue
+                verdicts[i] = result.verdicts
+        parts.append(frame_of(batch))
+
+    async def claims_then_verdicts(batch: list[int]) -> None:
+        items = [ExtractItem(id=keys[i], answer=answers[i], question=questions[i]) for i in batch]
+        results = await judge.extract_claims(items, hooks)
+        _check_ids("extract_claims", [it.id for it in items], [r.id for r in results])
+        for i, result in zip(batch, results, strict=True):
+            claims[i] = list(result.claims) if result.claims is not None else None
+            errors[i] = f"claim extraction failed: {result.error}" if result.error is not None else None
+            x_usages[i] = result.usage
+        await verdicts_of(batch)
+
+    blank_rows = [i for i in range(n) if blank[i]]
+    send = [i for i in range(n) if not blank[i]]
+    if progress is not None and blank_rows:
+        progress(len(blank_rows) / 2)
+    async with asyncio.TaskGroup() as group:
+        if blank_rows:
+            group.create_task(verdicts_of(blank_rows))
+        for start in range(0, len(send), size):
+            group.create_task(claims_then_verdicts(send[start : start + size]))
+    return pl.concat(parts, how="vertical") if parts else frame_of([])

@@ -1,0 +1,472 @@
+"""The result store around any judge: :class:`StoredJudge` is the only code that reads or writes it.
+
+``StoredJudge(inner, store)`` is itself a judge. It answers what the store holds and hands only the
+misses to the inner judge (offline, litellm, a test fake: anything that names what changes its results,
+:class:`Storable`):
+
+- whole rows (``judge_rows``, the pipeline's way in): a chunk's rows whose two steps are stored whole
+  (``row_results``) cost one key, one lookup and one decode a row; then rows whose claims and verdicts
+  are stored as step results, column-wise; the rest go through the core's own flow
+  (``core.flow.judge_rows``) with this wrapper as the judge, and rows finished that way are kept whole;
+- single items (``extract_claims`` / ``judge_claims``): each item's stored step result, else the inner
+  judge's. Each result is stored the moment the inner judge reports it valid (``Hooks.settled``), and
+  the inner judge asks again right before a request leaves (``Hooks.recheck``), so that what another
+  process stored meanwhile is not paid twice.
+
+``refresh`` skips every lookup, never a write. A store that fails costs money (results asked again,
+results not kept), never rows: the failure becomes a note in the judge's stats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol, TypeVar, runtime_checkable
+
+import polars as pl
+
+from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.core.flow import BLANK, INDEX, V_USAGE, X_USAGE, RowProgress, judge_rows
+from faithfulness_pipeline.core.judge import (
+    ExtractItem,
+    ExtractResult,
+    Hooks,
+    Judge,
+    JudgeStats,
+    VerdictItem,
+    VerdictResult,
+)
+from faithfulness_pipeline.core.keys import is_blank
+from faithfulness_pipeline.judges.estimates import CostEstimate, Estimating
+from faithfulness_pipeline.judges.row_results import decode_rows, encode_rows, row_keys
+from faithfulness_pipeline.judges.store import (
+    KeyMaker,
+    ResultStore,
+    Value,
+    decode_claims,
+    decode_claims_column,
+    decode_verdicts,
+    decode_verdicts_column,
+    encode_claims,
+    encode_verdicts,
+    extract_content,
+    pair_content,
+)
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R", ExtractResult, VerdictResult)
+T = TypeVar("T")
+
+_ERROR_CHARS: Final = 300
+#: True on rows served whole from the store: those need not be kept again.
+_WHOLE: Final = "_whole"
+
+
+@dataclass(frozen=True, slots=True)
+class ResultScope:
+    """Everything besides an item's content that changes a judge's results, per step: the step name,
+    prompt versions, model, endpoint and output-changing parameters. It goes into every result key, so a
+    result is never served for settings that did not produce it. Timeouts, limits and packing stay out."""
+
+    extract: tuple[str | None, ...]
+    verdict: tuple[str | None, ...]
+    row: tuple[str | None, ...]
+
+
+@runtime_checkable
+class Storable(Protocol):
+    """A judge whose results may be stored: it names what changes them."""
+
+    def result_scope(self) -> ResultScope: ...
+
+
+def open_store(path: Path | str) -> ResultStore:
+    """The result store at ``path``, opened now so that a bad path fails before any work."""
+    store = ResultStore(path)
+    try:
+        store.open()
+    except (sqlite3.Error, OSError, ValueError) as exc:
+        raise ConfigError(f"cannot use the result store {path}: {exc}") from None
+    return store
+
+
+class StoredJudge:
+    """``inner`` with a result store in front of it (see the module docstring). Closing it closes both."""
+
+    def __init__(self, inner: Judge, store: ResultStore, *, refresh: bool = False) -> None:
+        if not isinstance(inner, Storable):
+            store.close()
+            raise ConfigError(f"the judge {inner.model_name} cannot use a result store: it does not name what "
+                              "changes its results (result_scope)")
+        scope = inner.result_scope()
+        self.inner = inner
+        self.store = store
+        self.refresh = refresh
+        self.model_name: str = inner.model_name
+        self.prompt_version: str = inner.prompt_version
+        self._extract_keys = KeyMaker(*scope.extract)
+        self._verdict_keys = KeyMaker(*scope.verdict)
+        self._row_keys = KeyMaker(*scope.row)
+        redact = getattr(inner, "redact", None)
+        self._redact: Callable[[str], str] = redact if callable(redact) else str
+        # Lookups run on worker threads (the pipeline keeps the event loop free) while per-item calls
+        # count their hits on the loop: counting takes this lock.
+        self._lock = threading.Lock()
+        self._cached = 0
+        self._notes: list[str] = []
+
+    @property
+    def overlap_rows(self) -> int | None:
+        value = getattr(self.inner, "overlap_rows", None)
+        return value if isinstance(value, int) else None
+
+    # ------------------------------------------------------------------------------- the port
+
+    async def extract_claims(
+        self, items: Sequence[ExtractItem], hooks: Hooks[ExtractResult] | None = None
+    ) -> list[ExtractResult]:
+        make = self._extract_keys.key
+        keys = {it.id: make(_question(it.question), it.answer) for it in items if it.answer and it.answer.strip()}
+        return await self._ask(items, keys, hooks or Hooks(), self.inner.extract_claims, self._stored_extract,
+                               _encode_extract)
+
+    async def judge_claims(
+        self, items: Sequence[VerdictItem], hooks: Hooks[VerdictResult] | None = None
+    ) -> list[VerdictResult]:
+        keyed = [it for it in items if it.claims and it.context]
+        pairs = [(it.claims, it.context) for it in keyed]
+        keys = dict(zip([it.id for it in keyed], self._verdict_keys.keys_of_pairs(pairs), strict=True))
+        return await self._ask(items, keys, hooks or Hooks(), self.inner.judge_claims, self._stored_verdicts,
+                               _encode_verdicts)
+
+    async def _ask(
+        self,
+        items: Sequence[Any],
+        keys: dict[str, bytes],
+        hooks: Hooks[R],
+        ask: Callable[[Sequence[Any], Hooks[R]], Awaitable[list[R]]],
+        stored: Callable[[str, Value], R | None],
+        encode: Callable[[R], str | None],
+    ) -> list[R]:
+        """Stored results of ``items`` where there are some; the inner judge's for the rest, each kept
+        as soon as it validates."""
+        results = self._found(keys, stored)
+        hooks.tick(len(results))
+        misses = [it for it in items if it.id not in results]
+        if not misses:
+            return [results[it.id] for it in items]
+        kept: set[str] = set()
+
+        def settled(done: Sequence[R]) -> None:
+            rows = []
+            for result in done:
+                key = keys.get(result.id)
+                if key is None or result.cached or result.id in kept:
+                    continue
+                value = encode(result)
+                if value is not None:
+                    kept.add(result.id)
+                    rows.append((key, _step_of(result), value))
+            self._save(rows)
+            if hooks.settled is not None:
+                hooks.settled(done)
+
+        def recheck(ids: Sequence[str]) -> dict[str, R]:
+            found = self._found({i: keys[i] for i in ids if i in keys}, stored)
+            rest = [i for i in ids if i not in found]
+            if hooks.recheck is not None and rest:
+                found.update(hooks.recheck(rest))
+            return found
+
+        answered = await ask(misses, Hooks(progress=hooks.progress, settled=settled, recheck=recheck))
+        if [r.id for r in answered] != [it.id for it in misses]:
+            raise RuntimeError(f"the judge {self.model_name} broke the port contract: results do not match items")
+        settled(answered)  # what the inner judge did not report as it went (it answers all at once)
+        results.update((r.id, r) for r in answered)
+        return [results[it.id] for it in items]
+
+    def _found(self, keys: dict[str, bytes], stored: Callable[[str, Value], R | None]) -> dict[str, R]:
+        """Stored results by item id (counted as cached); empty under ``refresh``."""
+        if self.refresh or not keys:
+            return {}
+        hits = self._lookup(list(keys.values()))
+        found: dict[str, R] = {}
+        for item_id, key in keys.items():
+            value = hits.get(key)
+            result = None if value is None else stored(item_id, value)
+            if result is not None:
+                found[item_id] = result
+        self._count_cached(len(found))
+        return found
+
+    def _stored_extract(self, item_id: str, value: Value) -> ExtractResult | None:
+        decoded = self._decoded(decode_claims, value)
+        return None if decoded is None else ExtractResult(item_id, decoded[0], None, decoded[1], True)
+
+    def _stored_verdicts(self, item_id: str, value: Value) -> VerdictResult | None:
+        decoded = self._decoded(decode_verdicts, value)
+        if decoded is None:
+            return None
+        verdicts, usage, cut = decoded
+        return VerdictResult(item_id, verdicts, None, usage, True, cut)
+
+    def _decoded(self, decode: Callable[[str], T], value: Value) -> T | None:
+        """A stored value decoded, or None when it is unreadable (then it is asked for again)."""
+        try:
+            if not isinstance(value, str):
+                raise TypeError("not a step result")
+            return decode(value)
+        except (ValueError, TypeError, KeyError, IndexError):
+            self._note("unreadable results in the result store were asked for again")
+            return None
+
+    # -------------------------------------------------------------------------- whole rows
+
+    async def judge_rows(self, rows: pl.DataFrame, progress: RowProgress | None) -> pl.DataFrame:
+        """``core.judge.RowJudge``: stored rows column-wise, the rest through the core's flow."""
+        # Off the event loop: hashing, lookups and decoding release the GIL for long stretches, so another
+        # chunk's store lookup, scoring or preparation runs on the other core meanwhile.
+        stored = await asyncio.to_thread(self._stored_rows, rows.filter(~pl.col(BLANK)))
+        done = stored.get_column(INDEX) if stored is not None else pl.Series(INDEX, [], dtype=pl.Int64)
+        if progress is not None and done.len():
+            progress(float(done.len()))
+        if stored is not None and stored.height == rows.height:  # a warm re-run: nothing left to ask
+            found = stored.sort(INDEX)
+            if bool(found.get_column(_WHOLE).all()):
+                return found.drop(_WHOLE)
+        else:
+            rest = rows.filter(~pl.col(INDEX).is_in(done.implode())) if done.len() else rows
+            fresh = (await judge_rows(rest, self, progress)).with_columns(pl.lit(False).alias(_WHOLE))
+            parts = [fresh] if stored is None else [fresh, stored.select(fresh.columns)]
+            found = pl.concat(parts, how="vertical").sort(INDEX)
+        await asyncio.to_thread(self._keep_rows, rows, found)
+        return found.drop(_WHOLE)
+
+    def _stored_rows(self, sendable: pl.DataFrame) -> pl.DataFrame | None:
+        """The rows whose results are all stored, as result columns: whole rows first, then the rest step
+        by step (claims, then verdicts of those claims)."""
+        if sendable.height == 0 or self.refresh:
+            return None
+        parts: list[pl.DataFrame] = []
+        rest = sendable
+        keys = row_keys(self._row_keys, _questions(sendable.get_column(S.QUESTION)),
+                        sendable.get_column(S.ANSWER), sendable.get_column(S.CONTEXT))
+        whole_rows = decode_rows(self._lookup_aligned(keys))
+        if whole_rows is not None:
+            missing = whole_rows.get_column("verdicts").is_null()
+            whole = pl.concat([sendable.select(INDEX), whole_rows], how="horizontal").filter(~missing)
+            self._count_cached(2 * whole.height)  # a row is two step results
+            parts.append(_result_columns(whole, whole=True))
+            rest = sendable.filter(missing) if whole.height else sendable
+        steps = self._stored_steps(rest)
+        if steps is not None:
+            parts.append(_result_columns(steps, whole=False))
+        parts = [p for p in parts if p.height]
+        if not parts:
+            return None
+        return parts[0] if len(parts) == 1 else pl.concat(parts, how="vertical")
+
+    def _stored_steps(self, sendable: pl.DataFrame) -> pl.DataFrame | None:
+        """The rows whose claims and verdicts are both stored as step results."""
+        if sendable.height == 0:
+            return None
+        claims = self._stored_claims_column(sendable.get_column(S.ANSWER), sendable.get_column(S.QUESTION))
+        if claims is None:
+            return None
+        hit = pl.concat([sendable, claims.rename(dict(zip(S.USAGE_COLUMNS, X_USAGE, strict=True)))],
+                        how="horizontal").filter(pl.col("claims").list.len() > 0, pl.col(S.CONTEXT).list.len() > 0)
+        if hit.height == 0:
+            return None
+        verdicts = self._stored_verdicts_column(hit.get_column("claims"), hit.get_column(S.CONTEXT))
+        if verdicts is None:
+            return None
+        both = pl.concat([hit, verdicts.rename(dict(zip(S.USAGE_COLUMNS, V_USAGE, strict=True)))], how="horizontal")
+        served = both.filter(pl.col("verdicts").is_not_null())
+        # Each row served is its claims and its verdicts, two step results; rows found only in part go
+        # through the port, which counts its own hits.
+        self._count_cached(2 * served.height)
+        return served
+
+    def _stored_claims_column(self, answers: pl.Series, questions: pl.Series) -> pl.DataFrame | None:
+        content = pl.DataFrame({"q": _questions(questions), "a": answers}).select(
+            extract_content(pl.col("q"), pl.col("a"))
+        ).to_series()
+        values = self._lookup_aligned(self._extract_keys.keys_of_texts(content))
+        return decode_claims_column(pl.Series(values, dtype=pl.String))
+
+    def _stored_verdicts_column(self, claims: pl.Series, contexts: pl.Series) -> pl.DataFrame | None:
+        heads, tails = pair_content(pl.col("c"), pl.col("x"))
+        content = pl.DataFrame({"c": claims, "x": contexts}).select(heads.alias("h"), tails.alias("t"))
+        odd = content.get_column("h").is_null() | content.get_column("t").is_null()
+        if odd.any():
+            # Texts holding NUL: the general layout, item by item (Python strings, rarely needed).
+            where = odd.arg_true().to_list()
+            keys: list[bytes] = [b""] * content.height
+            plain = content.filter(~odd)
+            fresh = self._verdict_keys.keys_of_texts(plain.get_column("h"), plain.get_column("t"))
+            for n, key in zip((~odd).arg_true().to_list(), fresh, strict=True):
+                keys[n] = key
+            odd_pairs = zip(claims.gather(where).to_list(), contexts.gather(where).to_list(), strict=True)
+            for n, (c, x) in zip(where, odd_pairs, strict=True):
+                keys[n] = self._verdict_keys.key_of_lists(c, x)
+        else:
+            keys = self._verdict_keys.keys_of_texts(content.get_column("h"), content.get_column("t"))
+        values = self._lookup_aligned(keys)
+        return decode_verdicts_column(pl.Series(values, dtype=pl.String), claims.list.len())
+
+    def _keep_rows(self, rows: pl.DataFrame, found: pl.DataFrame) -> None:
+        """Keeps the rows finished in this run (both steps, judged against passages) whole; never raises:
+        a row that cannot be kept costs a slower re-run, never this run."""
+        new = (
+            ~found.get_column(_WHOLE)
+            & found.get_column(S.ERROR).is_null()
+            & found.get_column(S.VERDICTS).is_not_null()
+            & (found.get_column(S.CLAIMS).list.len() > 0)
+            & (rows.get_column(S.CONTEXT).list.len() > 0)
+        )
+        if not new.any():
+            return
+        done, results = rows.filter(new), found.filter(new)
+        try:
+            keys = row_keys(self._row_keys, _questions(done.get_column(S.QUESTION)), done.get_column(S.ANSWER),
+                            done.get_column(S.CONTEXT))
+            values = encode_rows(results.select(
+                pl.col(S.CLAIMS).alias("claims"), pl.col(S.VERDICTS).alias("verdicts"),
+                pl.col(S.CONTEXT_TRUNCATED).alias("context_truncated"), *X_USAGE, *V_USAGE,
+            )).cast(pl.Binary).to_list()
+        except Exception as exc:
+            self._warn(f"whole rows could not be kept in the result store ({type(exc).__name__})", exc)
+            return
+        self._save([(key, "row", value) for key, value in zip(keys, values, strict=True)])
+
+    # ------------------------------------------------------------------------------ dry run
+
+    def estimate(self, extract: Sequence[ExtractItem], verdict: Sequence[VerdictItem]) -> CostEstimate:
+        """The inner judge's estimate for what the store lacks. A verdict item whose id is that of an
+        extraction item with stored claims is estimated with those claims."""
+        make = self._extract_keys.key
+        x_keys = {it.id: make(_question(it.question), it.answer) for it in extract if it.answer and it.answer.strip()}
+        x_found = self._found(x_keys, self._stored_extract)
+        claims = {item_id: result.claims for item_id, result in x_found.items()}
+        verdict = [
+            VerdictItem(it.id, claims[it.id] or (), it.context, it.question) if it.id in claims else it
+            for it in verdict
+        ]
+        keyed = [it for it in verdict if it.claims and it.context]
+        v_keys = dict(zip([it.id for it in keyed], self._verdict_keys.keys_of_pairs(
+            [(it.claims, it.context) for it in keyed]), strict=True))
+        v_found = self._found(v_keys, self._stored_verdicts)
+        x_rest = [it for it in extract if it.id not in x_found]
+        v_rest = [it for it in verdict if it.id not in v_found]
+        cached = len(x_found) + len(v_found)
+        if not isinstance(self.inner, Estimating):
+            return CostEstimate(0, 0, 0, 0.0, cached_items=cached)
+        inner = self.inner.estimate(x_rest, v_rest)
+        return CostEstimate(inner.requests, inner.prompt_tokens, inner.completion_tokens, inner.cost_usd,
+                            inner.notes, cached)
+
+    # ------------------------------------------------------------------------------ the store
+
+    def _lookup(self, keys: list[bytes]) -> dict[bytes, Value]:
+        nothing: dict[bytes, Value] = {}
+        return self._read(lambda: self.store.get_many(keys), nothing) if keys else nothing
+
+    def _lookup_aligned(self, keys: list[bytes]) -> list[Value | None]:
+        nothing: list[Value | None] = [None] * len(keys)
+        return self._read(lambda: self.store.get_aligned(keys), nothing) if keys else nothing
+
+    def _read(self, read: Callable[[], T], nothing: T) -> T:
+        try:
+            return read()
+        except sqlite3.Error as exc:  # an unreadable store costs money, never rows
+            self._warn(f"result store read failed ({type(exc).__name__}): stored results were not used", exc)
+            return nothing
+
+    def _save(self, rows: Sequence[tuple[bytes, str, Value]]) -> None:
+        if not rows:
+            return
+        try:
+            self.store.put_many(rows)
+        except Exception as exc:  # a full disk must not cost the results themselves
+            self._warn(f"result store write failed ({type(exc).__name__}): results of this run may be paid again",
+                       exc)
+
+    def _warn(self, note: str, exc: BaseException) -> None:
+        self._note(note)
+        log.warning("%s: %s", note, self._redact(str(exc))[:_ERROR_CHARS])
+
+    def _note(self, note: str) -> None:
+        with self._lock:
+            if note not in self._notes:
+                self._notes.append(note)
+
+    def _count_cached(self, n: int) -> None:
+        with self._lock:
+            self._cached += n
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    def stats(self) -> JudgeStats:
+        inner = self.inner.stats()
+        with self._lock:
+            cached, notes = self._cached, [*inner.notes, *(n for n in self._notes if n not in inner.notes)]
+        return JudgeStats(
+            requests=inner.requests,
+            prompt_tokens=inner.prompt_tokens,
+            completion_tokens=inner.completion_tokens,
+            cost_usd=inner.cost_usd,
+            cached_items=inner.cached_items + cached,
+            failed_items=inner.failed_items,
+            retries=inner.retries,
+            notes=notes,
+        )
+
+    async def aclose(self) -> None:
+        try:
+            await self.inner.aclose()
+        finally:
+            self.store.close()
+
+
+def _step_of(result: ExtractResult | VerdictResult) -> str:
+    return "extract" if isinstance(result, ExtractResult) else "verdict"
+
+
+def _encode_extract(result: ExtractResult) -> str | None:
+    return None if result.claims is None else encode_claims(result.claims, result.usage)
+
+
+def _encode_verdicts(result: VerdictResult) -> str | None:
+    return None if result.verdicts is None else encode_verdicts(result.verdicts, result.usage, result.context_truncated)
+
+
+def _result_columns(found: pl.DataFrame, *, whole: bool) -> pl.DataFrame:
+    return found.select(
+        INDEX,
+        pl.col("claims").alias(S.CLAIMS),
+        pl.lit(None, dtype=pl.String).alias(S.ERROR),
+        *X_USAGE,
+        pl.col("verdicts").alias(S.VERDICTS),
+        pl.col("context_truncated").alias(S.CONTEXT_TRUNCATED),
+        *V_USAGE,
+        pl.lit(whole).alias(_WHOLE),
+    )
+
+
+def _question(question: str | None) -> str | None:
+    """A question as the keys see it: a blank question is no question."""
+    return question if question is not None and question.strip() else None
+
+
+def _questions(questions: pl.Series) -> pl.Series:
+    """:func:`_question` over a column."""
+    return questions.to_frame("q").select(
+        pl.when(is_blank(pl.col("q"))).then(pl.lit(None, dtype=pl.String)).otherwise(pl.col("q"))
+    ).to_series()
