@@ -54,10 +54,10 @@ def pack_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def litellm_judge(base_url: str, **overrides: Any) -> Judge:
-    from faithfulness_pipeline.judges.litellm_config import LiteLLMJudgeConfig
     from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
+    from faithfulness_pipeline.judges.settings import JudgeSettings
 
-    config = LiteLLMJudgeConfig(model="openai/bench-judge", api_base=base_url, api_key_env=FAKE_KEY_ENV,
+    config = JudgeSettings(model="openai/bench-judge", api_base=base_url, api_key_env=FAKE_KEY_ENV,
                                 **overrides)
     judge: Judge = LiteLLMJudge(config)
     return judge

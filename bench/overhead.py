@@ -35,13 +35,13 @@ BENCH_MODEL = "openai/gpt-4o-mini"
 def bench_judge(base_url: str, *, store_path: Path | None = None, **overrides: Any) -> Any:
     """The litellm judge at its defaults, for ``BENCH_MODEL`` served by the fake server at ``base_url``;
     behind a result store at ``store_path`` when one is given (as ``--store`` does)."""
-    from faithfulness_pipeline.judges.litellm_config import LiteLLMJudgeConfig
     from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
+    from faithfulness_pipeline.judges.settings import JudgeSettings
     from faithfulness_pipeline.judges.stored import StoredJudge, open_store
 
     settings: dict[str, Any] = {"model": BENCH_MODEL, "api_base": base_url, "api_key_env": FAKE_KEY_ENV}
     settings.update(overrides)
-    judge = LiteLLMJudge(LiteLLMJudgeConfig(**settings))
+    judge = LiteLLMJudge(JudgeSettings(**settings))
     return judge if store_path is None else StoredJudge(judge, open_store(store_path))
 
 

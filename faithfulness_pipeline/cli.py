@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +16,9 @@ from typing import Any
 
 import click
 import polars as pl
+from pydantic import BaseModel
 
-from faithfulness_pipeline.core.config import ColumnMap, ContextHook, ScoringConfig
+from faithfulness_pipeline.core.config import ContextHook, ScoringConfig, ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
 from faithfulness_pipeline.core.io import (
     ParquetChunkWriter,
@@ -30,11 +32,17 @@ from faithfulness_pipeline.core.io import (
 from faithfulness_pipeline.core.judge import Judge
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
 from faithfulness_pipeline.core.pipeline import empty_scored_frame, score_chunks
-from faithfulness_pipeline.judges.factory import JudgeOptions, estimate_cost, make_judge
+from faithfulness_pipeline.judges.factory import estimate_cost, make_judge
+from faithfulness_pipeline.judges.settings import JudgeSettings
+from faithfulness_pipeline.settings import Setting, from_env, settings
 
 
 @dataclass
 class Summary:
+    """What the run's summary says, added up chunk by chunk: the scored table itself is never held."""
+
+    model_column: str = "model"  # per-model lines when the input has this column
+    threshold: float = 0.5  # hallucination scores above it count as hallucinating
     rows: int = 0
     ok: int = 0
     errors: int = 0
@@ -46,6 +54,8 @@ class Summary:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float | None = 0.0
+    over_threshold: int = 0
+    by_model: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # rows, scored, hallucination sum
     first_errors: list[str] = field(default_factory=list)
 
     def add(self, scored: pl.DataFrame) -> None:
@@ -58,6 +68,16 @@ class Summary:
         self.scored_rows += with_scores.height
         self.hallucination_sum += float(with_scores.get_column("hallucination_score").sum())
         self.faithfulness_sum += float(with_scores.get_column("faithfulness_score").sum())
+        self.over_threshold += with_scores.filter(pl.col("hallucination_score") > self.threshold).height
+        if self.model_column in scored.columns:
+            per_model = scored.group_by(pl.col(self.model_column).cast(pl.String).fill_null("(none)")).agg(
+                pl.len().alias("rows"),
+                ((pl.col("status") == "ok") & pl.col("hallucination_score").is_not_null()).sum().alias("scored"),
+                pl.col("hallucination_score").filter(pl.col("status") == "ok").sum().alias("sum"),
+            )
+            for model, rows, n, total in per_model.iter_rows():
+                before = self.by_model.get(model, (0, 0, 0.0))
+                self.by_model[model] = (before[0] + rows, before[1] + n, before[2] + float(total or 0.0))
         self.llm_calls += float(scored.get_column("llm_calls").sum())
         self.prompt_tokens += int(scored.get_column("prompt_tokens").sum())
         self.completion_tokens += int(scored.get_column("completion_tokens").sum())
@@ -69,9 +89,10 @@ class Summary:
                 if len(self.first_errors) < 3:
                     self.first_errors.append(f"{key}: {error}")
 
-    def render(self, elapsed: float, outputs: list[str], judge: Judge) -> str:
-        def mean(total: float) -> str:
-            return f"{total / self.scored_rows:.3f}" if self.scored_rows else "n/a"
+    def render(self, elapsed: float, outputs: list[str], judge: Judge, max_error_rate: float = 1.0) -> str:
+        def mean(total: float, n: int | None = None) -> str:
+            n = self.scored_rows if n is None else n
+            return f"{total / n:.3f}" if n else "n/a"
 
         cost = "unknown (no price for this model)" if self.cost_usd is None else f"${self.cost_usd:.4f}"
         stats = judge.stats()
@@ -79,11 +100,17 @@ class Summary:
             f"scored {self.rows} rows in {elapsed:.1f}s with {judge.model_name} (prompt {judge.prompt_version})",
             f"  ok: {self.ok}   errors: {self.errors}   no claims: {self.zero_claim_rows}",
             f"  mean hallucination: {mean(self.hallucination_sum)}   mean faithfulness: {mean(self.faithfulness_sum)}",
+            f"  hallucination above {self.threshold:g}: {self.over_threshold} of {self.scored_rows} scored answers",
             f"  tokens in table: {self.prompt_tokens} prompt + {self.completion_tokens} completion; cost {cost}",
             f"  sent this run: {stats.requests} requests, {stats.prompt_tokens} prompt + "
             f"{stats.completion_tokens} completion tokens; {stats.cached_items} results from the store",
         ]
+        for model, (rows, n, total) in sorted(self.by_model.items()):
+            lines.append(f"  {self.model_column} {model}: {rows} rows, mean hallucination {mean(total, n)}")
         lines += [f"  note: {note}" for note in stats.notes]
+        if self.rows and self.errors / self.rows > max_error_rate:
+            lines.append(f"  warning: {self.errors / self.rows:.1%} of the rows are errors, more than max_error_rate "
+                         f"{max_error_rate:g}")
         lines += [f"  error: {e}" for e in self.first_errors]
         lines += [f"  wrote {path}" for path in outputs]
         return "\n".join(lines)
@@ -146,8 +173,38 @@ def _static_context(texts: tuple[str, ...], file: str | None) -> tuple[str, ...]
     return tuple(passages) if passages or file is not None else None
 
 
-def _judge_options(**kwargs: Any) -> JudgeOptions:
-    return JudgeOptions(**kwargs)
+def _click_type(setting: Setting) -> Any:
+    if setting.choices is not None:
+        return click.Choice(setting.choices)
+    return {int: int, float: float, str: str}.get(setting.kind)
+
+
+def _help(setting: Setting) -> str:
+    default = "" if setting.default is None or setting.kind is bool else f" [default: {setting.default}]"
+    return f"{setting.description}.{default} [env {setting.env}]"
+
+
+def _setting_options(command: Callable[..., None]) -> Callable[..., None]:
+    """One option per setting of ``JudgeSettings`` and ``ScoringSettings`` (``faithfulness_pipeline.settings``):
+    the flags are derived, never declared here. Unset (None) means the variable, then the default."""
+    for setting in reversed(settings()):
+        if setting.kind is bool:
+            option = click.option(setting.flag, setting.name, is_flag=True, default=None, help=_help(setting))
+        else:
+            option = click.option(setting.flag, setting.name, type=_click_type(setting), default=None,
+                                  help=_help(setting))
+        command = option(command)
+    return command
+
+
+def resolve_settings(options: dict[str, Any], env: Mapping[str, str]) -> tuple[JudgeSettings, ScoringSettings]:
+    """The settings of a run: the flags given, then the ``FP_*`` variables, then the defaults. ``options``
+    may hold the command's other parameters too."""
+
+    def given(model: type[BaseModel]) -> dict[str, Any]:
+        return {s.name: options[s.name] for s in settings(model) if options.get(s.name) is not None}
+
+    return from_env(JudgeSettings, env, given(JudgeSettings)), from_env(ScoringSettings, env, given(ScoringSettings))
 
 
 async def _run(
@@ -200,72 +257,36 @@ def main() -> None:
 @click.option("-o", "--output", required=True, help="Scored table to write (Parquet).")
 @click.option("--claims-out", help="Also write the claim table (one row per claim, Parquet).")
 @click.option("--mastra-out", help="Also write the Mastra-shaped export (JSON lines, one per row per scorer).")
-@click.option("--output-col", default="output", show_default=True, help="Column holding the answer (flat shape).")
-@click.option("--input-col", default="input", show_default=True, help="Column holding the question.")
-@click.option("--context-col", default="context", show_default=True, help="Column of context passages.")
-@click.option("--messages-col", default="messages", show_default=True, help="Column of OpenAI chat messages.")
-@click.option("--id-col", default="conversation_id", show_default=True, help="Conversation id (row key).")
-@click.option("--turn-col", default="turn", show_default=True, help="Turn column added to the key when present.")
-@click.option("--key-col", default=None, help="Use this column as the unique row key instead.")
-@click.option("--all-turns", is_flag=True, help="Score every assistant turn of chat conversations.")
 @click.option("--context", "static_texts", multiple=True, help="Static context passage for every row (repeatable).")
 @click.option("--context-file", default=None, help="Static context: a JSON list of strings, or one text passage.")
 @click.option("--context-hook", default=None, help="module:function returning a row's passages (beats all else).")
-@click.option("--scale", type=float, default=1.0, show_default=True, help="Maximum score value (> 0).")
-@click.option("--zero-claims", type=click.Choice(["zero", "null"]), default="zero", show_default=True,
-              help="Scores of answers without claims: 0 like Mastra, or null.")
-@click.option("--chunk-rows", type=int, default=10_000, show_default=True, help="Rows per processing chunk.")
-@click.option("--model", default=None, help="litellm model, e.g. openai/gpt-4o-mini. Absent: offline judge.")
-@click.option("--api-base", default=None, help="Base URL of an OpenAI-compatible server.")
-@click.option("--api-key-env", default=None, help="Environment variable that holds the API key.")
-@click.option("--max-concurrency", type=int, default=None, help="Requests in flight at most.")
-@click.option("--rpm", type=int, default=None, help="Requests per minute at most.")
-@click.option("--tpm", type=int, default=None, help="Tokens per minute at most.")
-@click.option("--timeout", type=float, default=None, help="Seconds per request before it is retried.")
-@click.option("--backoff-base", type=click.FloatRange(min=0), default=None,
-              help="Seconds of the first retry back-off (doubles per failure). [env FP_JUDGE_BACKOFF_BASE_S]")
-@click.option("--backoff-max", type=click.FloatRange(min=0), default=None,
-              help="Longest back-off between retries, in seconds. [env FP_JUDGE_BACKOFF_MAX_S]")
-@click.option("--pack-tokens", type=int, default=None, help="Token budget of one packed request.")
-@click.option("--store", default=None, help="Result store (SQLite file) that makes runs resumable.")
-@click.option("--refresh", is_flag=True, help="Ignore stored results (new results are still stored).")
 @click.option("--dry-run", is_flag=True, help="Print requests, tokens and estimated cost; call nothing.")
 @click.option("--quiet", is_flag=True, help="No progress and no summary.")
-def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str | None, output_col: str,
-          input_col: str, context_col: str, messages_col: str, id_col: str, turn_col: str, key_col: str | None,
-          all_turns: bool, static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None,
-          scale: float, zero_claims: str, chunk_rows: int, model: str | None, api_base: str | None,
-          api_key_env: str | None, max_concurrency: int | None, rpm: int | None, tpm: int | None,
-          timeout: float | None, backoff_base: float | None, backoff_max: float | None,
-          pack_tokens: int | None, store: str | None, refresh: bool, dry_run: bool,
-          quiet: bool) -> None:
-    """Score INPUT (a Parquet file, a directory of them, or a glob) and write the scored table."""
+@_setting_options
+def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str | None,
+          static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None, dry_run: bool,
+          quiet: bool, **options: Any) -> None:
+    """Score INPUT (a Parquet file, a directory of them, or a glob) and write the scored table.
+
+    Every setting can also be given by its environment variable; a flag beats the variable.
+    """
     started = time.monotonic()
     try:
-        config = ScoringConfig(
-            columns=ColumnMap(output=output_col, input=input_col, context=context_col, messages=messages_col,
-                              conversation_id=id_col, turn=turn_col, key=key_col),
-            scale=scale,
-            zero_claims="null" if zero_claims == "null" else "zero",
-            all_turns=all_turns,
+        judge_settings, scoring = resolve_settings(options, os.environ)
+        config = scoring.config(
             static_context=_static_context(static_texts, context_file),
             context_hook=_load_hook(context_hook) if context_hook else None,
-            chunk_rows=chunk_rows,
         )
-        options = _judge_options(model=model, api_base=api_base, api_key_env=api_key_env,
-                                 max_concurrency=max_concurrency, rpm=rpm, tpm=tpm, timeout_s=timeout,
-                                 backoff_base_s=backoff_base, backoff_max_s=backoff_max,
-                                 pack_tokens=pack_tokens, store_path=store, refresh=refresh)
         paths = resolve_inputs(input_spec)
         input_schema(paths)  # schema disagreements fail before any call is paid for
-        judge = make_judge(options)
+        judge = make_judge(judge_settings)
         if dry_run:
             click.echo(estimate_cost(judge, paths, config))
             asyncio.run(judge.aclose())
             return
         total = count_rows(paths)
         progress = _Progress(total, enabled=not quiet)
-        summary = Summary()
+        summary = Summary(model_column=scoring.model_column, threshold=scoring.hallucination_threshold)
         try:
             asyncio.run(_run(paths, judge, config, output, claims_out, mastra_out, progress, summary))
         finally:
@@ -278,7 +299,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
         sys.exit(130)
     if not quiet:
         written = [output] + [p for p in (claims_out, mastra_out) if p]
-        click.echo(summary.render(time.monotonic() - started, written, judge), err=True)
+        click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate), err=True)
 
 
 @main.command()

@@ -1,8 +1,10 @@
 """The Dagster layer: thin wiring of the scoring core (assets, checks, resources, automation).
 
-``build_defs(DefsSettings.from_env())`` is what ``faithfulness_pipeline.definitions`` loads. Environment
-variables (all optional; relative paths resolve from the working directory, so run Dagster from the
-repository root or give absolute paths):
+``build_defs(DefsSettings.from_env())`` is what ``faithfulness_pipeline.definitions`` loads. Every judge and
+scoring setting is read from its ``FP_JUDGE_*`` / ``FP_*`` variable (the README's settings table, derived
+from ``JudgeSettings`` and ``ScoringSettings`` by ``faithfulness_pipeline.settings``). The variables of
+the Dagster layer alone (all optional; relative paths resolve from the working directory, so run Dagster
+from the repository root or give absolute paths):
 
 =============================  =========================================================================
 ``FP_LANDING``                 landing location: Parquet file, folder or glob (default ``sample_data``)
@@ -11,20 +13,9 @@ repository root or give absolute paths):
 ``FP_WAREHOUSE``               warehouse root (default ``warehouse``)
 ``FP_DUCKDB``                  DuckDB file (default ``<warehouse>/answer_quality.duckdb``)
 ``FP_PARTITIONS_START``        first daily partition (default ``2026-11-24``, the sample data)
-``FP_JUDGE_MODEL``             litellm model; unset = the offline judge
-``FP_JUDGE_API_BASE``          base URL of an OpenAI-compatible server
-``FP_JUDGE_API_KEY_ENV``       name of the variable holding the API key (read through ``dg.EnvVar``)
-``FP_JUDGE_MAX_CONCURRENCY``   requests in flight per LLM step
-``FP_JUDGE_RPM`` / ``_TPM``    request / token rate limits per LLM step
-``FP_JUDGE_TIMEOUT_S``         request timeout
-``FP_JUDGE_PACK_TOKENS``       prompt-token budget of a packed request
-``FP_JUDGE_STORE``             result store (default ``<warehouse>/_judge_store.sqlite``)
-``FP_JUDGE_BACKOFF_BASE_S``    first back-off after a failed request or a 429 without Retry-After (default 1)
-``FP_JUDGE_BACKOFF_MAX_S``     longest back-off (default 60)
-``FP_SCALE``                   score scale (default 1)
-``FP_HALLUCINATION_THRESHOLD`` BI threshold in score units (default 0.5)
-``FP_MAX_ERROR_RATE``          error-rate check limit (default 0.05)
 =============================  =========================================================================
+
+``FP_JUDGE_API_KEY_ENV`` also names the variable Dagster reads the key from (``dg.EnvVar``).
 """
 
 from __future__ import annotations
@@ -33,9 +24,12 @@ import multiprocessing
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import dagster as dg
+from pydantic import BaseModel
 
+from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.defs.assets import build_assets, build_checks
 from faithfulness_pipeline.defs.io import WarehouseIOManager
 from faithfulness_pipeline.defs.partitions import DEFAULT_START, daily_partitions
@@ -47,21 +41,8 @@ from faithfulness_pipeline.defs.resources import (
     judge_identity,
 )
 from faithfulness_pipeline.defs.schedules import build_job, build_schedule, build_sensor
-
-
-def _int(env: Mapping[str, str], name: str) -> int | None:
-    value = env.get(name)
-    return int(value) if value else None
-
-
-def _float(env: Mapping[str, str], name: str) -> float | None:
-    value = env.get(name)
-    return float(value) if value else None
-
-
-def _float_or(env: Mapping[str, str], name: str, default: float) -> float:
-    value = _float(env, name)
-    return default if value is None else value
+from faithfulness_pipeline.judges.settings import JudgeSettings
+from faithfulness_pipeline.settings import from_env
 
 
 @dataclass(frozen=True)
@@ -76,28 +57,13 @@ class DefsSettings:
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> DefsSettings:
+        """The settings from ``FP_*`` variables; a bad value is a ``ConfigError`` naming its variable."""
         env = os.environ if env is None else env
-        key_env = env.get("FP_JUDGE_API_KEY_ENV") or None
-        judge = JudgeResource(
-            model=env.get("FP_JUDGE_MODEL") or None,
-            api_base=env.get("FP_JUDGE_API_BASE") or None,
-            api_key_env=key_env,
-            # dg.EnvVar: Dagster reads the key in each step process and shows only the variable's name.
-            api_key=dg.EnvVar(key_env) if key_env else None,
-            max_concurrency=_int(env, "FP_JUDGE_MAX_CONCURRENCY"),
-            rpm=_int(env, "FP_JUDGE_RPM"),
-            tpm=_int(env, "FP_JUDGE_TPM"),
-            timeout_s=_float(env, "FP_JUDGE_TIMEOUT_S"),
-            pack_tokens=_int(env, "FP_JUDGE_PACK_TOKENS"),
-            store_path=env.get("FP_JUDGE_STORE") or None,
-            backoff_base_s=_float(env, "FP_JUDGE_BACKOFF_BASE_S"),
-            backoff_max_s=_float(env, "FP_JUDGE_BACKOFF_MAX_S"),
-        )
-        scoring = ScoringResource(
-            scale=_float_or(env, "FP_SCALE", 1.0),
-            hallucination_threshold=_float_or(env, "FP_HALLUCINATION_THRESHOLD", 0.5),
-            max_error_rate=_float_or(env, "FP_MAX_ERROR_RATE", 0.05),
-        )
+        judge_settings = from_env(JudgeSettings, env)
+        key_env = judge_settings.api_key_env
+        # dg.EnvVar: Dagster reads the key in each step process and shows only the variable's name.
+        judge = JudgeResource(**_given(judge_settings), api_key=dg.EnvVar(key_env) if key_env else None)
+        scoring = ScoringResource(**_given(from_env(ScoringSettings, env)))
         landing = LandingResource(
             path=env.get("FP_LANDING") or "sample_data",
             timestamp_column=env.get("FP_TIMESTAMP_COLUMN") or "created_at",
@@ -111,6 +77,11 @@ class DefsSettings:
             landing=landing,
             warehouse=warehouse,
         )
+
+
+def _given(settings: BaseModel) -> dict[str, Any]:
+    """The values that differ from the defaults: the resource shows only what was set."""
+    return settings.model_dump(exclude_defaults=True)
 
 
 def build_defs(settings: DefsSettings | None = None, executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:

@@ -15,74 +15,38 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from faithfulness_pipeline.core.config import ColumnMap, ScoringConfig
+from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.io import atomic_path
 from faithfulness_pipeline.core.judge import Judge
-from faithfulness_pipeline.judges.factory import JudgeOptions, make_judge
+from faithfulness_pipeline.judges.factory import make_judge
+from faithfulness_pipeline.judges.settings import JudgeSettings
 
 
-class JudgeResource(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """The LLM judge. No ``model`` = the offline lexical judge (deterministic, no network, no key)."""
+class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[type-arg]
+    """The LLM judge. No ``model`` = the offline lexical judge (deterministic, no network, no key).
 
-    model: str | None = Field(
-        default=None,
-        description="litellm model name (openai/gpt-4o-mini, anthropic/..., ollama/...). "
-        "Unset: the offline lexical baseline judge.",
-    )
-    api_base: str | None = Field(default=None, description="Base URL of an OpenAI-compatible or self-hosted server.")
-    api_key_env: str | None = Field(
-        default=None,
-        description="Name of the environment variable that holds the API key (default: the provider's usual one, "
-        "e.g. OPENAI_API_KEY).",
-    )
+    Every field but ``api_key`` is a ``JudgeSettings`` field (described there, and in the README's table).
+    Several LLM steps may run at once (the 'llm_judge' pool limit in dagster.yaml): give each step the
+    provider's rpm / tpm divided by the pool limit.
+    """
+
     api_key: str | None = Field(
         default=None,
         description="The API key itself. Set it only with dg.EnvVar('NAME') so it never appears in config or logs.",
     )
-    max_concurrency: int | None = Field(default=None, description="Requests in flight at most, per LLM step.")
-    rpm: int | None = Field(
-        default=None,
-        description="Requests per minute at most, per LLM step. Several steps may run at once (the 'llm_judge' "
-        "pool limit in dagster.yaml): give each step the provider's limit divided by the pool limit.",
-    )
-    tpm: int | None = Field(default=None, description="Tokens per minute at most, per LLM step (see rpm).")
-    timeout_s: float | None = Field(default=None, description="Timeout of one request, in seconds.")
-    pack_tokens: int | None = Field(default=None, description="Prompt-token budget of one packed request.")
-    store_path: str | None = Field(
-        default=None,
-        description="SQLite result store that makes re-runs pay only for what is missing. "
-        "Default: <warehouse root>/_judge_store.sqlite.",
-    )
-    refresh: bool = Field(default=False, description="Ignore stored results (new results are still stored).")
-    backoff_base_s: float | None = Field(
-        default=None,
-        description="First back-off after a failed request, and after a 429 without Retry-After, in seconds "
-        "(default 1; it doubles per consecutive failure).",
-    )
-    backoff_max_s: float | None = Field(default=None, description="Longest back-off, in seconds (default 60).")
 
-    def options(self, default_store: str | None = None) -> JudgeOptions:
-        """The judge's options; the default store serves the litellm judge (the offline one needs no store
+    def settings(self, default_store: str | None = None) -> JudgeSettings:
+        """The judge's settings; the default store serves the litellm judge (the offline one needs no store
         unless one is set)."""
-        return JudgeOptions(
-            model=self.model or None,
-            api_base=self.api_base,
-            api_key_env=self.api_key_env,
-            max_concurrency=self.max_concurrency,
-            rpm=self.rpm,
-            tpm=self.tpm,
-            timeout_s=self.timeout_s,
-            pack_tokens=self.pack_tokens,
-            store_path=(self.store_path or default_store) if self.model else self.store_path,
-            refresh=self.refresh,
-            backoff_base_s=self.backoff_base_s,
-            backoff_max_s=self.backoff_max_s,
-        )
+        values = {name: getattr(self, name) for name in JudgeSettings.model_fields}
+        if self.model is not None and values["store"] is None:
+            values["store"] = default_store
+        return JudgeSettings(**values)
 
     def make(self, default_store: str | None = None) -> Judge:
         """A fresh judge for one step (close it with ``await judge.aclose()`` at the end of the step)."""
-        return make_judge(self.options(default_store), api_key=self.api_key or None)
+        return make_judge(self.settings(default_store), api_key=self.api_key or None)
 
 
 def judge_identity(model: str | None) -> tuple[str, str]:
@@ -96,50 +60,9 @@ def judge_identity(model: str | None) -> tuple[str, str]:
     return model, PROMPT_VERSION
 
 
-class ScoringResource(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """How rows are read and scored, and the thresholds of the checks and BI aggregates."""
-
-    scale: float = Field(default=1.0, description="Maximum score (Mastra options.scale); scores are ratio x scale.")
-    zero_claims: str = Field(
-        default="zero", description="Answers without claims score 0 like Mastra ('zero') or get null ('null')."
-    )
-    all_turns: bool = Field(default=False, description="Score every assistant turn of a chat, not only the last.")
-    output_column: str = Field(default="output", description="Answer column (flat shape).")
-    input_column: str = Field(default="input", description="Question column (optional).")
-    context_column: str = Field(default="context", description="Context column: list of passages or one string.")
-    messages_column: str = Field(default="messages", description="OpenAI chat messages column (chat shape).")
-    id_column: str = Field(default="conversation_id", description="Conversation id: the row key (+ turn).")
-    turn_column: str = Field(default="turn", description="Turn column appended to the key when present.")
-    key_column: str | None = Field(default=None, description="Explicit key column; overrides id (+ turn).")
-    model_column: str = Field(default="model", description="Column the BI aggregates group by (the answering model).")
-    hallucination_threshold: float = Field(
-        default=0.5,
-        description="BI aggregates count answers with hallucination_score above this (in score units, 0..scale).",
-    )
-    max_error_rate: float = Field(
-        default=0.05, description="The error-rate check fails when more than this share of rows has status 'error'."
-    )
-
-    def config(self) -> ScoringConfig:
-        if self.zero_claims not in ("zero", "null"):
-            raise ConfigError(f"zero_claims must be 'zero' or 'null', got {self.zero_claims!r}")
-        if not 0 <= self.max_error_rate <= 1:
-            raise ConfigError(f"max_error_rate must be within [0, 1], got {self.max_error_rate!r}")
-        columns = ColumnMap(
-            output=self.output_column,
-            input=self.input_column,
-            context=self.context_column,
-            messages=self.messages_column,
-            conversation_id=self.id_column,
-            turn=self.turn_column,
-            key=self.key_column,
-        )
-        return ScoringConfig(
-            columns=columns,
-            scale=self.scale,
-            zero_claims="null" if self.zero_claims == "null" else "zero",
-            all_turns=self.all_turns,
-        )
+class ScoringResource(dg.ConfigurableResource, ScoringSettings):  # type: ignore[type-arg]
+    """How rows are read and scored, and the thresholds of the checks and BI aggregates: the
+    ``ScoringSettings`` fields (described there, and in the README's table)."""
 
 
 class LandingResource(dg.ConfigurableResource):  # type: ignore[type-arg]

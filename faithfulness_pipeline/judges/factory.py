@@ -1,86 +1,38 @@
-"""Choosing a judge from user options: offline when no model is set, else the litellm judge; with a store
-path, the result store around it (``judges.stored``)."""
+"""Choosing a judge from its settings: offline when no model is set, else the litellm judge; with a store
+path, the result store around it (``judges.stored``). And the dry run's report."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import asdict, dataclass
-from typing import Any, Final
-
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
-from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.io import iter_chunks
 from faithfulness_pipeline.core.judge import ExtractItem, Judge, VerdictItem
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
 from faithfulness_pipeline.core.packing import rough_sentences
 from faithfulness_pipeline.judges.estimates import Estimating
+from faithfulness_pipeline.judges.settings import JudgeSettings
 
 
-@dataclass(frozen=True, slots=True)
-class JudgeOptions:
-    """The judge settings shared by the CLI and the Dagster resource; None means the judge's default."""
-
-    model: str | None = None
-    api_base: str | None = None
-    api_key_env: str | None = None
-    max_concurrency: int | None = None
-    rpm: int | None = None
-    tpm: int | None = None
-    timeout_s: float | None = None
-    pack_tokens: int | None = None
-    store_path: str | None = None
-    backoff_base_s: float | None = None
-    backoff_max_s: float | None = None
-    refresh: bool = False
-
-
-#: Settings read from the environment when the options leave them unset (CLI flags --backoff-base /
-#: --backoff-max; the Dagster layer reads the same variables into its judge resource).
-ENV_FALLBACKS: Final = (("backoff_base_s", "FP_JUDGE_BACKOFF_BASE_S"), ("backoff_max_s", "FP_JUDGE_BACKOFF_MAX_S"))
-
-
-def _seconds_from_env(variable: str) -> float | None:
-    raw = os.environ.get(variable, "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:  # also refuses nan
-        raise ConfigError(f"{variable} must be a number of seconds >= 0, got {raw!r}")
-    return value
-
-
-def make_judge(options: JudgeOptions, api_key: str | None = None) -> Judge:
-    """The offline judge when ``options.model`` is unset; otherwise a configured litellm judge; either one
-    behind the result store when ``options.store_path`` is set.
-
-    A missing API key fails here, before any row is read. ``FP_JUDGE_BACKOFF_BASE_S`` and
-    ``FP_JUDGE_BACKOFF_MAX_S`` set the back-off where the options do not.
-    """
+def make_judge(settings: JudgeSettings, api_key: str | None = None) -> Judge:
+    """The offline judge when ``settings.model`` is unset; otherwise the litellm judge; either one behind
+    the result store when ``settings.store`` is set. A missing API key or an unusable store fails here,
+    before any row is read; ``api_key`` beats the environment variable the settings name."""
     judge: Judge
-    if not options.model:
+    if settings.model is None:
         from faithfulness_pipeline.judges.offline import OfflineJudge
 
         judge = OfflineJudge()
     else:
-        from faithfulness_pipeline.judges.litellm_config import LiteLLMJudgeConfig
         from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 
-        given: dict[str, Any] = {
-            k: v for k, v in asdict(options).items() if v is not None and k not in ("store_path", "refresh")
-        }
-        for name, variable in ENV_FALLBACKS:
-            if name not in given and (value := _seconds_from_env(variable)) is not None:
-                given[name] = value
-        judge = LiteLLMJudge(LiteLLMJudgeConfig(**given), api_key=api_key)
-    if options.store_path is None:
+        judge = LiteLLMJudge(settings, api_key=api_key)
+    if settings.store is None:
         return judge
     from faithfulness_pipeline.judges.stored import StoredJudge, open_store
 
-    return StoredJudge(judge, open_store(options.store_path), refresh=options.refresh)
+    # Built first, the judge fails on a missing key before the store file is created; it holds nothing to
+    # close until its first request.
+    return StoredJudge(judge, open_store(settings.store), refresh=settings.refresh)
 
 
 def estimate_cost(judge: Judge, paths: list[str], config: ScoringConfig) -> str:

@@ -5,7 +5,8 @@ importing them must not) and only through ``litellm_config.import_litellm`` (whi
 downloading its price map). The judge is split by what each part holds:
 
 - ``litellm_judge`` (this module): :class:`LiteLLMJudge`, the port, the pack runner and its retry policy;
-- ``litellm_config``: the settings, their defaults, the model card and the offline token counter;
+- ``litellm_config``: the model card (window, output limit, prices) and the offline token counter (the
+  settings themselves are ``judges.settings``);
 - ``litellm_secrets``: the API key, read from the environment, and the :class:`Redactor`;
 - ``litellm_plans``: what a step's items become: packing entries, prompts, parsing, results;
 - ``litellm_requests``: pack queue and tries, and the one place a request is sent (``Sender``).
@@ -41,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from faithfulness_pipeline.core import prompts
+from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.judge import (
     ExtractItem,
     ExtractResult,
@@ -61,12 +63,7 @@ from faithfulness_pipeline.core.packing import (
 from faithfulness_pipeline.core.parsing import ParsedReply
 from faithfulness_pipeline.judges.estimates import CostEstimate
 from faithfulness_pipeline.judges.limits import Clock, RequestLimiter, Sleep
-from faithfulness_pipeline.judges.litellm_config import (
-    LiteLLMJudgeConfig,
-    import_litellm,
-    model_card,
-    token_counter,
-)
+from faithfulness_pipeline.judges.litellm_config import import_litellm, model_card, token_counter
 from faithfulness_pipeline.judges.litellm_plans import ExtractPlan, Plan, R, Sizing, VerdictPlan
 from faithfulness_pipeline.judges.litellm_requests import (
     EXTRACTION_HEAD_START_S,
@@ -80,6 +77,7 @@ from faithfulness_pipeline.judges.litellm_requests import (
     Turns,
 )
 from faithfulness_pipeline.judges.litellm_secrets import Redactor, resolve_api_key
+from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.judges.stored import ResultScope
 
 log = logging.getLogger(__name__)
@@ -93,17 +91,20 @@ class LiteLLMJudge:
     """The Judge port over litellm. Build it once per run (or process); ``await aclose()`` after a run.
 
     The API key is read from the environment variable the settings name (or the provider's usual one)
-    unless it is given as ``api_key``.
+    unless it is given as ``api_key``. ``store`` and ``refresh`` are not this judge's business: the
+    factory (``judges.factory``) puts a ``StoredJudge`` around it.
     """
 
     def __init__(
         self,
-        config: LiteLLMJudgeConfig,
+        config: JudgeSettings,
         *,
         api_key: str | None = None,
         clock: Clock | None = None,
         sleep: Sleep | None = None,
     ) -> None:
+        if not config.model or not config.model.strip():
+            raise ConfigError("the litellm judge needs a model name (e.g. --model openai/gpt-4o-mini)")
         self.config = config
         self.model_name: str = config.model
         self.prompt_version: str = prompts.PROMPT_VERSION
@@ -111,12 +112,12 @@ class LiteLLMJudge:
         if api_key:
             self.api_key_env: str | None = config.api_key_env
         else:
-            self.api_key_env, api_key = resolve_api_key(config.model, config.api_key_env)
+            self.api_key_env, api_key = resolve_api_key(self.model_name, config.api_key_env)
         self.redact = Redactor(api_key)
         litellm = import_litellm()
         litellm.suppress_debug_info = True
-        self.card = model_card(config)
-        count_tokens = token_counter(config.model)
+        self.card = model_card(config, self.model_name)
+        count_tokens = token_counter(self.model_name)
         timing: dict[str, Any] = {}
         if clock is not None:
             timing["clock"] = clock
@@ -194,7 +195,7 @@ class LiteLLMJudge:
         """Everything that changes a reply is in the result keys; timeouts, concurrency and packing are not."""
         cfg = self.config
         mode = "schema" if self.card.json_schema else "prompt"
-        common = (cfg.model, (cfg.api_base or "").rstrip("/"), f"t={cfg.temperature}", f"seed={cfg.seed}", mode)
+        common = (self.model_name, (cfg.api_base or "").rstrip("/"), f"t={cfg.temperature}", f"seed={cfg.seed}", mode)
         window = f"window={self.card.context_window}"
         return ResultScope(
             extract=("extract", prompts.EXTRACT_PROMPT_VERSION, *common),

@@ -21,7 +21,7 @@ from faithfulness_pipeline.judges.limits import RequestLimiter, retry_after_from
 from faithfulness_pipeline.judges.litellm_config import import_litellm
 
 if TYPE_CHECKING:
-    from faithfulness_pipeline.judges.litellm_config import LiteLLMJudgeConfig
+    from faithfulness_pipeline.judges.settings import JudgeSettings
 
 @dataclass(frozen=True, slots=True)
 class Reply:
@@ -144,7 +144,7 @@ class Sender:
 
     def __init__(
         self,
-        config: LiteLLMJudgeConfig,
+        config: JudgeSettings,
         *,
         api_key: str | None,
         api_key_env: str | None,
@@ -154,6 +154,7 @@ class Sender:
         stats: JudgeStats,
     ) -> None:
         self.config = config
+        self.model = config.model or ""
         self.api_key_env = api_key_env
         self.limiter = limiter
         self.count_tokens = count_tokens
@@ -177,7 +178,7 @@ class Sender:
         litellm = import_litellm()
         cfg = self.config
         kwargs: dict[str, Any] = {
-            "model": cfg.model,
+            "model": self.model,
             "messages": messages,
             "temperature": cfg.temperature,
             "max_tokens": max_tokens,

@@ -28,12 +28,11 @@ from faithfulness_pipeline.core.judge import (
 from faithfulness_pipeline.core.packing import rough_sentences
 from faithfulness_pipeline.core.pipeline import score_frame_async
 from faithfulness_pipeline.core.prompts import PROMPT_VERSION
-from faithfulness_pipeline.judges.factory import JudgeOptions
-from faithfulness_pipeline.judges.factory import make_judge as make_from_options
-from faithfulness_pipeline.judges.litellm_config import LiteLLMJudgeConfig
+from faithfulness_pipeline.judges.factory import make_judge as make_from_settings
 from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 from faithfulness_pipeline.judges.litellm_plans import NO_CONTEXT_REASON
 from faithfulness_pipeline.judges.litellm_secrets import MissingAPIKeyError, Redactor
+from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.judges.store import KeyMaker
 from faithfulness_pipeline.judges.stored import StoredJudge, open_store
 from tests.fakellm import FakeLLMServer, FaultPlan, Latency
@@ -74,7 +73,7 @@ def make_judge(server: FakeLLMServer, **overrides: Any) -> Any:
     settings.update(overrides)
     clock, sleep = settings.pop("clock", None), settings.pop("sleep", None)
     store, refresh = settings.pop("store_path", None), settings.pop("refresh", False)
-    judge = LiteLLMJudge(LiteLLMJudgeConfig(**settings), clock=clock, sleep=sleep)
+    judge = LiteLLMJudge(JudgeSettings(**settings), clock=clock, sleep=sleep)
     return judge if store is None else StoredJudge(judge, open_store(store), refresh=refresh)
 
 
@@ -474,9 +473,9 @@ def test_a_pack_whose_items_were_stored_while_it_waited_for_a_slot_is_not_sent(t
 
 def test_an_unusable_store_path_fails_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="result store"):
-        make_from_options(
-            JudgeOptions(model="openai/fake-judge", api_base="http://127.0.0.1:9/v1", api_key_env=KEY_ENV,
-                         store_path=str(tmp_path))
+        make_from_settings(
+            JudgeSettings(model="openai/fake-judge", api_base="http://127.0.0.1:9/v1", api_key_env=KEY_ENV,
+                          store=str(tmp_path))
         )
 
 
@@ -486,7 +485,7 @@ def test_an_unusable_store_path_fails_before_any_work(tmp_path: Path) -> None:
 def test_json_schema_response_format_when_asked() -> None:
     rows = typical_rows(12, seed=3)
     with FakeLLMServer(ScriptedJudge(), capture=True) as srv:
-        judge = make_judge(srv, use_json_schema=True)
+        judge = make_judge(srv, use_json_schema="yes")
         extracted, verdicts = run(judge, rows)
         log = list(srv.requests_log)
     assert_scripted(rows, extracted, verdicts)
@@ -596,15 +595,15 @@ def test_one_judge_serves_two_event_loops(server: FakeLLMServer) -> None:
 def test_a_missing_key_fails_first_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FP_TEST_NO_SUCH_KEY", raising=False)
     with pytest.raises(MissingAPIKeyError, match="FP_TEST_NO_SUCH_KEY") as info:
-        LiteLLMJudge(LiteLLMJudgeConfig(model="openai/gpt-4o-mini", api_key_env="FP_TEST_NO_SUCH_KEY"))
+        LiteLLMJudge(JudgeSettings(model="openai/gpt-4o-mini", api_key_env="FP_TEST_NO_SUCH_KEY"))
     assert isinstance(info.value, ValueError) and isinstance(info.value, ConfigError)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ValueError, match="OPENAI_API_KEY"):
-        LiteLLMJudge(LiteLLMJudgeConfig(model="openai/gpt-4o-mini"))
+        LiteLLMJudge(JudgeSettings(model="openai/gpt-4o-mini"))
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     with pytest.raises(ValueError, match="ANTHROPIC_API_KEY"):
-        LiteLLMJudge(LiteLLMJudgeConfig(model="anthropic/claude-3-5-haiku-20241022"))
-    local = LiteLLMJudge(LiteLLMJudgeConfig(model="ollama/llama3", api_base="http://127.0.0.1:9"))
+        LiteLLMJudge(JudgeSettings(model="anthropic/claude-3-5-haiku-20241022"))
+    local = LiteLLMJudge(JudgeSettings(model="ollama/llama3", api_base="http://127.0.0.1:9"))
     assert local.api_key_env is None
 
 

@@ -115,8 +115,8 @@ def test_rough_sentences_in_three_languages() -> None:
 
 def test_default_pack_budget_gives_at_most_half_a_request_per_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     from faithfulness_pipeline.core.judge import ExtractItem, VerdictItem
-    from faithfulness_pipeline.judges.litellm_config import DEFAULT_PACK_TOKENS, LiteLLMJudgeConfig
     from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
+    from faithfulness_pipeline.judges.settings import DEFAULT_PACK_TOKENS, JudgeSettings
     from tests.fakellm import FakeLLMServer
     from tests.fakellm.scripted import ScriptedJudge, typical_rows
 
@@ -136,7 +136,7 @@ def test_default_pack_budget_gives_at_most_half_a_request_per_answer(monkeypatch
         for lang in ("en", "zh", "ko"):
             subset = [k for k, r in enumerate(rows) if r.lang == lang]
             judge = LiteLLMJudge(
-                LiteLLMJudgeConfig(model="openai/fake-judge", api_base=server.base_url, api_key_env="FP_TEST_KEY")
+                JudgeSettings(model="openai/fake-judge", api_base=server.base_url, api_key_env="FP_TEST_KEY")
             )
             assert judge.config.pack_tokens == DEFAULT_PACK_TOKENS
             server.reset_stats()

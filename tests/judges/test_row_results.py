@@ -17,9 +17,9 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.judge import JudgeStats
 from faithfulness_pipeline.core.pipeline import score_frame_async
-from faithfulness_pipeline.judges.litellm_config import LiteLLMJudgeConfig
 from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 from faithfulness_pipeline.judges.row_results import decode_rows, encode_rows, row_keys
+from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.judges.store import KeyMaker
 from faithfulness_pipeline.judges.stored import StoredJudge, open_store
 from tests.fakellm import FakeLLMServer
@@ -146,7 +146,7 @@ def _frame(n: int = 40) -> pl.DataFrame:
 
 def _score(server: FakeLLMServer, frame: pl.DataFrame, store: Path, **overrides: Any) -> tuple[pl.DataFrame, JudgeStats]:
     refresh = overrides.pop("refresh", False)
-    config = LiteLLMJudgeConfig(model="openai/fake-judge", api_base=server.base_url, api_key_env=_KEY_ENV, **overrides)
+    config = JudgeSettings(model="openai/fake-judge", api_base=server.base_url, api_key_env=_KEY_ENV, **overrides)
     judge = StoredJudge(LiteLLMJudge(config), open_store(store), refresh=refresh)
 
     async def main() -> pl.DataFrame:
