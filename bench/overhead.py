@@ -38,10 +38,14 @@ def bench_judge(base_url: str, *, store_path: Path | None = None, **overrides: A
     from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
     from faithfulness_pipeline.judges.settings import JudgeSettings
     from faithfulness_pipeline.judges.stored import StoredJudge, open_store
+    from faithfulness_pipeline.process import freeze_loaded_objects
 
     settings: dict[str, Any] = {"model": BENCH_MODEL, "api_base": base_url, "api_key_env": FAKE_KEY_ENV}
     settings.update(overrides)
     judge = LiteLLMJudge(JudgeSettings(**settings))
+    # What the CLI does for its own process once its judge is built (faithfulness_pipeline.process): the
+    # benches measure a scoring process as the CLI runs one.
+    freeze_loaded_objects()
     return judge if store_path is None else StoredJudge(judge, open_store(store_path))
 
 

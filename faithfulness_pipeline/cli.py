@@ -34,6 +34,7 @@ from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
 from faithfulness_pipeline.core.pipeline import empty_scored_frame, score_chunks
 from faithfulness_pipeline.judges.factory import estimate_cost, make_judge
 from faithfulness_pipeline.judges.settings import JudgeSettings
+from faithfulness_pipeline.process import freeze_loaded_objects
 from faithfulness_pipeline.settings import Setting, from_env, settings
 
 
@@ -280,6 +281,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
         paths = resolve_inputs(input_spec)
         input_schema(paths)  # schema disagreements fail before any call is paid for
         judge = make_judge(judge_settings)
+        freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
         if dry_run:
             click.echo(estimate_cost(judge, paths, config))
             asyncio.run(judge.aclose())

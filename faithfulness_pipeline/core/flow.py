@@ -92,10 +92,6 @@ async def judge_chunk(
     )
 
 
-def _nested(name: str, values: list[Any], arrow_type: pa.DataType) -> pl.Series:
-    return pl.Series(name, pa.array(values, type=arrow_type))
-
-
 def _verdict_column(per_row: list[Sequence[ClaimVerdict] | None]) -> pl.Series:
     """``_fp_verdicts`` built field by field (flat arrays and offsets), not verdict by verdict."""
     flat = [v for verdicts in per_row if verdicts for v in verdicts]
@@ -170,7 +166,7 @@ async def judge_rows(rows: pl.DataFrame, judge: Judge, progress: RowProgress | N
         return pl.DataFrame(
             [
                 row_ids.gather(done),
-                _nested(S.CLAIMS, [claims[i] for i in done], _CLAIMS_ARROW),
+                pl.Series(S.CLAIMS, pa.array([claims[i] for i in done], type=_CLAIMS_ARROW)),
                 pl.Series(S.ERROR, [errors[i] for i in done], dtype=pl.String),
                 *_usage_columns([x_usages[i] for i in done], X_USAGE),
                 _verdict_column([verdicts[i] for i in done]),

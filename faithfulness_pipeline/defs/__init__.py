@@ -1,21 +1,10 @@
 """The Dagster layer: thin wiring of the scoring core (assets, checks, resources, automation).
 
 ``build_defs(DefsSettings.from_env())`` is what ``faithfulness_pipeline.definitions`` loads. Every judge and
-scoring setting is read from its ``FP_JUDGE_*`` / ``FP_*`` variable (the README's settings table, derived
-from ``JudgeSettings`` and ``ScoringSettings`` by ``faithfulness_pipeline.settings``). The variables of
-the Dagster layer alone (all optional; relative paths resolve from the working directory, so run Dagster
-from the repository root or give absolute paths):
-
-=============================  =========================================================================
-``FP_LANDING``                 landing location: Parquet file, folder or glob (default ``sample_data``)
-``FP_TIMESTAMP_COLUMN``        column that picks a row's day (default ``created_at``)
-``FP_UNDATED_DAY``             day for rows without a timestamp (default: the file's arrival day)
-``FP_WAREHOUSE``               warehouse root (default ``warehouse``)
-``FP_DUCKDB``                  DuckDB file (default ``<warehouse>/answer_quality.duckdb``)
-``FP_PARTITIONS_START``        first daily partition (default ``2026-11-24``, the sample data)
-=============================  =========================================================================
-
-``FP_JUDGE_API_KEY_ENV`` also names the variable Dagster reads the key from (``dg.EnvVar``).
+scoring setting is read from its ``FP_JUDGE_*`` / ``FP_*`` variable (``faithfulness_pipeline.settings``);
+the Dagster layer's own variables are ``FP_LANDING``, ``FP_TIMESTAMP_COLUMN``, ``FP_UNDATED_DAY``,
+``FP_WAREHOUSE``, ``FP_DUCKDB`` and ``FP_PARTITIONS_START`` (README, "Configuration"). Relative paths
+resolve from the working directory: run Dagster from the repository root or give absolute paths.
 """
 
 from __future__ import annotations

@@ -104,44 +104,46 @@ def model_card(config: JudgeSettings, model: str) -> ModelCard:
     )
 
 
-def token_counter(model: str) -> Count:
-    """litellm's offline token count for ``model``, never a tokenizer download (tiktoken instead)."""
-    litellm = import_litellm()
+#: The litellm version whose internal names :func:`token_counter` uses (litellm has no public way to get
+#: the tiktoken encoding it counts a model with); tests/judges/test_private_litellm.py fails on any other
+#: version, or when a name moved, so that the fast path is never lost without a word.
+CHECKED_WITH_LITELLM: Final = "1.110.2"
 
-    name = model
+
+def token_counter(model: str) -> Count:
+    """litellm's offline token count for ``model``, never a tokenizer download (tiktoken instead).
+
+    The encoding litellm's own ``token_counter`` would use, called directly: ``token_counter`` spends
+    0.1-0.3 ms per call resolving the model before it counts, and the judge counts every item. Llama and
+    Cohere tokenizers would be fetched from the Hugging Face hub: those are approximated by gpt-4o's.
+    """
+    litellm = import_litellm()
+    name = "gpt-4o" if huggingface_kind(model) in ("llama2", "llama3", "cohere") else model
+    encoding = tiktoken_encoding(name)
+    if encoding is not None:
+        return lambda text: len(encoding.encode(text, disallowed_special=()))
+    return lambda text: int(litellm.token_counter(model=name, text=text))
+
+
+def huggingface_kind(model: str) -> str | None:
+    """Which Hugging Face tokenizer litellm would fetch for ``model`` (a litellm internal), or None."""
     try:
         from litellm.utils import huggingface_tokenizer_kind
-
-        # Llama and Cohere tokenizers would be fetched from the Hugging Face hub: approximate instead.
-        if huggingface_tokenizer_kind(model) in ("llama2", "llama3", "cohere"):
-            name = "gpt-4o"
-    except ImportError:
-        pass
-
-    encoding = _tiktoken_encoding(name)
-    if encoding is not None:
-        # The encoding litellm's token_counter would use, called directly: token_counter spends
-        # 0.1-0.3 ms per call resolving the model before it counts, and the judge counts every item.
-        def count_directly(text: str) -> int:
-            return len(encoding.encode(text, disallowed_special=()))
-
-        return count_directly
-
-    def count(text: str) -> int:
-        return int(litellm.token_counter(model=name, text=text))
-
-    return count
+    except ImportError:  # caught by tests/judges/test_private_litellm.py
+        return None
+    kind = huggingface_tokenizer_kind(model)
+    return kind if isinstance(kind, str) else None
 
 
-def _tiktoken_encoding(model: str) -> Any:
-    """litellm's tiktoken encoding for ``model``, or None when litellm counts it another way."""
+def tiktoken_encoding(model: str) -> Any:
+    """litellm's tiktoken encoding for ``model`` (litellm internals), or None when litellm counts it another
+    way; then litellm's public ``token_counter`` counts, more slowly."""
     try:
         from litellm.litellm_core_utils.token_counter import openai_tokenizer_encoding
         from litellm.utils import select_tokenizer
-
-        if select_tokenizer(model)["type"] != "openai_tokenizer":
-            return None
-        encoding = openai_tokenizer_encoding(model)
-    except Exception:  # a litellm without these helpers: its token_counter still works
+    except ImportError:  # caught by tests/judges/test_private_litellm.py
         return None
+    if select_tokenizer(model)["type"] != "openai_tokenizer":
+        return None
+    encoding = openai_tokenizer_encoding(model)
     return encoding if callable(getattr(encoding, "encode", None)) else None

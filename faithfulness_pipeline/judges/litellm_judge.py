@@ -56,6 +56,7 @@ from faithfulness_pipeline.core.packing import (
     REPLY_SLACK_TOKENS,
     Entry,
     Limits,
+    Pack,
     Packer,
     halves,
     largest_remainder,
@@ -69,7 +70,6 @@ from faithfulness_pipeline.judges.litellm_requests import (
     EXTRACTION_HEAD_START_S,
     HEAD_START_S_PER_TOKEN,
     TURN_S,
-    PackQueue,
     Reply,
     RequestFailed,
     Sender,
@@ -258,7 +258,7 @@ class LiteLLMJudge:
         close, in item order, and workers send them in that order: twice as many packs under way as
         request slots (``Turns.packs``), so that a pack sleeping out a back-off never leaves a slot idle.
         """
-        queue = PackQueue()
+        queue: asyncio.Queue[Pack | None] = asyncio.Queue()  # packs in the order they closed; None: no more
         workers = [asyncio.create_task(self._work(plan, queue, hooks)) for _ in range(2 * self.config.max_concurrency)]
         try:
             packer = Packer(self.sizing.frame_tokens[plan.step], self.sizing.limits)
@@ -279,16 +279,17 @@ class LiteLLMJudge:
                         else:
                             closed = packer.push(entry)
                             if closed is not None:
-                                queue.put(closed)
+                                queue.put_nowait(closed)
                     at += len(counted)
             last = packer.flush()
             if last is not None:
-                queue.put(last)
+                queue.put_nowait(last)
         finally:
-            queue.close()
+            for _ in workers:
+                queue.put_nowait(None)
             await asyncio.gather(*workers)
 
-    async def _work(self, plan: Plan[R], queue: PackQueue, hooks: Hooks[R]) -> None:
+    async def _work(self, plan: Plan[R], queue: asyncio.Queue[Pack | None], hooks: Hooks[R]) -> None:
         while (pack := await queue.get()) is not None:
             # Judge-wide, not per call: with calls running side by side (the pipeline overlaps them) at most
             # ``2 * max_concurrency`` packs are rendered and waiting for a slot or a reply at once.

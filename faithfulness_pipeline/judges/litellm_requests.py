@@ -1,4 +1,4 @@
-"""Requests of the litellm judge: how packs wait and go, how often they were tried, one request sent.
+"""Requests of the litellm judge: how often packs were tried, and the one place a request is sent.
 
 :class:`Sender` is the only place a completion is asked of litellm: one request under the shared
 :class:`RequestLimiter`, with litellm's own retries off, and the classification of its failure (rate
@@ -10,13 +10,12 @@ reads as policy while the litellm specifics stay here.
 from __future__ import annotations
 
 import asyncio
-import collections
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from faithfulness_pipeline.core.judge import JudgeStats
-from faithfulness_pipeline.core.packing import Count, Pack
+from faithfulness_pipeline.core.packing import Count
 from faithfulness_pipeline.judges.limits import RequestLimiter, retry_after_from_headers
 from faithfulness_pipeline.judges.litellm_config import import_litellm
 
@@ -98,40 +97,6 @@ class Turns:
     loop: asyncio.AbstractEventLoop
     packs: asyncio.Semaphore  # packs taken off the queues and not yet answered: 2 x max_concurrency
     counting: asyncio.Lock  # held by the call whose items are being counted and packed
-
-
-class PackQueue:
-    """Packs waiting for a worker, first in first out."""
-
-    def __init__(self) -> None:
-        self._packs: collections.deque[Pack] = collections.deque()
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._closed = False
-
-    def put(self, pack: Pack) -> None:
-        self._packs.append(pack)
-        self._wake(1)
-
-    def close(self) -> None:
-        self._closed = True
-        self._wake(len(self._waiters))
-
-    def _wake(self, n: int) -> None:
-        while n > 0 and self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                n -= 1
-
-    async def get(self) -> Pack | None:
-        """The next pack, or None once the queue is closed and empty."""
-        while not self._packs:
-            if self._closed:
-                return None
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            await waiter
-        return self._packs.popleft()
 
 
 class Sender:

@@ -13,15 +13,14 @@ Why SQLite (in WAL mode), and not DuckDB or a Parquet journal:
   timeout instead of failing. Two scoring runs (two Dagster partitions) can share one store file.
 * **Fast warm re-runs.** Keys are 16-byte blobs in a ``WITHOUT ROWID`` primary-key table, looked up
   ~900 at a time with one ``IN (...)`` query (each distinct key once): a few hundred thousand lookups
-  per second. What a warm re-run spends is hashing every row's passages again to find its key and
-  decoding the values. Both are done column-wise for a whole chunk: polars lays the key content out
-  (:func:`extract_content`, :func:`pair_content`, ``row_results.row_head``), SHA-256 reads it straight
-  from the columns' buffers (:func:`spans`, :func:`list_spans`), and polars parses the values
-  (:func:`decode_claims_column`, :func:`decode_verdicts_column`, ``row_results.decode_rows``); no
-  Python object per row. Finished rows are also kept whole (``row_results``), so a re-run of them
-  costs one key, one lookup and one decode a row instead of two of each. The pipeline runs these
-  lookups on a worker thread, next to the scoring of the chunk before: hashing a column on two threads
-  of its own only made the threads wait on each other for the GIL.
+  per second. Finished rows are kept whole (``row_results``): a warm re-run hashes every row's
+  passages again to find its key and decodes the values, both column-wise for a whole chunk (polars
+  lays the key content out, SHA-256 reads it straight from the columns' buffers through :func:`spans`
+  and :func:`list_spans`, polars parses the values): no Python object per row. Step results (claims of
+  an answer, verdicts of claims against passages) are kept too, so that a re-run reuses claims when only
+  the passages changed; those are served item by item. The lookups run on a worker thread, next to the
+  scoring of the chunk before: hashing a column on two threads of its own only made the threads wait on
+  each other for the GIL.
 * **Nothing to install, one file to copy or delete.** ``sqlite3`` ships with Python.
 
 What is stored: the key (a hash), the step (``extract``, ``verdict`` or ``row``), a compact JSON value
@@ -46,7 +45,6 @@ import polars as pl
 import pyarrow as pa
 
 from faithfulness_pipeline.core import schema as S
-from faithfulness_pipeline.core.arrays import lists_of_structs
 from faithfulness_pipeline.core.judge import ClaimVerdict, Usage, Verdict
 
 SCHEMA_VERSION: Final = 1
@@ -84,12 +82,6 @@ class KeyMaker:
         """``key_of_lists(a, b)`` for every ``(a, b)``, on this thread: splitting a call's batch (512
         items) over two threads was slower (0.055 vs 0.046 s per 5,000 items), as for the columns."""
         return self._digests([_pair_content(a, b) for a, b in pairs])
-
-    def keys_of_texts(self, texts: pl.Series, tails: pl.Series | None = None) -> list[bytes]:
-        """One key per row of a column of already laid-out content (:func:`extract_content`, or the two
-        parts of :func:`pair_content` as ``texts`` and ``tails``), hashed straight from the columns' UTF-8
-        buffers: no Python string per row. No row may be null."""
-        return self.keys_of_spans(spans(texts), None if tails is None else spans(tails))
 
     def keys_of_spans(self, first: _Spans, second: _Spans | None = None) -> list[bytes]:
         """One key per row over the row's bytes in ``first`` then (if given) its bytes in ``second``."""
@@ -199,40 +191,6 @@ def _list_content(groups: Sequence[Sequence[str] | str | None]) -> bytes:
     if body.count("\x00") != max(len(texts) - 1, 0):
         shape = "L" + ",".join(str(len(t)) for t in texts) + ";" + shape
     return (shape + "\x01" + body).encode("utf-8", "surrogatepass")
-
-
-def extract_content(question: pl.Expr, answer: pl.Expr) -> pl.Expr:
-    """``_content((question, answer))`` as a polars expression (``question`` null when absent or blank).
-
-    Lengths are in code points like Python's ``len``; polars strings are valid UTF-8, so their bytes are
-    the ``surrogatepass`` encoding of the same text.
-    """
-    head = pl.when(question.is_null()).then(pl.lit("n")).otherwise(question.str.len_chars().cast(pl.String))
-    return pl.concat_str(
-        [head, pl.lit(","), answer.str.len_chars().cast(pl.String), pl.lit("\x00"), question.fill_null(""), answer]
-    )
-
-
-def pair_content(first: pl.Expr, second: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
-    """``_pair_content(first, second)`` as two polars expressions, ``(header and first texts, second
-    texts)``, hashed one after the other so that the long second part (passages) is joined only once.
-
-    Both are null where a text holds a NUL or is null: only :func:`_list_content`'s general layout
-    covers those rows.
-    """
-    n_first, n_second = first.list.len(), second.list.len()
-    joined_first = first.list.join("\x00", ignore_nulls=False)  # null when a text is null
-    joined_second = second.list.join("\x00", ignore_nulls=False)
-    between = pl.when((n_first > 0) & (n_second > 0)).then(pl.lit("\x00")).otherwise(pl.lit(""))
-    head = pl.format("l{},l{}\x01", n_first, n_second)
-    has_nul = pl.any_horizontal(
-        texts.list.eval(pl.element().str.contains("\x00", literal=True)).list.any() for texts in (first, second)
-    )
-    null = pl.lit(None, dtype=pl.String)
-    return (
-        pl.when(has_nul).then(null).otherwise(pl.concat_str([head, joined_first, between])),
-        pl.when(has_nul | joined_first.is_null()).then(null).otherwise(joined_second),
-    )
 
 
 def _content(fields: Sequence[str | None]) -> bytes:
@@ -402,20 +360,6 @@ def decode_verdicts(value: str) -> tuple[tuple[ClaimVerdict, ...], Usage, bool]:
 
 
 # ------------------------------------------------------------------------------ column-wise decoding
-#
-# A warm re-run decodes every stored value: polars parses a whole column of them in one call (numbers
-# come back as text, which casts back to the very same float or int), where the per-item codecs above
-# would build a few Python objects per claim. A value that does not have the layout gives a null row:
-# the caller asks for that item the per-item way, which re-asks for what is unreadable.
-
-_AS_TEXT: Final = pl.List(pl.String)
-
-
-def _parsed(values: pl.Series) -> pl.Series | None:
-    try:
-        return values.str.json_decode(_AS_TEXT)
-    except pl.exceptions.PolarsError:  # one malformed value fails the column: decode item by item
-        return None
 
 
 def usage_exprs(data: pl.Expr) -> list[pl.Expr]:
@@ -423,85 +367,3 @@ def usage_exprs(data: pl.Expr) -> list[pl.Expr]:
     tokens, cost; null where a number is missing or unreadable."""
     return [data.list.get(n, null_on_oob=True).cast(dtype, strict=False).alias(name)
             for n, (name, dtype) in enumerate(S.USAGE_SCHEMA.items())]
-
-
-def _usage_valid(data: pl.Expr) -> pl.Expr:
-    # The cost may be null (unknown price); calls and tokens may not.
-    return pl.all_horizontal(
-        data.list.get(n, null_on_oob=True).cast(dtype, strict=False).is_not_null()
-        for n, dtype in enumerate(list(S.USAGE_SCHEMA.values())[:3])
-    )
-
-
-def decode_claims_column(values: pl.Series) -> pl.DataFrame | None:
-    """Stored claim values (null = not stored) as columns ``claims`` (null where not usable) and usage.
-
-    None when the column cannot be parsed at once (then every item goes the per-item way).
-    """
-    parsed = _parsed(values)
-    if parsed is None:
-        return None
-    data = pl.col("data")
-    usable = data.is_not_null() & (data.list.len() >= 4) & _usage_valid(data)
-    return pl.DataFrame({"data": parsed}).select(
-        pl.when(usable).then(data.list.slice(4)).otherwise(pl.lit(None, dtype=_AS_TEXT)).alias("claims"),
-        *usage_exprs(data),
-    )
-
-
-def decode_verdicts_column(values: pl.Series, n_claims: pl.Series) -> pl.DataFrame | None:
-    """Stored verdict values as ``verdicts`` (the pipeline's raw verdict lists; null where not stored,
-    unreadable or not one verdict per claim), ``context_truncated`` and usage. None as for claims."""
-    parsed = _parsed(values)
-    if parsed is None:
-        return None
-    data, body = pl.col("data"), pl.col("body")
-    frame = pl.DataFrame({"data": parsed, "n": n_claims.cast(pl.Int64)}).with_columns(data.list.slice(5).alias("body"))
-    shaped = (
-        data.is_not_null()
-        & (body.list.len() == 4 * pl.col("n"))
-        & (pl.col("n") > 0)
-        & _usage_valid(data)
-        & data.list.get(4, null_on_oob=True).cast(pl.Int64, strict=False).is_not_null()
-    )
-    frame = frame.with_columns(shaped.fill_null(False).alias("shaped"))
-    # All verdict fields of the usable rows in one flat column: field k of every verdict is every 4th.
-    flat = frame.filter("shaped").get_column("body").explode()
-    fields = pl.DataFrame({name: flat.gather_every(4, k) for k, name in enumerate(_FIELDS)})
-    fields = fields.select(
-        pl.col("letter").replace_strict(VERDICT_OF_LETTER, default=None, return_dtype=pl.String).alias("verdict"),
-        (pl.col("speculative").cast(pl.Int64, strict=False) != 0).alias("speculative"),
-        pl.col("reason"),
-        pl.col("evidence").cast(pl.Int32, strict=False).alias("evidence_index"),
-        # An unknown letter, or a flag or evidence that is no integer, makes the row unreadable.
-        (
-            pl.col("letter").is_in(list(VERDICT_OF_LETTER))
-            & pl.col("speculative").cast(pl.Int64, strict=False).is_not_null()
-            & (pl.col("evidence").is_null() | pl.col("evidence").cast(pl.Int32, strict=False).is_not_null())
-        ).alias("fine"),
-    )
-    if not fields.get_column("fine").all():
-        return _without_unreadable(frame, fields, values, n_claims)
-    lengths = frame.select(pl.when("shaped").then(pl.col("n")).otherwise(0)).to_series()
-    verdicts = lists_of_structs(S.VERDICTS, fields.select(_STRUCT_FIELDS), lengths, ~frame.get_column("shaped"))
-    return frame.select(
-        pl.when("shaped").then(data.list.get(4, null_on_oob=True).cast(pl.Int64, strict=False) != 0)
-        .otherwise(pl.lit(None, dtype=pl.Boolean)).alias("context_truncated"),
-        *usage_exprs(data),
-    ).with_columns(verdicts.alias("verdicts"))
-
-
-_FIELDS: Final = ("letter", "speculative", "evidence", "reason")  # the stored order
-_STRUCT_FIELDS: Final = ("verdict", "speculative", "reason", "evidence_index")  # the pipeline's
-
-
-def _without_unreadable(
-    frame: pl.DataFrame, fields: pl.DataFrame, values: pl.Series, n_claims: pl.Series
-) -> pl.DataFrame | None:
-    """Decodes again with the rows holding an unreadable verdict marked not stored (rare: a damaged store)."""
-    rows = frame.with_row_index("row").filter("shaped")
-    owner = rows.select(pl.col("row").repeat_by(pl.col("n")).explode()).to_series()
-    bad = owner.filter(~fields.get_column("fine")).unique()
-    keep = pl.Series(range(values.len())).is_in(bad.implode()).not_()
-    cleaned = pl.select(pl.when(keep).then(values).otherwise(pl.lit(None, dtype=pl.String))).to_series()
-    return decode_verdicts_column(cleaned, n_claims)

@@ -5,9 +5,9 @@ misses to the inner judge (offline, litellm, a test fake: anything that names wh
 :class:`Storable`):
 
 - whole rows (``judge_rows``, the pipeline's way in): a chunk's rows whose two steps are stored whole
-  (``row_results``) cost one key, one lookup and one decode a row; then rows whose claims and verdicts
-  are stored as step results, column-wise; the rest go through the core's own flow
-  (``core.flow.judge_rows``) with this wrapper as the judge, and rows finished that way are kept whole;
+  (``row_results``) cost one key, one lookup and one decode a row, column-wise; the rest go through the
+  core's own flow (``core.flow.judge_rows``) with this wrapper as the judge, where each step result that
+  is stored is still served, item by item; rows finished that way are then kept whole;
 - single items (``extract_claims`` / ``judge_claims``): each item's stored step result, else the inner
   judge's. Each result is stored the moment the inner judge reports it valid (``Hooks.settled``), and
   the inner judge asks again right before a request leaves (``Hooks.recheck``), so that what another
@@ -50,13 +50,9 @@ from faithfulness_pipeline.judges.store import (
     ResultStore,
     Value,
     decode_claims,
-    decode_claims_column,
     decode_verdicts,
-    decode_verdicts_column,
     encode_claims,
     encode_verdicts,
-    extract_content,
-    pair_content,
 )
 
 log = logging.getLogger(__name__)
@@ -65,8 +61,6 @@ R = TypeVar("R", ExtractResult, VerdictResult)
 T = TypeVar("T")
 
 _ERROR_CHARS: Final = 300
-#: True on rows served whole from the store: those need not be kept again.
-_WHOLE: Final = "_whole"
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +190,8 @@ class StoredJudge:
         """Stored results by item id (counted as cached); empty under ``refresh``."""
         if self.refresh or not keys:
             return {}
-        hits = self._lookup(list(keys.values()))
         found: dict[str, R] = {}
-        for item_id, key in keys.items():
-            value = hits.get(key)
+        for item_id, value in zip(keys, self._lookup_aligned(list(keys.values())), strict=True):
             result = None if value is None else stored(item_id, value)
             if result is not None:
                 found[item_id] = result
@@ -234,99 +226,37 @@ class StoredJudge:
         # Off the event loop: hashing, lookups and decoding release the GIL for long stretches, so another
         # chunk's store lookup, scoring or preparation runs on the other core meanwhile.
         stored = await asyncio.to_thread(self._stored_rows, rows.filter(~pl.col(BLANK)))
-        done = stored.get_column(INDEX) if stored is not None else pl.Series(INDEX, [], dtype=pl.Int64)
-        if progress is not None and done.len():
-            progress(float(done.len()))
-        if stored is not None and stored.height == rows.height:  # a warm re-run: nothing left to ask
-            found = stored.sort(INDEX)
-            if bool(found.get_column(_WHOLE).all()):
-                return found.drop(_WHOLE)
-        else:
-            rest = rows.filter(~pl.col(INDEX).is_in(done.implode())) if done.len() else rows
-            fresh = (await judge_rows(rest, self, progress)).with_columns(pl.lit(False).alias(_WHOLE))
-            parts = [fresh] if stored is None else [fresh, stored.select(fresh.columns)]
-            found = pl.concat(parts, how="vertical").sort(INDEX)
-        await asyncio.to_thread(self._keep_rows, rows, found)
-        return found.drop(_WHOLE)
+        rest = rows
+        if stored is not None:
+            if progress is not None:
+                progress(float(stored.height))
+            if stored.height == rows.height:  # a warm re-run: nothing left to ask
+                return stored
+            rest = rows.filter(~pl.col(INDEX).is_in(stored.get_column(INDEX).implode()))
+        fresh = (await judge_rows(rest, self, progress)).sort(INDEX)
+        await asyncio.to_thread(self._keep_rows, rest, fresh)
+        return fresh if stored is None else pl.concat([fresh, stored.select(fresh.columns)], how="vertical")
 
     def _stored_rows(self, sendable: pl.DataFrame) -> pl.DataFrame | None:
-        """The rows whose results are all stored, as result columns: whole rows first, then the rest step
-        by step (claims, then verdicts of those claims)."""
+        """The rows kept whole in the store, as result columns (None when there are none)."""
         if sendable.height == 0 or self.refresh:
             return None
-        parts: list[pl.DataFrame] = []
-        rest = sendable
         keys = row_keys(self._row_keys, _questions(sendable.get_column(S.QUESTION)),
                         sendable.get_column(S.ANSWER), sendable.get_column(S.CONTEXT))
-        whole_rows = decode_rows(self._lookup_aligned(keys))
-        if whole_rows is not None:
-            missing = whole_rows.get_column("verdicts").is_null()
-            whole = pl.concat([sendable.select(INDEX), whole_rows], how="horizontal").filter(~missing)
-            self._count_cached(2 * whole.height)  # a row is two step results
-            parts.append(_result_columns(whole, whole=True))
-            rest = sendable.filter(missing) if whole.height else sendable
-        steps = self._stored_steps(rest)
-        if steps is not None:
-            parts.append(_result_columns(steps, whole=False))
-        parts = [p for p in parts if p.height]
-        if not parts:
+        decoded = decode_rows(self._lookup_aligned(keys))
+        if decoded is None:
             return None
-        return parts[0] if len(parts) == 1 else pl.concat(parts, how="vertical")
-
-    def _stored_steps(self, sendable: pl.DataFrame) -> pl.DataFrame | None:
-        """The rows whose claims and verdicts are both stored as step results."""
-        if sendable.height == 0:
-            return None
-        claims = self._stored_claims_column(sendable.get_column(S.ANSWER), sendable.get_column(S.QUESTION))
-        if claims is None:
-            return None
-        hit = pl.concat([sendable, claims.rename(dict(zip(S.USAGE_COLUMNS, X_USAGE, strict=True)))],
-                        how="horizontal").filter(pl.col("claims").list.len() > 0, pl.col(S.CONTEXT).list.len() > 0)
-        if hit.height == 0:
-            return None
-        verdicts = self._stored_verdicts_column(hit.get_column("claims"), hit.get_column(S.CONTEXT))
-        if verdicts is None:
-            return None
-        both = pl.concat([hit, verdicts.rename(dict(zip(S.USAGE_COLUMNS, V_USAGE, strict=True)))], how="horizontal")
-        served = both.filter(pl.col("verdicts").is_not_null())
-        # Each row served is its claims and its verdicts, two step results; rows found only in part go
-        # through the port, which counts its own hits.
-        self._count_cached(2 * served.height)
-        return served
-
-    def _stored_claims_column(self, answers: pl.Series, questions: pl.Series) -> pl.DataFrame | None:
-        content = pl.DataFrame({"q": _questions(questions), "a": answers}).select(
-            extract_content(pl.col("q"), pl.col("a"))
-        ).to_series()
-        values = self._lookup_aligned(self._extract_keys.keys_of_texts(content))
-        return decode_claims_column(pl.Series(values, dtype=pl.String))
-
-    def _stored_verdicts_column(self, claims: pl.Series, contexts: pl.Series) -> pl.DataFrame | None:
-        heads, tails = pair_content(pl.col("c"), pl.col("x"))
-        content = pl.DataFrame({"c": claims, "x": contexts}).select(heads.alias("h"), tails.alias("t"))
-        odd = content.get_column("h").is_null() | content.get_column("t").is_null()
-        if odd.any():
-            # Texts holding NUL: the general layout, item by item (Python strings, rarely needed).
-            where = odd.arg_true().to_list()
-            keys: list[bytes] = [b""] * content.height
-            plain = content.filter(~odd)
-            fresh = self._verdict_keys.keys_of_texts(plain.get_column("h"), plain.get_column("t"))
-            for n, key in zip((~odd).arg_true().to_list(), fresh, strict=True):
-                keys[n] = key
-            odd_pairs = zip(claims.gather(where).to_list(), contexts.gather(where).to_list(), strict=True)
-            for n, (c, x) in zip(where, odd_pairs, strict=True):
-                keys[n] = self._verdict_keys.key_of_lists(c, x)
-        else:
-            keys = self._verdict_keys.keys_of_texts(content.get_column("h"), content.get_column("t"))
-        values = self._lookup_aligned(keys)
-        return decode_verdicts_column(pl.Series(values, dtype=pl.String), claims.list.len())
+        whole = pl.concat([sendable.select(INDEX), decoded], how="horizontal").filter(
+            pl.col("verdicts").is_not_null()
+        )
+        self._count_cached(2 * whole.height)  # a row is two step results
+        return _result_columns(whole) if whole.height else None
 
     def _keep_rows(self, rows: pl.DataFrame, found: pl.DataFrame) -> None:
         """Keeps the rows finished in this run (both steps, judged against passages) whole; never raises:
         a row that cannot be kept costs a slower re-run, never this run."""
         new = (
-            ~found.get_column(_WHOLE)
-            & found.get_column(S.ERROR).is_null()
+            found.get_column(S.ERROR).is_null()
             & found.get_column(S.VERDICTS).is_not_null()
             & (found.get_column(S.CLAIMS).list.len() > 0)
             & (rows.get_column(S.CONTEXT).list.len() > 0)
@@ -374,20 +304,13 @@ class StoredJudge:
 
     # ------------------------------------------------------------------------------ the store
 
-    def _lookup(self, keys: list[bytes]) -> dict[bytes, Value]:
-        nothing: dict[bytes, Value] = {}
-        return self._read(lambda: self.store.get_many(keys), nothing) if keys else nothing
-
     def _lookup_aligned(self, keys: list[bytes]) -> list[Value | None]:
-        nothing: list[Value | None] = [None] * len(keys)
-        return self._read(lambda: self.store.get_aligned(keys), nothing) if keys else nothing
-
-    def _read(self, read: Callable[[], T], nothing: T) -> T:
+        """The stored value of every key, in order (None where absent, or when the store cannot be read)."""
         try:
-            return read()
+            return self.store.get_aligned(keys) if keys else []
         except sqlite3.Error as exc:  # an unreadable store costs money, never rows
             self._warn(f"result store read failed ({type(exc).__name__}): stored results were not used", exc)
-            return nothing
+            return [None] * len(keys)
 
     def _save(self, rows: Sequence[tuple[bytes, str, Value]]) -> None:
         if not rows:
@@ -447,7 +370,7 @@ def _encode_verdicts(result: VerdictResult) -> str | None:
     return None if result.verdicts is None else encode_verdicts(result.verdicts, result.usage, result.context_truncated)
 
 
-def _result_columns(found: pl.DataFrame, *, whole: bool) -> pl.DataFrame:
+def _result_columns(found: pl.DataFrame) -> pl.DataFrame:
     return found.select(
         INDEX,
         pl.col("claims").alias(S.CLAIMS),
@@ -456,7 +379,6 @@ def _result_columns(found: pl.DataFrame, *, whole: bool) -> pl.DataFrame:
         pl.col("verdicts").alias(S.VERDICTS),
         pl.col("context_truncated").alias(S.CONTEXT_TRUNCATED),
         *V_USAGE,
-        pl.lit(whole).alias(_WHOLE),
     )
 
 
