@@ -343,7 +343,7 @@ class LiteLLMJudge:
                     self._finish_error(plan, i, self._sender.fatal, hooks)
                 return
             rendered, id_map, context = plan.render(indices)
-            repair: list[dict[str, str]] = [] if tries.repair is None else _repair_messages(tries)
+            repair = [] if tries.repair is None else _repair_messages(*tries.repair, attempt=tries.sent + 1)
             messages = [*rendered, *repair]
             entries = [plan.entries[i] for i in indices]
             max_tokens = min(self.sizing.limits.max_output_tokens,
@@ -489,14 +489,12 @@ def _head_start_s(step: str, max_tokens: int) -> float:
     return extraction + max_tokens * HEAD_START_S_PER_TOKEN
 
 
-def _repair_messages(tries: Tries) -> list[dict[str, str]]:
+def _repair_messages(reply: str, why: str, *, attempt: int) -> list[dict[str, str]]:
     """The last unusable reply quoted back, then what was wrong with it and which try this is: no two
     requests of an item are the same, even when a model (or a cut) gives the same reply again."""
-    assert tries.repair is not None
-    reply, why = tries.repair
     quoted = reply if len(reply) <= _REPAIR_QUOTE_CHARS else reply[:_REPAIR_QUOTE_CHARS] + " …"
     return [
         {"role": "assistant", "content": quoted},
         {"role": "user", "content": f"That reply could not be used: {why}. Reply again with the whole JSON object, "
-                                    f"following the REPLY rules exactly (try {tries.sent + 1})."},
+                                    f"following the REPLY rules exactly (try {attempt})."},
     ]

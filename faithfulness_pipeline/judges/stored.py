@@ -156,20 +156,19 @@ class StoredJudge:
         misses = [it for it in items if it.id not in results]
         if not misses:
             return [results[it.id] for it in items]
-        kept: set[str] = set()
+        reported: set[str] = set()
 
         def settled(done: Sequence[R]) -> None:
+            done = [r for r in done if r.id not in reported]
+            reported.update(r.id for r in done)
             rows = []
             for result in done:
                 key = keys.get(result.id)
-                if key is None or result.cached or result.id in kept:
-                    continue
-                value = encode(result)
-                if value is not None:
-                    kept.add(result.id)
+                value = None if key is None or result.cached else encode(result)
+                if key is not None and value is not None:
                     rows.append((key, _step_of(result), value))
             self._save(rows)
-            if hooks.settled is not None:
+            if hooks.settled is not None and done:
                 hooks.settled(done)
 
         def recheck(ids: Sequence[str]) -> dict[str, R]:
@@ -182,7 +181,8 @@ class StoredJudge:
         answered = await ask(misses, Hooks(progress=hooks.progress, settled=settled, recheck=recheck))
         if [r.id for r in answered] != [it.id for it in misses]:
             raise RuntimeError(f"the judge {self.model_name} broke the port contract: results do not match items")
-        settled(answered)  # what the inner judge did not report as it went (it answers all at once)
+        # What the inner judge did not report as it went (one that answers all at once); failures are no results.
+        settled([r for r in answered if r.error is None])
         results.update((r.id, r) for r in answered)
         return [results[it.id] for it in items]
 
