@@ -23,6 +23,7 @@ BENCH = ROOT / "bench"
 #: (script, extra arguments); each prints its markdown section on stdout, in this order.
 SUITE: list[tuple[str, list[str]]] = [
     ("request_counts.py", ["--rows", "300"]),
+    ("dedup.py", []),
     ("throughput.py", []),
     ("overhead.py", []),
     ("warm_rerun.py", []),
@@ -34,7 +35,7 @@ SUITE: list[tuple[str, list[str]]] = [
 #: Benchmarks whose every figure is a count, a ratio of counts or a peak RSS, never a time: they may run
 #: alongside memory.py (peak RSS does not depend on how busy the cores are), which saves the suite their
 #: wall time. Every benchmark with a speed target runs alone.
-ALONGSIDE_MEMORY = ("request_counts.py", "offline_agreement.py")
+ALONGSIDE_MEMORY = ("request_counts.py", "dedup.py", "offline_agreement.py")
 
 
 #: Benchmarks of judging quality rather than speed: a missed aim there is reported, not a suite failure.

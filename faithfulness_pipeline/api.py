@@ -27,13 +27,16 @@ def score_frame(
 ) -> pl.DataFrame:
     """Score every row of ``df`` and return the scored table (one output row per judged answer).
 
+    A judge that names its result scope (the offline and the litellm judge do) is put behind the
+    stored-judge wrapper, without a store, unless it is one already: identical items are asked once.
+
     >>> import polars as pl
     >>> df = pl.DataFrame({"output": ["Paris is the capital of France."],
     ...                    "context": [["Paris is the capital of France."]]})
     >>> score_frame(df).select("hallucination_score", "faithfulness_score").row(0)
     (0.0, 1.0)
     """
-    chosen = judge if judge is not None else default_judge()
+    chosen = _once_per_content(judge if judge is not None else default_judge())
     config = config or ScoringConfig()
 
     async def run() -> pl.DataFrame:
@@ -43,3 +46,12 @@ def score_frame(
             await chosen.aclose()
 
     return asyncio.run(run())
+
+
+def _once_per_content(judge: Judge) -> Judge:
+    from faithfulness_pipeline.judges.stored import Storable, StoredJudge
+
+    if isinstance(judge, StoredJudge) or not isinstance(judge, Storable):
+        return judge
+    wrapped: Judge = StoredJudge(judge, None)
+    return wrapped

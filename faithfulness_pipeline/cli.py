@@ -57,6 +57,10 @@ class Summary:
     cost_usd: float | None = 0.0
     over_threshold: int = 0
     by_model: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # rows, scored, hallucination sum
+    billed_prompt_tokens: int = 0
+    billed_completion_tokens: int = 0
+    billed_cost_usd: float | None = 0.0
+    by_source: dict[str, int] = field(default_factory=dict)
     first_errors: list[str] = field(default_factory=list)
 
     def add(self, scored: pl.DataFrame) -> None:
@@ -85,6 +89,13 @@ class Summary:
         cost = scored.get_column("cost_usd")
         if self.cost_usd is not None:
             self.cost_usd = None if cost.null_count() else self.cost_usd + float(cost.sum())
+        self.billed_prompt_tokens += int(scored.get_column("billed_prompt_tokens").sum())
+        self.billed_completion_tokens += int(scored.get_column("billed_completion_tokens").sum())
+        billed = scored.get_column("billed_cost_usd")
+        if self.billed_cost_usd is not None:
+            self.billed_cost_usd = None if billed.null_count() else self.billed_cost_usd + float(billed.sum())
+        for source, n in scored.group_by("result_source").len().iter_rows():
+            self.by_source[source] = self.by_source.get(source, 0) + n
         if len(self.first_errors) < 3:
             for key, error in scored.filter(pl.col("status") != "ok").select("row_key", "error").iter_rows():
                 if len(self.first_errors) < 3:
@@ -95,16 +106,21 @@ class Summary:
             n = self.scored_rows if n is None else n
             return f"{total / n:.3f}" if n else "n/a"
 
-        cost = "unknown (no price for this model)" if self.cost_usd is None else f"${self.cost_usd:.4f}"
+        def dollars(value: float | None) -> str:
+            return "unknown (no price for this model)" if value is None else f"${value:.4f}"
+
         stats = judge.stats()
+        sources = ", ".join(f"{n} {_SOURCE_WORDS.get(s, s)}" for s, n in sorted(self.by_source.items()))
         lines = [
             f"scored {self.rows} rows in {elapsed:.1f}s with {judge.model_name} (prompt {judge.prompt_version})",
             f"  ok: {self.ok}   errors: {self.errors}   no claims: {self.zero_claim_rows}",
             f"  mean hallucination: {mean(self.hallucination_sum)}   mean faithfulness: {mean(self.faithfulness_sum)}",
             f"  hallucination above {self.threshold:g}: {self.over_threshold} of {self.scored_rows} scored answers",
-            f"  tokens in table: {self.prompt_tokens} prompt + {self.completion_tokens} completion; cost {cost}",
-            f"  sent this run: {stats.requests} requests, {stats.prompt_tokens} prompt + "
-            f"{stats.completion_tokens} completion tokens; {stats.cached_items} results from the store",
+            f"  results: {sources or 'none'}",
+            f"  billed this run: {stats.requests} requests, {self.billed_prompt_tokens} prompt + "
+            f"{self.billed_completion_tokens} completion tokens, {dollars(self.billed_cost_usd)}",
+            f"  what producing the results cost (usage columns): {self.prompt_tokens} prompt + "
+            f"{self.completion_tokens} completion tokens, {dollars(self.cost_usd)}",
         ]
         for model, (rows, n, total) in sorted(self.by_model.items()):
             lines.append(f"  {self.model_column} {model}: {rows} rows, mean hallucination {mean(total, n)}")
@@ -115,6 +131,12 @@ class Summary:
         lines += [f"  error: {e}" for e in self.first_errors]
         lines += [f"  wrote {path}" for path in outputs]
         return "\n".join(lines)
+
+
+_SOURCE_WORDS = {
+    "llm": "asked of the LLM", "store": "served from the store", "duplicate": "copied from an identical answer",
+    "offline": "by the offline judge", "none": "with nothing to judge",
+}
 
 
 class _Progress:

@@ -10,7 +10,13 @@ Conventions (the README repeats them):
   answers with a hallucination score. The threshold is in score units (0..scale).
 - Claim counts are summed, so a claim-weighted rate is exact: ``contradicted_claims / claims``.
 - ``cost_usd`` sums the rows whose cost is known; ``cost_unknown_answers`` says how many were not
-  (a model without a price), so an incomplete total is visible rather than silently low.
+  (a model without a price), so an incomplete total is visible rather than silently low. It is what
+  producing the day's results cost, in whichever run produced them (a result served from the store
+  carries the cost of the request that first produced it).
+- ``billed_*`` is what the run that scored the day paid: results served from the store or copied from an
+  identical answer of the same run cost nothing there. ``billed_cost_usd`` is the provider's bill for
+  scoring the day (null when a model has no price). ``store_share`` and ``duplicate_share`` are the shares
+  of answers served from the result store and as copies of an identical answer (``result_source``).
 """
 
 from __future__ import annotations
@@ -45,7 +51,17 @@ AGGREGATE_SCHEMA: dict[str, pl.DataType] = {
     "total_tokens": pl.Int64(),
     "cost_usd": pl.Float64(),
     "cost_unknown_answers": pl.Int64(),
+    "billed_llm_calls": pl.Float64(),
+    "billed_prompt_tokens": pl.Int64(),
+    "billed_completion_tokens": pl.Int64(),
+    "billed_cost_usd": pl.Float64(),
+    "store_answers": pl.Int64(),
+    "duplicate_answers": pl.Int64(),
+    "store_share": pl.Float64(),
+    "duplicate_share": pl.Float64(),
 }
+
+_BILLED = ("billed_llm_calls", "billed_prompt_tokens", "billed_completion_tokens", "billed_cost_usd")
 
 
 def _ok(expr: pl.Expr) -> pl.Expr:
@@ -83,6 +99,11 @@ def daily_aggregates(
     if isinstance(scored.schema[day_column], pl.Datetime):
         day = day.dt.date()
     frame = scored.with_columns(day.alias("__day"), model.alias("__model"))
+    # A table scored before these columns existed: its bill and sources are unknown, not zero.
+    frame = frame.with_columns(
+        pl.lit(None, dtype=pl.String).alias("result_source") if "result_source" not in frame.columns else [],
+        *[pl.lit(None, dtype=pl.Float64).alias(c) for c in _BILLED if c not in frame.columns],
+    )
     ok = pl.col("status") == "ok"
     halluc = _ok(pl.col("hallucination_score"))
     faith = _ok(pl.col("faithfulness_score"))
@@ -114,6 +135,10 @@ def daily_aggregates(
         pl.col("completion_tokens").sum().cast(pl.Int64).alias("completion_tokens"),
         pl.col("cost_usd").sum().alias("cost_usd"),
         pl.col("cost_usd").is_null().sum().cast(pl.Int64).alias("cost_unknown_answers"),
+        # Unknown when any answer's bill is (a model without a price; a table from before billing).
+        *[pl.when(pl.col(c).null_count() == 0).then(pl.col(c).sum()).alias(c) for c in _BILLED],
+        (pl.col("result_source") == "store").sum().cast(pl.Int64).alias("store_answers"),
+        (pl.col("result_source") == "duplicate").sum().cast(pl.Int64).alias("duplicate_answers"),
     )
     result = grouped.with_columns(
         pl.col("__day").alias("day"),
@@ -124,5 +149,7 @@ def daily_aggregates(
         .then(pl.col("over_threshold_answers") / pl.col("__with_score"))
         .alias("over_threshold_share"),
         (pl.col("prompt_tokens") + pl.col("completion_tokens")).alias("total_tokens"),
+        (pl.col("store_answers") / pl.col("answers")).alias("store_share"),
+        (pl.col("duplicate_answers") / pl.col("answers")).alias("duplicate_share"),
     )
     return result.select([pl.col(n).cast(d) for n, d in AGGREGATE_SCHEMA.items()]).sort("day", "model", nulls_last=True)

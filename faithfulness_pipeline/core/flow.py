@@ -23,12 +23,17 @@ from faithfulness_pipeline.core.judge import (
     NO_USAGE,
     ClaimVerdict,
     ExtractItem,
+    ExtractResult,
     Hooks,
     Judge,
     Overlapping,
+    ResultSource,
     RowJudge,
     Usage,
     VerdictItem,
+    VerdictResult,
+    billed_of,
+    source_of,
 )
 from faithfulness_pipeline.core.keys import is_blank
 
@@ -46,8 +51,13 @@ ROW_COLUMNS: Final = (INDEX, S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT, BLANK)
 #: Usage of the extraction and of the verdicts of a row, kept apart until they are added up.
 X_USAGE: Final = tuple(f"x_{c}" for c in S.USAGE_COLUMNS)
 V_USAGE: Final = tuple(f"v_{c}" for c in S.USAGE_COLUMNS)
-#: What a judge gives back for each row.
-RESULT_COLUMNS: Final = (INDEX, S.CLAIMS, S.ERROR, *X_USAGE, S.VERDICTS, S.CONTEXT_TRUNCATED, *V_USAGE)
+#: What a judge gives back for each row: results, what producing them cost (extraction and verdicts
+#: apart), where they came from and what this run paid for them (both steps together).
+RESULT_COLUMNS: Final = (
+    INDEX, S.CLAIMS, S.ERROR, *X_USAGE, S.VERDICTS, S.CONTEXT_TRUNCATED, *V_USAGE, S.RESULT_SOURCE, *S.BILLED_COLUMNS,
+)
+#: The stronger source names the row: anything paid in this run makes it ``llm``.
+_SOURCE_RANK: Final[dict[str, int]] = {"none": 0, "store": 1, "duplicate": 2, "offline": 3, "llm": 4}
 
 # Building nested columns through Arrow is an order of magnitude faster than from python lists of dicts.
 _CLAIMS_ARROW: Final = pa.large_list(pa.large_string())
@@ -89,6 +99,8 @@ async def judge_chunk(
         found.get_column(S.VERDICTS),
         found.get_column(S.CONTEXT_TRUNCATED),
         *usage,
+        found.get_column(S.RESULT_SOURCE),
+        *[found.get_column(c) for c in S.BILLED_COLUMNS],
     )
 
 
@@ -159,7 +171,15 @@ async def judge_rows(rows: pl.DataFrame, judge: Judge, progress: RowProgress | N
     verdicts: list[Sequence[ClaimVerdict] | None] = [None] * n
     truncated = [False] * n
     v_usages = [NO_USAGE] * n
+    sources: list[ResultSource] = ["none"] * n
+    billed = [NO_USAGE] * n
     parts: list[pl.DataFrame] = []
+
+    def account(i: int, result: ExtractResult | VerdictResult) -> None:
+        source = source_of(result)
+        if _SOURCE_RANK[source] > _SOURCE_RANK[sources[i]]:
+            sources[i] = source
+        billed[i] = billed[i] + billed_of(result)
     hooks = _half(progress)
 
     def frame_of(done: list[int]) -> pl.DataFrame:
@@ -172,6 +192,8 @@ async def judge_rows(rows: pl.DataFrame, judge: Judge, progress: RowProgress | N
                 _verdict_column([verdicts[i] for i in done]),
                 pl.Series(S.CONTEXT_TRUNCATED, [truncated[i] for i in done], dtype=pl.Boolean),
                 *_usage_columns([v_usages[i] for i in done], V_USAGE),
+                pl.Series(S.RESULT_SOURCE, [sources[i] for i in done], dtype=pl.String),
+                *_usage_columns([billed[i] for i in done], S.BILLED_COLUMNS),
             ]
         )
 
@@ -200,6 +222,7 @@ async def judge_rows(rows: pl.DataFrame, judge: Judge, progress: RowProgress | N
             for i, result in zip(todo, results, strict=True):
                 v_usages[i] = result.usage
                 truncated[i] = result.context_truncated
+                account(i, result)
                 count = len(claims[i] or ())
                 if result.verdicts is None or len(result.verdicts) != count:
                     errors[i] = f"claim verdicts failed: {result.error or 'judge returned a wrong number of verdicts'}"
@@ -215,6 +238,7 @@ async def judge_rows(rows: pl.DataFrame, judge: Judge, progress: RowProgress | N
             claims[i] = list(result.claims) if result.claims is not None else None
             errors[i] = f"claim extraction failed: {result.error}" if result.error is not None else None
             x_usages[i] = result.usage
+            account(i, result)
         await verdicts_of(batch)
 
     blank_rows = [i for i in range(n) if blank[i]]

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 Verdict = Literal["supported", "contradicted", "unsupported"]
 VERDICTS: tuple[Verdict, ...] = ("supported", "contradicted", "unsupported")
 
+#: Where a result came from: sent to an LLM in this run, read from the result store, copied from an
+#: identical item of this run, made by the offline judge, or needing no judge at all (nothing to judge).
+ResultSource = Literal["llm", "store", "duplicate", "offline", "none"]
+
 #: Called with the number of items that just finished (successfully or not), for progress bars.
 ProgressCallback = Callable[[int], None]
 
@@ -64,11 +68,17 @@ class ExtractItem:
 
 @dataclass(frozen=True, slots=True)
 class ExtractResult:
+    """``usage`` is what producing the result cost (in whichever run produced it); ``billed`` what this run
+    paid for it (None: ``usage``, or nothing when ``cached``); ``source`` None: ``llm``, or ``store``
+    when ``cached``. See :func:`billed_of` and :func:`source_of`."""
+
     id: str
     claims: tuple[str, ...] | None  # None exactly when ``error`` is set
     error: str | None = None
     usage: Usage = NO_USAGE
-    cached: bool = False  # served from a result store: no request was sent for it in this run
+    cached: bool = False  # no request was sent for it in this run (a store hit, or a copy of one)
+    source: ResultSource | None = None
+    billed: Usage | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +101,29 @@ class ClaimVerdict:
 
 @dataclass(frozen=True, slots=True)
 class VerdictResult:
+    """As :class:`ExtractResult`, with the verdicts of one item's claims."""
+
     id: str
     verdicts: tuple[ClaimVerdict, ...] | None  # one per claim, in claim order; None iff error
     error: str | None = None
     usage: Usage = NO_USAGE
     cached: bool = False
     context_truncated: bool = False  # the context alone exceeded the model window and was cut
+    source: ResultSource | None = None
+    billed: Usage | None = None
+
+
+def billed_of(result: ExtractResult | VerdictResult) -> Usage:
+    """What this run paid for ``result``: its share of the requests sent in this run (failed ones too)."""
+    if result.billed is not None:
+        return result.billed
+    return NO_USAGE if result.cached else result.usage
+
+
+def source_of(result: ExtractResult | VerdictResult) -> ResultSource:
+    if result.source is not None:
+        return result.source
+    return "store" if result.cached else "llm"
 
 
 @dataclass(slots=True)
@@ -107,7 +134,8 @@ class JudgeStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float | None = 0.0
-    cached_items: int = 0
+    cached_items: int = 0  # results served from a result store
+    duplicate_items: int = 0  # results copied from an identical item of the same run
     failed_items: int = 0
     retries: int = 0
     notes: list[str] = field(default_factory=list)

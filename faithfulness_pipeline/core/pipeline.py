@@ -59,7 +59,8 @@ def empty_scored_frame(input_schema: Mapping[str, pl.DataType], config: ScoringC
         pl.lit(None, dtype=pl.String).alias(S.ERROR),
         pl.lit(None, dtype=pl.List(S.RAW_VERDICT_STRUCT)).alias(S.VERDICTS),
         pl.lit(None, dtype=pl.Boolean).alias(S.CONTEXT_TRUNCATED),
-        *[pl.lit(None, dtype=d).alias(n) for n, d in S.USAGE_SCHEMA.items()],
+        *[pl.lit(None, dtype=d).alias(n) for n, d in {**S.USAGE_SCHEMA, **S.BILLED_SCHEMA}.items()],
+        pl.lit(None, dtype=pl.String).alias(S.RESULT_SOURCE),
     )
     return score_step(extracted, config, judge_model="", prompt_version="")
 

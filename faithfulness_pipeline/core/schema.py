@@ -49,6 +49,10 @@ USAGE_SCHEMA: dict[str, pl.DataType] = {
     "completion_tokens": pl.Int64(),
     "cost_usd": pl.Float64(),
 }
+#: Where the row's result came from (``core.judge.ResultSource``) and what this run paid for it.
+RESULT_SOURCE = "result_source"
+BILLED_COLUMNS = tuple(f"billed_{c}" for c in USAGE_COLUMNS)
+BILLED_SCHEMA: dict[str, pl.DataType] = {f"billed_{n}": d for n, d in USAGE_SCHEMA.items()}
 
 #: Columns the scorer adds after the passthrough columns, in this order (SPEC §4).
 SCORED_COLUMNS: dict[str, pl.DataType] = {
@@ -71,7 +75,12 @@ SCORED_COLUMNS: dict[str, pl.DataType] = {
     "prompt_version": pl.String(),
     "scored_at": pl.Datetime("us", "UTC"),
     **USAGE_SCHEMA,
+    RESULT_SOURCE: pl.String(),
+    **BILLED_SCHEMA,
 }
+
+#: Columns that describe the run rather than the result: two runs of the same rows differ in them alone.
+RUN_COLUMNS = ("scored_at", RESULT_SOURCE, *BILLED_COLUMNS)
 
 #: One row per claim (the claim table), keyed by the scored row's key.
 CLAIM_TABLE_SCHEMA: dict[str, pl.DataType] = {

@@ -194,7 +194,7 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         verdicts = judged.select(
             *raw_conversations.columns, S.CLAIMS, S.ERROR, S.VERDICTS, S.CONTEXT_TRUNCATED,
             *[(pl.col(x) + pl.col(v)).alias(c) for x, v, c in zip(X_USAGE, V_USAGE, S.USAGE_COLUMNS, strict=True)],
-            label,
+            S.RESULT_SOURCE, *S.BILLED_COLUMNS, label,
         )
         # What the step sent is one figure for both tables: it is on judged_claims. extracted_claims says what
         # producing its claims cost (the extraction's share of the requests, stored results included).

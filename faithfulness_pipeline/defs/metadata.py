@@ -28,6 +28,7 @@ def judge_metadata(stats: JudgeStats, model: str, prompt_version: str) -> dict[s
         "completion_tokens": stats.completion_tokens,
         "cost_usd": dg.MetadataValue.float(stats.cost_usd) if stats.cost_usd is not None else "unknown",
         "cached_items": stats.cached_items,
+        "duplicate_items": stats.duplicate_items,
         "failed_items": stats.failed_items,
         "retries": stats.retries,
     }
@@ -44,8 +45,13 @@ def _cell(text: Any, limit: int = _TEXT_LIMIT) -> str:
     return value.replace("|", "\\|")
 
 
-def usage_totals(scored: pl.DataFrame) -> dict[str, Any]:
-    """Totals over the rows of a scored table (both LLM steps; a packed request's usage is shared out)."""
+def usage_totals(scored: pl.DataFrame, prefix: str = "") -> dict[str, Any]:
+    """Totals over the rows of a scored table (both LLM steps; a packed request's usage is shared out) of
+    the usage columns, or with ``prefix="billed_"`` of what the run paid."""
+    if f"{prefix}llm_calls" not in scored.columns:
+        return {}
+    scored = scored.select(pl.col(f"{prefix}{c}").alias(c) for c in ("llm_calls", "prompt_tokens",
+                                                                      "completion_tokens", "cost_usd"))
     cost = scored.get_column("cost_usd")
     unknown = cost.null_count()
     return {
@@ -114,6 +120,7 @@ def scored_metadata(scored: pl.DataFrame, *, scale: float, answer_column: str) -
         "prompt_version": ", ".join(prompts) or "-",
         "error_rows": errors,
         **usage_totals(scored),
+        **{f"billed_{k}": v for k, v in usage_totals(scored, "billed_").items()},
         "score_distribution": dg.MetadataValue.md(score_distribution_md(scored, scale)),
         "worst_answers": dg.MetadataValue.md(worst_answers_md(scored, answer_column)),
     }
@@ -136,8 +143,9 @@ def aggregates_md(table: pl.DataFrame) -> str:
         "hallucination_p90",
         "faithfulness_mean",
         "over_threshold_share",
-        "total_tokens",
-        "cost_usd",
+        "billed_cost_usd",
+        "store_share",
+        "duplicate_share",
     ]
     lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
     for row in table.select(columns).iter_rows():

@@ -15,8 +15,9 @@ from faithfulness_pipeline.judges.settings import JudgeSettings
 
 def make_judge(settings: JudgeSettings, api_key: str | None = None) -> Judge:
     """The offline judge when ``settings.model`` is unset; otherwise the litellm judge; either one behind
-    the result store when ``settings.store`` is set. A missing API key or an unusable store fails here,
-    before any row is read; ``api_key`` beats the environment variable the settings name."""
+    the stored-judge wrapper (identical items asked once per run, and the result store when
+    ``settings.store`` is set). A missing API key or an unusable store fails here, before any row is read;
+    ``api_key`` beats the environment variable the settings name."""
     judge: Judge
     if settings.model is None:
         from faithfulness_pipeline.judges.offline import OfflineJudge
@@ -26,13 +27,12 @@ def make_judge(settings: JudgeSettings, api_key: str | None = None) -> Judge:
         from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 
         judge = LiteLLMJudge(settings, api_key=api_key)
-    if settings.store is None:
-        return judge
     from faithfulness_pipeline.judges.stored import StoredJudge, open_store
 
     # Built first, the judge fails on a missing key before the store file is created; it holds nothing to
     # close until its first request.
-    return StoredJudge(judge, open_store(settings.store), refresh=settings.refresh)
+    store = None if settings.store is None else open_store(settings.store)
+    return StoredJudge(judge, store, refresh=settings.refresh)
 
 
 def estimate_cost(judge: Judge, paths: list[str], config: ScoringConfig) -> str:

@@ -39,6 +39,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from faithfulness_pipeline.core import prompts
@@ -51,6 +52,7 @@ from faithfulness_pipeline.core.judge import (
     Usage,
     VerdictItem,
     VerdictResult,
+    billed_of,
 )
 from faithfulness_pipeline.core.packing import (
     REPLY_SLACK_TOKENS,
@@ -331,7 +333,9 @@ class LiteLLMJudge:
             if result is None:
                 missing.append(i)
             else:
-                plan.results[i] = result
+                # What this run already paid for the item (a failed attempt) stays on its bill.
+                paid = plan.usage[i]
+                plan.results[i] = replace(result, billed=billed_of(result) + paid) if paid.llm_calls else result
         hooks.tick(len(indices) - len(missing))
         return tuple(missing)
 

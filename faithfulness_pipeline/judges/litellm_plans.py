@@ -112,7 +112,8 @@ class ExtractPlan(Plan[ExtractResult]):
     @staticmethod
     def free(item: ExtractItem) -> ExtractResult | None:
         """The result of an item that needs no request: an empty answer has no claims."""
-        return ExtractResult(id=item.id, claims=()) if item.answer is None or not item.answer.strip() else None
+        blank = item.answer is None or not item.answer.strip()
+        return ExtractResult(id=item.id, claims=(), source="none") if blank else None
 
     def item_id(self, i: int) -> str:
         return self.items[i].id
@@ -195,10 +196,10 @@ class VerdictPlan(Plan[VerdictResult]):
     def free(item: VerdictItem) -> VerdictResult | None:
         """The result of an item that needs no request: no claims, or no passages to check them against."""
         if not item.claims:
-            return VerdictResult(id=item.id, verdicts=())
+            return VerdictResult(id=item.id, verdicts=(), source="none")
         if not item.context:
             none = ClaimVerdict(verdict="unsupported", reason=NO_CONTEXT_REASON)
-            return VerdictResult(id=item.id, verdicts=tuple(none for _ in item.claims))
+            return VerdictResult(id=item.id, verdicts=tuple(none for _ in item.claims), source="none")
         return None
 
     def item_id(self, i: int) -> str:

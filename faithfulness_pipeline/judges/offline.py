@@ -438,7 +438,7 @@ class OfflineJudge:
     ) -> list[ExtractResult]:
         progress = hooks.progress if hooks is not None else None
         claims = await self._share([it.answer for it in items], extract_claims, _extract_in_worker, list, progress)
-        return [ExtractResult(id=it.id, claims=found) for it, found in zip(items, claims, strict=True)]
+        return [ExtractResult(it.id, found, source="offline") for it, found in zip(items, claims, strict=True)]
 
     async def judge_claims(
         self, items: Sequence[VerdictItem], hooks: Hooks[VerdictResult] | None = None
@@ -446,7 +446,7 @@ class OfflineJudge:
         work = [(it.claims, it.context) for it in items]
         progress = hooks.progress if hooks is not None else None
         verdicts = await self._share(work, _judge_item, _judge_in_worker, _from_wire, progress)
-        return [VerdictResult(id=it.id, verdicts=v) for it, v in zip(items, verdicts, strict=True)]
+        return [VerdictResult(id=it.id, verdicts=v, source="offline") for it, v in zip(items, verdicts, strict=True)]
 
     def result_scope(self) -> ResultScope:
         """Its results depend on the item and the algorithm's version alone."""

@@ -1,8 +1,11 @@
-"""The result store around any judge: :class:`StoredJudge` is the only code that reads or writes it.
+"""The stored-judge wrapper around any judge: :class:`StoredJudge` is the only code that reads or writes
+the result store, and the one that pays once per distinct content in a run.
 
-``StoredJudge(inner, store)`` is itself a judge. It answers what the store holds and hands only the
-misses to the inner judge (offline, litellm, a test fake: anything that names what changes its results,
-:class:`Storable`):
+``StoredJudge(inner, store)`` is itself a judge. It answers what the run already knows (``run_memory``:
+identical items are asked once per run, with or without a store) and what the store holds, and hands only
+the rest to the inner judge (offline, litellm, a test fake: anything that names what changes its results,
+:class:`Storable`). Every result says where it came from and what this run paid for it
+(``core.judge.source_of`` / ``billed_of``): copies and store hits cost nothing.
 
 - whole rows (``judge_rows``, the pipeline's way in): a chunk's rows whose two steps are stored whole
   (``row_results``) cost one key, one lookup and one decode a row, column-wise; the rest go through the
@@ -24,7 +27,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
@@ -34,17 +37,21 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.flow import BLANK, INDEX, V_USAGE, X_USAGE, RowProgress, judge_rows
 from faithfulness_pipeline.core.judge import (
+    NO_USAGE,
     ExtractItem,
     ExtractResult,
     Hooks,
     Judge,
     JudgeStats,
+    ResultSource,
     VerdictItem,
     VerdictResult,
+    source_of,
 )
 from faithfulness_pipeline.core.keys import is_blank
 from faithfulness_pipeline.judges.estimates import CostEstimate, Estimating
 from faithfulness_pipeline.judges.row_results import decode_rows, encode_rows, row_keys
+from faithfulness_pipeline.judges.run_memory import RUN_MEMORY_ITEMS, RecentKeys, RunMemory
 from faithfulness_pipeline.judges.store import (
     KeyMaker,
     ResultStore,
@@ -58,6 +65,7 @@ from faithfulness_pipeline.judges.store import (
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", ExtractResult, VerdictResult)
+I = TypeVar("I", ExtractItem, VerdictItem)  # noqa: E741
 T = TypeVar("T")
 
 _ERROR_CHARS: Final = 300
@@ -92,11 +100,14 @@ def open_store(path: Path | str) -> ResultStore:
 
 
 class StoredJudge:
-    """``inner`` with a result store in front of it (see the module docstring). Closing it closes both."""
+    """``inner`` with the run's memory and a result store (None: memory only) in front of it (see the
+    module docstring). Closing it closes both."""
 
-    def __init__(self, inner: Judge, store: ResultStore, *, refresh: bool = False) -> None:
+    def __init__(self, inner: Judge, store: ResultStore | None, *, refresh: bool = False,
+                 remember: int = RUN_MEMORY_ITEMS) -> None:
         if not isinstance(inner, Storable):
-            store.close()
+            if store is not None:
+                store.close()
             raise ConfigError(f"the judge {inner.model_name} cannot use a result store: it does not name what "
                               "changes its results (result_scope)")
         scope = inner.result_scope()
@@ -114,7 +125,10 @@ class StoredJudge:
         # count their hits on the loop: counting takes this lock.
         self._lock = threading.Lock()
         self._cached = 0
+        self._duplicates = 0
         self._notes: list[str] = []
+        self._memory: dict[str, RunMemory[Any]] = {"extract": RunMemory(remember), "verdict": RunMemory(remember)}
+        self._kept_rows = RecentKeys()  # touched on worker threads: under self._lock
 
     @property
     def overlap_rows(self) -> int | None:
@@ -149,13 +163,34 @@ class StoredJudge:
         stored: Callable[[str, Value], R | None],
         encode: Callable[[R], str | None],
     ) -> list[R]:
-        """Stored results of ``items`` where there are some; the inner judge's for the rest, each kept
-        as soon as it validates."""
-        results = self._found(keys, stored)
-        hooks.tick(len(results))
-        misses = [it for it in items if it.id not in results]
-        if not misses:
-            return [results[it.id] for it in items]
+        """Each distinct content once: what this run already knows or is asking for elsewhere, then what the
+        store holds, then the inner judge for the rest, each result kept as soon as it validates."""
+        memory: RunMemory[R] = self._memory["extract" if encode is _encode_extract else "verdict"]
+        first: dict[bytes, str] = {}  # content key -> the item of this call that stands for it
+        for it in items:
+            key = keys.get(it.id)
+            if key is not None:
+                first.setdefault(key, it.id)
+        results: dict[str, R] = {}
+        waits: dict[bytes, asyncio.Future[R]] = {}
+        look: dict[str, bytes] = {}
+        for key, item_id in first.items():
+            if (known := memory.known(key)) is not None:
+                results[item_id] = _copy(known, item_id)
+            elif (future := memory.asking(key)) is not None:
+                waits[key] = future
+            else:
+                look[item_id] = key
+        for item_id, result in self._found(look, stored).items():
+            results[item_id] = result
+            memory.finish(look[item_id], result)
+        early = len(results)
+        hooks.tick(early)
+        asked = [it for it in items if it.id not in results and first.get(keys.get(it.id, b"")) in (it.id, None)
+                 and keys.get(it.id) not in waits]
+        asked_keys = [keys[it.id] for it in asked if it.id in keys]
+        for key in asked_keys:
+            memory.start(key)
         reported: set[str] = set()
 
         def settled(done: Sequence[R]) -> None:
@@ -164,7 +199,9 @@ class StoredJudge:
             rows = []
             for result in done:
                 key = keys.get(result.id)
-                value = None if key is None or result.cached else encode(result)
+                if key is not None:
+                    memory.finish(key, result)
+                value = None if key is None or result.cached or self.store is None else encode(result)
                 if key is not None and value is not None:
                     rows.append((key, _step_of(result), value))
             self._save(rows)
@@ -178,17 +215,39 @@ class StoredJudge:
                 found.update(hooks.recheck(rest))
             return found
 
-        answered = await ask(misses, Hooks(progress=hooks.progress, settled=settled, recheck=recheck))
-        if [r.id for r in answered] != [it.id for it in misses]:
-            raise RuntimeError(f"the judge {self.model_name} broke the port contract: results do not match items")
-        # What the inner judge did not report as it went (one that answers all at once); failures are no results.
-        settled([r for r in answered if r.error is None])
-        results.update((r.id, r) for r in answered)
+        if asked:
+            try:
+                answered = await ask(asked, Hooks(progress=hooks.progress, settled=settled, recheck=recheck))
+            except BaseException as exc:
+                memory.abandon(asked_keys, exc)
+                raise
+            if [r.id for r in answered] != [it.id for it in asked]:
+                raise RuntimeError(f"the judge {self.model_name} broke the port contract: results do not match items")
+            # What the inner judge did not report as it went (one that answers all at once); failures are
+            # no results to keep, but those waiting for the same content get them too.
+            settled([r for r in answered if r.error is None])
+            for result in answered:
+                results[result.id] = result
+                if (key := keys.get(result.id)) is not None:
+                    memory.finish(key, result)
+        for key, future in waits.items():
+            results[first[key]] = _copy(await future, first[key])
+        copies: list[str] = [it.id for it in items if it.id not in results]
+        for item_id in copies:  # identical to an item of this call: its result
+            results[item_id] = _copy(results[first[keys[item_id]]], item_id)
+        self._count_copies([results[i] for i in (*copies, *(first[k] for k in waits))])
+        hooks.tick(len(items) - len(asked) - early)
         return [results[it.id] for it in items]
 
+    def _count_copies(self, copies: list[R]) -> None:
+        duplicates = sum(1 for r in copies if r.source == "duplicate")
+        with self._lock:
+            self._duplicates += duplicates
+            self._cached += len(copies) - duplicates
+
     def _found(self, keys: dict[str, bytes], stored: Callable[[str, Value], R | None]) -> dict[str, R]:
-        """Stored results by item id (counted as cached); empty under ``refresh``."""
-        if self.refresh or not keys:
+        """Stored results by item id (counted as cached); empty under ``refresh`` or without a store."""
+        if self.refresh or not keys or self.store is None:
             return {}
         found: dict[str, R] = {}
         for item_id, value in zip(keys, self._lookup_aligned(list(keys.values())), strict=True):
@@ -223,6 +282,8 @@ class StoredJudge:
 
     async def judge_rows(self, rows: pl.DataFrame, progress: RowProgress | None) -> pl.DataFrame:
         """``core.judge.RowJudge``: stored rows column-wise, the rest through the core's flow."""
+        if self.store is None:
+            return await judge_rows(rows, self, progress)
         # Off the event loop: hashing, lookups and decoding release the GIL for long stretches, so another
         # chunk's store lookup, scoring or preparation runs on the other core meanwhile.
         stored = await asyncio.to_thread(self._stored_rows, rows.filter(~pl.col(BLANK)))
@@ -238,7 +299,8 @@ class StoredJudge:
         return fresh if stored is None else pl.concat([fresh, stored.select(fresh.columns)], how="vertical")
 
     def _stored_rows(self, sendable: pl.DataFrame) -> pl.DataFrame | None:
-        """The rows kept whole in the store, as result columns (None when there are none)."""
+        """The rows kept whole in the store, as result columns (None when there are none). A row this run
+        kept itself (an identical row of an earlier chunk) is a duplicate, not a store hit."""
         if sendable.height == 0 or self.refresh:
             return None
         keys = row_keys(self._row_keys, _questions(sendable.get_column(S.QUESTION)),
@@ -246,10 +308,15 @@ class StoredJudge:
         decoded = decode_rows(self._lookup_aligned(keys))
         if decoded is None:
             return None
-        whole = pl.concat([sendable.select(INDEX), decoded], how="horizontal").filter(
+        with self._lock:
+            ours = pl.Series([key in self._kept_rows for key in keys], dtype=pl.Boolean)
+        whole = pl.concat([sendable.select(INDEX), decoded], how="horizontal").with_columns(ours.alias("_ours")).filter(
             pl.col("verdicts").is_not_null()
         )
-        self._count_cached(2 * whole.height)  # a row is two step results
+        duplicates = int(whole.get_column("_ours").sum())
+        with self._lock:
+            self._cached += 2 * (whole.height - duplicates)  # a row is two step results
+            self._duplicates += 2 * duplicates
         return _result_columns(whole) if whole.height else None
 
     def _keep_rows(self, rows: pl.DataFrame, found: pl.DataFrame) -> None:
@@ -275,12 +342,14 @@ class StoredJudge:
             self._warn(f"whole rows could not be kept in the result store ({type(exc).__name__})", exc)
             return
         self._save([(key, "row", value) for key, value in zip(keys, values, strict=True)])
+        with self._lock:
+            self._kept_rows.add(keys)
 
     # ------------------------------------------------------------------------------ dry run
 
     def estimate(self, extract: Sequence[ExtractItem], verdict: Sequence[VerdictItem]) -> CostEstimate:
-        """The inner judge's estimate for what the store lacks. A verdict item whose id is that of an
-        extraction item with stored claims is estimated with those claims."""
+        """The inner judge's estimate for each distinct content the store lacks, once. A verdict item whose
+        id is that of an extraction item with stored claims is estimated with those claims."""
         make = self._extract_keys.key
         x_keys = {it.id: make(_question(it.question), it.answer) for it in extract if it.answer and it.answer.strip()}
         x_found = self._found(x_keys, self._stored_extract)
@@ -293,19 +362,24 @@ class StoredJudge:
         v_keys = dict(zip([it.id for it in keyed], self._verdict_keys.keys_of_pairs(
             [(it.claims, it.context) for it in keyed]), strict=True))
         v_found = self._found(v_keys, self._stored_verdicts)
-        x_rest = [it for it in extract if it.id not in x_found]
-        v_rest = [it for it in verdict if it.id not in v_found]
+        x_rest = _distinct([it for it in extract if it.id not in x_found], x_keys)
+        v_rest = _distinct([it for it in verdict if it.id not in v_found], v_keys)
         cached = len(x_found) + len(v_found)
         if not isinstance(self.inner, Estimating):
             return CostEstimate(0, 0, 0, 0.0, cached_items=cached)
         inner = self.inner.estimate(x_rest, v_rest)
-        return CostEstimate(inner.requests, inner.prompt_tokens, inner.completion_tokens, inner.cost_usd,
-                            inner.notes, cached)
+        repeated = len(extract) - len(x_found) - len(x_rest) + len(verdict) - len(v_found) - len(v_rest)
+        notes = list(inner.notes)
+        if repeated:
+            notes.append(f"{repeated} items repeat an identical item of the run: each content is asked once")
+        return CostEstimate(inner.requests, inner.prompt_tokens, inner.completion_tokens, inner.cost_usd, notes, cached)
 
     # ------------------------------------------------------------------------------ the store
 
     def _lookup_aligned(self, keys: list[bytes]) -> list[Value | None]:
         """The stored value of every key, in order (None where absent, or when the store cannot be read)."""
+        if self.store is None:
+            return [None] * len(keys)
         try:
             return self.store.get_aligned(keys) if keys else []
         except sqlite3.Error as exc:  # an unreadable store costs money, never rows
@@ -313,7 +387,7 @@ class StoredJudge:
             return [None] * len(keys)
 
     def _save(self, rows: Sequence[tuple[bytes, str, Value]]) -> None:
-        if not rows:
+        if not rows or self.store is None:
             return
         try:
             self.store.put_many(rows)
@@ -339,13 +413,15 @@ class StoredJudge:
     def stats(self) -> JudgeStats:
         inner = self.inner.stats()
         with self._lock:
-            cached, notes = self._cached, [*inner.notes, *(n for n in self._notes if n not in inner.notes)]
+            cached, duplicates = self._cached, self._duplicates
+            notes = [*inner.notes, *(n for n in self._notes if n not in inner.notes)]
         return JudgeStats(
             requests=inner.requests,
             prompt_tokens=inner.prompt_tokens,
             completion_tokens=inner.completion_tokens,
             cost_usd=inner.cost_usd,
             cached_items=inner.cached_items + cached,
+            duplicate_items=inner.duplicate_items + duplicates,
             failed_items=inner.failed_items,
             retries=inner.retries,
             notes=notes,
@@ -355,7 +431,15 @@ class StoredJudge:
         try:
             await self.inner.aclose()
         finally:
-            self.store.close()
+            if self.store is not None:
+                self.store.close()
+
+
+def _copy(result: R, item_id: str) -> R:
+    """An identical item's result, for another item: no request was sent for it, nothing billed. A copy of
+    a store hit is served from the store; a copy of what this run produced is a duplicate."""
+    source: ResultSource = "store" if source_of(result) == "store" else "duplicate"
+    return replace(result, id=item_id, cached=True, source=source, billed=NO_USAGE)
 
 
 def _step_of(result: ExtractResult | VerdictResult) -> str:
@@ -379,7 +463,22 @@ def _result_columns(found: pl.DataFrame) -> pl.DataFrame:
         pl.col("verdicts").alias(S.VERDICTS),
         pl.col("context_truncated").alias(S.CONTEXT_TRUNCATED),
         *V_USAGE,
+        pl.when(pl.col("_ours")).then(pl.lit("duplicate")).otherwise(pl.lit("store")).alias(S.RESULT_SOURCE),
+        *[pl.lit(0, dtype=dtype).alias(name) for name, dtype in S.BILLED_SCHEMA.items()],
     )
+
+
+def _distinct(items: list[I], keys: dict[str, bytes]) -> list[I]:
+    """The first item of each content key (items without a key are all kept)."""
+    seen: set[bytes] = set()
+    out = []
+    for it in items:
+        key = keys.get(it.id)
+        if key is None or key not in seen:
+            out.append(it)
+            if key is not None:
+                seen.add(key)
+    return out
 
 
 def _question(question: str | None) -> str | None:

@@ -66,9 +66,16 @@ def test_claims_and_mastra_outputs(sample_run: tuple[Path, subprocess.CompletedP
 
 
 def test_summary_is_printed(sample_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
-    _, result = sample_run
+    out, result = sample_run
     assert "scored 17 rows" in result.stderr
     assert "mean hallucination" in result.stderr and "errors: 0" in result.stderr
+    # where the results came from, as the table says: the offline judge made them, nothing was billed
+    scored = pl.read_parquet(out / "scored.parquet")
+    counts = dict(scored.get_column("result_source").value_counts().iter_rows())
+    assert set(counts) <= {"offline", "duplicate", "none"} and counts.get("offline", 0) > 0
+    assert f"{counts['offline']} by the offline judge" in result.stderr
+    assert "billed this run: 0 requests, 0 prompt + 0 completion tokens, $0.0000" in result.stderr
+    assert scored.get_column("billed_cost_usd").sum() == 0
 
 
 def test_chat_sample_with_tool_results(tmp_path: Path) -> None:

@@ -17,12 +17,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from faithfulness_pipeline.core import schema as S
 from tests.fakellm import FakeLLMServer, FaultPlan, Latency
 from tests.fakellm.scripted import ScriptedJudge, typical_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "sk-canary-7f3a9c1e5b2d4e6f"
-IGNORED = ["scored_at"]
+IGNORED = list(S.RUN_COLUMNS)
 
 
 def _rows(n: int, seed: int = 1) -> pl.DataFrame:

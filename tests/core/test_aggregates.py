@@ -145,3 +145,30 @@ def test_missing_day_column_is_a_clear_error() -> None:
 def test_cjk_model_names_group_fine() -> None:
     table = daily_aggregates(scored([{"model": "模型-한국어"}, {"model": "模型-한국어"}]))
     assert table.select("model", "answers").rows() == [("模型-한국어", 2)]
+
+
+def test_billed_spend_and_where_answers_came_from() -> None:
+    table = daily_aggregates(scored([
+        {"result_source": "llm", "billed_llm_calls": 0.5, "billed_prompt_tokens": 10, "billed_completion_tokens": 2,
+         "billed_cost_usd": 0.01},
+        {"result_source": "duplicate", "billed_llm_calls": 0.0, "billed_prompt_tokens": 0,
+         "billed_completion_tokens": 0, "billed_cost_usd": 0.0},
+        {"result_source": "store", "billed_llm_calls": 0.0, "billed_prompt_tokens": 0, "billed_completion_tokens": 0,
+         "billed_cost_usd": 0.0},
+        {"result_source": "store", "billed_llm_calls": 0.0, "billed_prompt_tokens": 0, "billed_completion_tokens": 0,
+         "billed_cost_usd": 0.0},
+    ]))
+    row = table.row(0, named=True)
+    # what producing the four results cost, and what scoring the day was billed
+    assert row["cost_usd"] == pytest.approx(0.04) and row["billed_cost_usd"] == pytest.approx(0.01)
+    assert (row["billed_prompt_tokens"], row["store_answers"], row["duplicate_answers"]) == (10, 2, 1)
+    assert (row["store_share"], row["duplicate_share"]) == (0.5, 0.25)
+
+
+def test_an_unknown_bill_is_null_not_zero() -> None:
+    priced = {"result_source": "llm", "billed_llm_calls": 1.0, "billed_prompt_tokens": 5,
+              "billed_completion_tokens": 1, "billed_cost_usd": None}
+    row = daily_aggregates(scored([priced])).row(0, named=True)
+    assert row["billed_cost_usd"] is None and row["billed_prompt_tokens"] == 5
+    before_billing = daily_aggregates(scored([{}])).row(0, named=True)  # a table scored before these columns
+    assert before_billing["billed_cost_usd"] is None and before_billing["store_share"] == 0.0

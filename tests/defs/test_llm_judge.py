@@ -6,10 +6,12 @@ metadata, logs or tables; the result store under the warehouse makes a re-run fr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
+import polars as pl
 import pytest
 
 from faithfulness_pipeline.core.prompts import PROMPT_VERSION
@@ -49,6 +51,8 @@ def test_litellm_judge_scores_through_dagster_without_leaking_the_key(
             "FP_JUDGE_API_BASE": server.base_url,
             "FP_JUDGE_API_KEY_ENV": KEY_ENV,
             "FP_JUDGE_TIMEOUT_S": "10",
+            "FP_JUDGE_INPUT_COST_PER_TOKEN": "1e-6",  # the fake model has no price: give it one
+            "FP_JUDGE_OUTPUT_COST_PER_TOKEN": "2e-6",
             "FP_LANDING": str(SAMPLE),
             "FP_WAREHOUSE": str(warehouse),
         }
@@ -67,6 +71,12 @@ def test_litellm_judge_scores_through_dagster_without_leaking_the_key(
 
     # claims and verdicts are one step: what it sent is on judged_claims, the extraction's share on claims
     sent = server.stats().requests
+    daily = warehouse / "daily_answer_quality" / f"ds={DAY}" / "data.parquet"
+    first_day = pl.read_parquet(daily)  # what scoring the day was billed: every token the server billed
+    assert int(first_day.get_column("billed_prompt_tokens").sum()) == server.stats().billed_prompt_tokens > 0
+    assert math.isclose(first_day.get_column("billed_llm_calls").sum(), sent)
+    bill = server.stats().billed_prompt_tokens * 1e-6 + server.stats().billed_completion_tokens * 2e-6
+    assert math.isclose(first_day.get_column("billed_cost_usd").sum(), bill, rel_tol=1e-9)
     verdicts = _meta(first, "judged_claims")
     assert verdicts["judge_model"] == "openai/fake-judge"
     assert isinstance(verdicts["llm_requests"], int) and 2 <= verdicts["llm_requests"] < 18  # packed, not per row
@@ -80,6 +90,11 @@ def test_litellm_judge_scores_through_dagster_without_leaking_the_key(
     assert again["llm_requests"] == 0 and isinstance(again["cached_items"], int) and again["cached_items"] > 0
     assert server.stats().requests == sent
     assert (warehouse / "_judge_store.sqlite").is_file()
+    again_day = pl.read_parquet(daily)  # the re-run was free: its day is billed nothing, served from the store
+    assert again_day.get_column("billed_llm_calls").sum() == 0 and again_day.get_column("billed_cost_usd").sum() == 0
+    assert math.isclose(again_day.get_column("cost_usd").sum(), first_day.get_column("cost_usd").sum())
+    assert again_day.get_column("billed_cost_usd").null_count() == 0
+    assert (again_day.get_column("store_share") + again_day.get_column("duplicate_share")).min() > 0.5
 
     # the key is nowhere: metadata, event log, tables, result store
     seen = [

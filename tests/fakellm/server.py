@@ -157,6 +157,9 @@ class ServerStats:
     in_flight: int = 0  # being worked on right now
     open_requests: int = 0  # chat requests open right now: queued, in flight or hanging
     no_retry_after_429: int = 0  # the part of by_outcome["429"] sent without a Retry-After header
+    # Tokens of every reply sent with a usage (ok, cut short, malformed): what a provider bills.
+    billed_prompt_tokens: int = 0
+    billed_completion_tokens: int = 0
 
 
 def canonical_body(body: dict[str, Any]) -> bytes:
@@ -270,6 +273,8 @@ class _Counters:
     modelled_latency_s: float = 0.0
     served_latency_s: float = 0.0
     no_retry_after_429: int = 0
+    billed_prompt_tokens: int = 0
+    billed_completion_tokens: int = 0
     body_counts: dict[bytes, int] = field(default_factory=dict)
 
 
@@ -449,6 +454,8 @@ class FakeLLMServer:
                 in_flight=self._in_flight,
                 open_requests=self._open,
                 no_retry_after_429=c.no_retry_after_429,
+                billed_prompt_tokens=c.billed_prompt_tokens,
+                billed_completion_tokens=c.billed_completion_tokens,
             )
 
     def reset_stats(self) -> None:
@@ -609,6 +616,8 @@ class FakeLLMServer:
         with self._lock:
             c = self._counters
             c.by_outcome[outcome] += 1
+            c.billed_prompt_tokens += reply.prompt_tokens
+            c.billed_completion_tokens += reply.completion_tokens
             if outcome == "ok":
                 c.prompt_tokens += reply.prompt_tokens
                 c.completion_tokens += reply.completion_tokens

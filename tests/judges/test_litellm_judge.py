@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.judge import (
@@ -434,7 +435,7 @@ def test_a_partly_warm_pipeline_run_counts_each_stored_result_once(server: FakeL
     assert stats.requests > 0
     assert stats.cached_items == extracted  # the claims, each counted once
     for table in (warm, again):
-        assert table.drop("scored_at").equals(cold.drop("scored_at"))
+        assert table.drop(S.RUN_COLUMNS).equals(cold.drop(S.RUN_COLUMNS))
 
 
 def test_a_pack_whose_items_were_stored_while_it_waited_for_a_slot_is_not_sent(tmp_path: Path) -> None:

@@ -177,7 +177,7 @@ def test_a_cold_run_keeps_every_judged_row_whole_and_a_re_run_needs_nothing_else
     rest = frame.height - judged  # rows without claims are extracted again: they have no whole entry
     assert (server.stats().requests == 0) == (rest == 0)
     assert stats.cached_items == 2 * judged
-    assert warm.drop("scored_at").equals(cold.drop("scored_at"))
+    assert warm.drop(S.RUN_COLUMNS).equals(cold.drop(S.RUN_COLUMNS))
 
 
 def test_a_store_without_whole_rows_serves_a_re_run_step_by_step_and_gains_them(
@@ -193,7 +193,7 @@ def test_a_store_without_whole_rows_serves_a_re_run_step_by_step_and_gains_them(
     warm, _ = _score(server, frame, store)
     assert server.stats().requests == 0
     assert _count(store, "row") == rows
-    assert warm.drop("scored_at").equals(cold.drop("scored_at"))
+    assert warm.drop(S.RUN_COLUMNS).equals(cold.drop(S.RUN_COLUMNS))
 
 
 def test_a_damaged_row_entry_is_served_step_by_step_and_written_again(server: FakeLLMServer, tmp_path: Path) -> None:
@@ -205,7 +205,7 @@ def test_a_damaged_row_entry_is_served_step_by_step_and_written_again(server: Fa
     server.reset_stats()
     warm, _ = _score(server, frame, store)
     assert server.stats().requests == 0
-    assert warm.drop("scored_at").equals(cold.drop("scored_at"))
+    assert warm.drop(S.RUN_COLUMNS).equals(cold.drop(S.RUN_COLUMNS))
     with sqlite3.connect(store) as conn:
         assert conn.execute("SELECT value FROM results WHERE key = ?", (key,)).fetchone()[0] == value
 

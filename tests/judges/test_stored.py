@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.judge import ExtractItem, ExtractResult, Hooks, VerdictItem, VerdictResult
@@ -44,14 +45,19 @@ def _rows(n: int) -> pl.DataFrame:
     )
 
 
-def _score(df: pl.DataFrame, judge: object, chunk_rows: int = 10) -> pl.DataFrame:
+def _scored(df: pl.DataFrame, judge: object, chunk_rows: int = 10) -> pl.DataFrame:
     async def run() -> pl.DataFrame:
         try:
             return await score_frame_async(df, judge, ScoringConfig(chunk_rows=chunk_rows))  # type: ignore[arg-type]
         finally:
             await judge.aclose()  # type: ignore[attr-defined]
 
-    return asyncio.run(run()).drop("scored_at")
+    return asyncio.run(run())
+
+
+def _score(df: pl.DataFrame, judge: object, chunk_rows: int = 10) -> pl.DataFrame:
+    """The scored table without the columns that describe the run (where results came from, the bill)."""
+    return _scored(df, judge, chunk_rows).drop(S.RUN_COLUMNS)
 
 
 @pytest.mark.parametrize("chunk_rows", [4, 10, 1000])

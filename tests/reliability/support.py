@@ -22,6 +22,7 @@ from pathlib import Path
 
 import polars as pl
 
+from faithfulness_pipeline.core import schema as S
 from tests.fakellm import FakeLLMServer
 from tests.fakellm.scripted import ScriptedJudge
 
@@ -29,8 +30,9 @@ REPO = Path(__file__).resolve().parents[2]
 DAY = "2026-11-25"
 KEY_ENV = "FP_RELIABILITY_KEY"
 MODEL = "openai/fake-judge"
-#: Columns that legitimately differ between two runs of the same rows: when, and what this run paid.
-RUN_COLUMNS = ("scored_at", "llm_calls", "prompt_tokens", "completion_tokens", "cost_usd")
+#: Columns that legitimately differ between two runs of the same rows: when, where results came from and
+#: what this run paid (S.RUN_COLUMNS), and the usage shares (a resumed run packs its tail differently).
+RUN_COLUMNS = (*S.RUN_COLUMNS, "llm_calls", "prompt_tokens", "completion_tokens", "cost_usd")
 OFFLINE_ENV = {
     "LITELLM_OFFLINE_MODE": "true",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
