@@ -33,8 +33,8 @@ BENCH_MODEL = "openai/gpt-4o-mini"
 
 
 def bench_judge(base_url: str, *, store_path: Path | None = None, **overrides: Any) -> Any:
-    """The litellm judge at its defaults, for ``BENCH_MODEL`` served by the fake server at ``base_url``;
-    behind a result store at ``store_path`` when one is given (as ``--store`` does)."""
+    """The litellm judge at its defaults, for ``BENCH_MODEL`` served by the fake server at ``base_url``,
+    behind the stored-judge wrapper as the CLI builds it; with a result store at ``store_path`` if given."""
     from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
     from faithfulness_pipeline.judges.settings import JudgeSettings
     from faithfulness_pipeline.judges.stored import StoredJudge, open_store
@@ -42,11 +42,11 @@ def bench_judge(base_url: str, *, store_path: Path | None = None, **overrides: A
 
     settings: dict[str, Any] = {"model": BENCH_MODEL, "api_base": base_url, "api_key_env": FAKE_KEY_ENV}
     settings.update(overrides)
-    judge = LiteLLMJudge(JudgeSettings(**settings))
-    # What the CLI does for its own process once its judge is built (faithfulness_pipeline.process): the
-    # benches measure a scoring process as the CLI runs one.
+    # The judge as the CLI builds it (the stored-judge wrapper, with a store when one is given), and what the
+    # CLI does for its own process once its judge is built (faithfulness_pipeline.process).
+    judge = StoredJudge(LiteLLMJudge(JudgeSettings(**settings)), None if store_path is None else open_store(store_path))
     freeze_loaded_objects()
-    return judge if store_path is None else StoredJudge(judge, open_store(store_path))
+    return judge
 
 
 class ServerProcess:

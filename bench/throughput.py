@@ -105,7 +105,7 @@ def measure(in_flight: int, rows: int, seed: int, **judge: Any) -> dict[str, Any
         score(make_rows(40, seed=seed + 1000), bench_judge(server.base_url, max_concurrency=in_flight, **judge))
         scorer = bench_judge(server.base_url, max_concurrency=in_flight, **judge)
         before = server.stats()
-        with InFlightSampler(scorer.limiter, in_flight) as sampler:
+        with InFlightSampler(scorer.inner.limiter, in_flight) as sampler:
             start = time.perf_counter()
             scored = score(frame, scorer)
             wall = time.perf_counter() - start

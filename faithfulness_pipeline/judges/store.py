@@ -107,16 +107,23 @@ class KeyMaker:
         return out
 
     def _digest(self, data: bytes) -> bytes:
-        h = self._base.copy()
-        h.update(data)
-        return h.digest()[:16]
+        return self._digests([(b"", data)])[0]
 
     def _digests(self, data: Sequence[tuple[bytes, bytes]]) -> list[bytes]:
+        # Pieces under _GIL_PIECE: these keys are made on the event loop (per-item calls), which must not
+        # give the GIL away to the token-counting thread and wait up to a switch interval to get it back.
+        piece = _GIL_PIECE
         out: list[bytes] = []
+        view = memoryview
         for head, body in data:
             h = self._base.copy()
             h.update(head)
-            h.update(body)
+            if len(body) <= piece:
+                h.update(body)
+            else:
+                whole = view(body)
+                for start in range(0, len(body), piece):
+                    h.update(whole[start : start + piece])
             out.append(h.digest()[:16])
         return out
 
