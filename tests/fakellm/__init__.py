@@ -6,9 +6,13 @@
         litellm.acompletion(model="openai/judge", api_base=server.base_url, api_key="k", ...)
         server.stats().by_outcome
 
+The Files and Batches endpoints (``/v1/files``, ``/v1/batches``) answer each batch line the same way;
+``BatchTiming`` sets how long a batch takes, ``BatchFaults`` its faults (see ``batches.py``).
+
 Run as a process: ``python -m tests.fakellm --port 0 --responder pkg.module:attr``.
 """
 
+from tests.fakellm.batches import BatchFaults, BatchTiming, validate_input
 from tests.fakellm.server import (
     MALFORMED_CONTENT,
     ChatRequest,
@@ -26,6 +30,8 @@ from tests.fakellm.server import (
 
 __all__ = [
     "MALFORMED_CONTENT",
+    "BatchFaults",
+    "BatchTiming",
     "ChatRequest",
     "FakeLLMServer",
     "FaultPlan",
@@ -37,4 +43,5 @@ __all__ = [
     "count_tokens",
     "echo_json",
     "stats_to_dict",
+    "validate_input",
 ]

@@ -4,7 +4,8 @@
 
 Prints ``READY http://127.0.0.1:PORT/v1`` once it accepts connections; SIGTERM or SIGINT stops it,
 after which it prints ``STATS {json}`` (the counters) and exits 0. ``GET /fakellm/stats`` gives the
-same counters while it runs.
+same counters while it runs. The Files and Batches endpoints are served too (``--batch-*-s`` set how
+long a batch's phases last).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import cast
 
+from tests.fakellm.batches import BatchTiming
 from tests.fakellm.server import FakeLLMServer, FaultPlan, Latency, Responder, echo_json, stats_to_dict
 
 _BUILTIN_RESPONDERS: dict[str, Responder] = {"echo_json": echo_json}
@@ -56,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rate-partial", type=float, default=0.0)
     p.add_argument("--rate-hang", type=float, default=0.0)
     p.add_argument("--fault-seed", type=int, default=0)
+    default = BatchTiming()
+    p.add_argument("--batch-validating-s", type=float, default=default.validating_s)
+    p.add_argument("--batch-per-line-s", type=float, default=default.per_line_s)
+    p.add_argument("--batch-finalizing-s", type=float, default=default.finalizing_s)
+    p.add_argument("--batch-cancelling-s", type=float, default=default.cancelling_s)
     return p
 
 
@@ -75,8 +82,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         rate_hang=args.rate_hang,
         seed=args.fault_seed,
     )
+    batch_timing = BatchTiming(
+        validating_s=args.batch_validating_s,
+        per_line_s=args.batch_per_line_s,
+        finalizing_s=args.batch_finalizing_s,
+        cancelling_s=args.batch_cancelling_s,
+    )
     server = FakeLLMServer(
-        load_responder(args.responder), latency=latency, faults=faults, port=args.port, api_key=args.api_key
+        load_responder(args.responder),
+        latency=latency,
+        faults=faults,
+        port=args.port,
+        api_key=args.api_key,
+        batch_timing=batch_timing,
     )
     stop = threading.Event()
 

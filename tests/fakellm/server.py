@@ -4,7 +4,8 @@ It answers ``POST /v1/chat/completions`` (plain and SSE streaming) with content 
 counts tokens with the real cl100k BPE, models latency with asyncio sleeps (no thread per request),
 caps server-side concurrency (extra requests queue) and injects faults (429, 5xx, malformed JSON,
 truncated JSON, hangs) chosen deterministically from the request body, so that runs are reproducible
-whatever the arrival order and a retry of the same body can succeed.
+whatever the arrival order and a retry of the same body can succeed. OpenAI's Files and Batches
+endpoints, answered by the same responder and faults, live in ``batches.py``.
 
 It never imports litellm: only the folder of litellm's bundled BPE files is looked up, so importing
 this module stays cheap.
@@ -32,6 +33,8 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     import tiktoken
+
+    from tests.fakellm.batches import BatchFaults, BatchTiming
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,15 @@ class ServerStats:
     # Tokens of every reply sent with a usage (ok, cut short, malformed): what a provider bills.
     billed_prompt_tokens: int = 0
     billed_completion_tokens: int = 0
+    # The Files and Batches endpoints (tests/fakellm/batches.py); batch lines are not chat requests.
+    files_uploaded: int = 0
+    file_content_downloads: int = 0  # litellm's retrieve of a completed batch downloads its output file too
+    batches_created: int = 0
+    batch_create_429: int = 0  # POST /v1/batches answered 429 by BatchFaults.create_429
+    batch_lines: int = 0  # batch lines answered (200 or error); unanswered expired lines not included
+    batch_billed_prompt_tokens: int = 0  # usage of every 200 batch line
+    batch_billed_completion_tokens: int = 0
+    batches_by_status: dict[str, int] = field(default_factory=dict)  # batches created since the last reset
 
 
 def canonical_body(body: dict[str, Any]) -> bytes:
@@ -306,7 +318,12 @@ class FakeLLMServer:
         port: int = 0,
         api_key: str | None = None,
         capture: bool = False,
+        batch_timing: BatchTiming | None = None,
+        batch_faults: BatchFaults | None = None,
     ) -> None:
+        # Imported here: batches.py builds on this module.
+        from tests.fakellm.batches import BatchFaults, BatchService, BatchTiming
+
         self._responder = responder
         self._latency = latency
         self._faults = faults
@@ -325,6 +342,13 @@ class FakeLLMServer:
         self._thread: threading.Thread | None = None
         self._port: int | None = None
         self._id_seq = 0
+        self._batches = BatchService(
+            self._make_reply,
+            lambda: self._faults,
+            api_key=api_key,
+            timing=batch_timing or BatchTiming(),
+            faults=batch_faults or BatchFaults(),
+        )
         cl100k()  # fail at construction, not on the first request, when no tokenizer files exist
 
     # ----------------------------------------------------------------------------------- lifecycle
@@ -403,6 +427,7 @@ class FakeLLMServer:
         app.router.add_get("/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/fakellm/stats", self._stats_endpoint)
+        self._batches.add_routes(app.router)
         # handler_cancellation: a client that gives up (timeout) ends its hung or queued handler.
         runner = web.AppRunner(
             app, access_log=None, handler_cancellation=True, shutdown_timeout=_SHUTDOWN_GRACE_S
@@ -419,6 +444,7 @@ class FakeLLMServer:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=_SHUTDOWN_GRACE_S)
+        await self._batches.shutdown()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -437,7 +463,16 @@ class FakeLLMServer:
     def set_responder(self, responder: Responder) -> None:
         self._responder = responder
 
+    def set_batch_faults(self, faults: BatchFaults) -> None:
+        """Batch ordinals and the create_429 count start again from here."""
+        self._batches.set_faults(faults)
+
+    def set_batch_timing(self, timing: BatchTiming) -> None:
+        """Applies to phases begun after the call."""
+        self._batches.set_timing(timing)
+
     def stats(self) -> ServerStats:
+        batch_counters = dataclasses.asdict(self._batches.counters())
         with self._lock:
             c = self._counters
             return ServerStats(
@@ -456,13 +491,18 @@ class FakeLLMServer:
                 no_retry_after_429=c.no_retry_after_429,
                 billed_prompt_tokens=c.billed_prompt_tokens,
                 billed_completion_tokens=c.billed_completion_tokens,
+                **batch_counters,
             )
 
     def reset_stats(self) -> None:
-        """Zeroes every counter, the per-body arrival counts (so faults repeat) and ``requests_log``."""
+        """Zeroes every counter, the per-body arrival counts (so faults repeat) and ``requests_log``.
+
+        Batch ordinals (``BatchFaults``) start again at 1; stored files and batches stay.
+        """
         with self._lock:
             self._counters = _Counters(max_in_flight_seen=self._in_flight, max_open_seen=self._open)
             self.requests_log.clear()
+        self._batches.reset()
 
     # ------------------------------------------------------------------------------- concurrency
 
