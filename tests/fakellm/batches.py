@@ -477,6 +477,9 @@ class BatchService:
         """Sleeps ``seconds`` (None: forever), ended early by a cancel."""
         if batch.wake.is_set():
             return
+        if seconds == 0:
+            await asyncio.sleep(0)  # still let requests (a cancel) in between lines
+            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(batch.wake.wait(), timeout=seconds)
 
