@@ -24,6 +24,7 @@ BENCH = ROOT / "bench"
 SUITE: list[tuple[str, list[str]]] = [
     ("request_counts.py", ["--rows", "300"]),
     ("dedup.py", []),
+    ("batch_cost.py", ["--rows", "2000"]),
     ("throughput.py", []),
     ("overhead.py", []),
     ("warm_rerun.py", []),

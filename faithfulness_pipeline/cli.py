@@ -31,8 +31,8 @@ from faithfulness_pipeline.core.io import (
 )
 from faithfulness_pipeline.core.judge import Judge
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
-from faithfulness_pipeline.core.pipeline import empty_scored_frame, score_chunks
-from faithfulness_pipeline.judges.factory import estimate_cost, make_judge
+from faithfulness_pipeline.core.pipeline import empty_scored_frame, prepay, score_chunks
+from faithfulness_pipeline.judges.factory import estimate_cost, make_judge, report_to
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.process import freeze_loaded_objects
 from faithfulness_pipeline.settings import Setting, from_env, settings
@@ -249,6 +249,7 @@ async def _run(
         mastra_handle = stack.enter_context(open_text_atomic(mastra_out)) if mastra_out else None
         wrote_any = False
         try:
+            await prepay(judge, lambda: iter_chunks(paths, config.chunk_rows), config)
             async for scored in score_chunks(iter_chunks(paths, config.chunk_rows), judge, config, progress):
                 wrote_any = True
                 summary.add(scored)
@@ -285,16 +286,21 @@ def main() -> None:
 @click.option("--context-hook", default=None, help="module:function returning a row's passages (beats all else).")
 @click.option("--dry-run", is_flag=True, help="Print requests, tokens and estimated cost; call nothing.")
 @click.option("--quiet", is_flag=True, help="No progress and no summary.")
+@click.option("--batch", is_flag=True, help="Same as --mode batch: the provider's Batch API, at its batch price.")
 @_setting_options
 def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str | None,
           static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None, dry_run: bool,
-          quiet: bool, **options: Any) -> None:
+          quiet: bool, batch: bool, **options: Any) -> None:
     """Score INPUT (a Parquet file, a directory of them, or a glob) and write the scored table.
 
     Every setting can also be given by its environment variable; a flag beats the variable.
     """
     started = time.monotonic()
     try:
+        if batch:
+            if options.get("mode") not in (None, "batch"):
+                raise ConfigError(f"--batch contradicts --mode {options['mode']}")
+            options["mode"] = "batch"
         judge_settings, scoring = resolve_settings(options, os.environ)
         config = scoring.config(
             static_context=_static_context(static_texts, context_file),
@@ -305,9 +311,11 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
         judge = make_judge(judge_settings)
         freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
         if dry_run:
-            click.echo(estimate_cost(judge, paths, config))
+            click.echo(estimate_cost(judge, paths, config, batch=judge_settings.mode == "batch"))
             asyncio.run(judge.aclose())
             return
+        if not quiet:
+            report_to(judge, lambda line: click.echo(line, err=True))
         total = count_rows(paths)
         progress = _Progress(total, enabled=not quiet)
         summary = Summary(model_column=scoring.model_column, threshold=scoring.hallucination_threshold)

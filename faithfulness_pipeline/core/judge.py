@@ -13,7 +13,7 @@ knows nothing of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -223,3 +223,17 @@ class RowJudge(Protocol):
     """
 
     async def judge_rows(self, rows: pl.DataFrame, progress: Callable[[float], None] | None) -> pl.DataFrame: ...
+
+
+@runtime_checkable
+class Prepaying(Protocol):
+    """A judge that obtains a whole run's results in bulk before the run is scored (provider batch jobs).
+
+    ``prepay`` is given a way to read the run's rows (:data:`core.flow.ROW_COLUMNS` frames, chunk by chunk,
+    as often as it needs: claims must be back before verdicts can be asked) and returns when the results
+    it could obtain are kept; the scoring pass that follows finds them. A judge without it is simply
+    asked during the scoring pass.
+    """
+
+    async def prepay(self, chunks: Callable[[], Iterable[pl.DataFrame]]) -> None: ...
+

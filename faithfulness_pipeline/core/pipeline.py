@@ -17,8 +17,8 @@ import polars as pl
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
-from faithfulness_pipeline.core.flow import RowProgress, judge_chunk, overlap_rows
-from faithfulness_pipeline.core.judge import Judge
+from faithfulness_pipeline.core.flow import RowProgress, judge_chunk, overlap_rows, row_frame
+from faithfulness_pipeline.core.judge import Judge, Prepaying
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
 from faithfulness_pipeline.core.reasons import add_reasons
 from faithfulness_pipeline.core.scoring import add_counts_and_scores, published_verdicts
@@ -111,6 +111,7 @@ async def judge_frame(
     """A prepared table with its claims, verdicts and usage (``core.flow.judge_chunk``), judged in chunks
     of ``chunk_rows`` rows, two in flight with an overlapping judge. ``split_usage`` keeps the extraction
     and verdict usage apart (``x_*`` / ``v_*``) instead of adding them up."""
+    await prepay(judge, lambda: chunks_of(df, chunk_rows), None)
     stream = iter(chunks_of(df, chunk_rows))
 
     async def run(chunk: pl.DataFrame) -> pl.DataFrame:
@@ -125,6 +126,23 @@ async def judge_frame(
 
         parts = [part async for part in _two_in_flight(next_ready, run)]
     return pl.concat(parts, how="vertical")
+
+
+async def prepay(
+    judge: Judge, chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig | None
+) -> None:
+    """Lets a judge that answers a whole run in bulk (``core.judge.Prepaying``: provider batch jobs) obtain
+    its results before the run is scored; any other judge is left alone. ``chunks`` reads the run's input
+    again each time it is called; ``config`` None: its chunks are prepared already."""
+    if not isinstance(judge, Prepaying):
+        return
+
+    def rows() -> Iterator[pl.DataFrame]:
+        registry = KeyRegistry()
+        for chunk in chunks():
+            yield row_frame(chunk if config is None else prepare(chunk, config, registry))
+
+    await judge.prepay(rows)
 
 
 async def _two_in_flight(
@@ -180,5 +198,6 @@ async def score_frame_async(
     df: pl.DataFrame, judge: Judge, config: ScoringConfig, progress: RowProgress | None = None
 ) -> pl.DataFrame:
     """Scores a whole in-memory table. The caller owns the judge (and closes it)."""
+    await prepay(judge, lambda: chunks_of(df, config.chunk_rows), config)
     parts = [part async for part in score_chunks(chunks_of(df, config.chunk_rows), judge, config, progress)]
     return pl.concat(parts, how="vertical")

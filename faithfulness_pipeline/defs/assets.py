@@ -34,6 +34,7 @@ from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
 from faithfulness_pipeline.defs.landing import file_schema, list_landing, load_day
 from faithfulness_pipeline.defs.metadata import aggregates_md, judge_metadata, scored_metadata, usage_totals
 from faithfulness_pipeline.defs.resources import JudgeResource, LandingResource, ScoringResource, WarehouseResource
+from faithfulness_pipeline.judges.factory import report_to
 
 GROUP = "answer_quality"
 LLM_POOL = "llm_judge"
@@ -75,6 +76,7 @@ def _progress(context: dg.AssetExecutionContext, total: int) -> RowProgress:
 def _judged(context: dg.AssetExecutionContext, frame: pl.DataFrame, judge: Judge, chunk_rows: int) -> pl.DataFrame:
     """The claims, verdicts and usage (extraction and verdicts apart) of every row; the judge is closed after."""
     progress = _progress(context, frame.height)
+    report_to(judge, context.log.info)  # batch mode: the state of the step's batches while it waits
 
     async def run() -> pl.DataFrame:
         try:

@@ -19,6 +19,7 @@ class CostEstimate:
     cost_usd: float | None
     notes: list[str] = field(default_factory=list)
     cached_items: int = 0  # step results already in the result store: they cost nothing
+    batch_cost_usd: float | None = None  # the same requests at the provider's batch prices (None: unknown)
 
 
 @runtime_checkable

@@ -3,8 +3,11 @@ path, the result store around it (``judges.stored``). And the dry run's report."
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
+from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.io import iter_chunks
 from faithfulness_pipeline.core.judge import ExtractItem, Judge, VerdictItem
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
@@ -18,25 +21,47 @@ def make_judge(settings: JudgeSettings, api_key: str | None = None) -> Judge:
     the stored-judge wrapper (identical items asked once per run, and the result store when
     ``settings.store`` is set). A missing API key or an unusable store fails here, before any row is read;
     ``api_key`` beats the environment variable the settings name."""
+    from faithfulness_pipeline.judges.stored import StoredJudge, open_store
+
     judge: Judge
     if settings.model is None:
+        if settings.mode == "batch":
+            raise ConfigError("batch mode needs a model (--model, FP_JUDGE_MODEL): the offline judge sends nothing")
         from faithfulness_pipeline.judges.offline import OfflineJudge
 
         judge = OfflineJudge()
+    elif settings.mode == "batch":
+        from faithfulness_pipeline.judges.litellm_batch import BatchJudge
+
+        if settings.store is None:
+            BatchJudge(settings, None)  # says why a store is needed
+        batch_store = open_store(settings.store or "")
+        try:
+            judge = BatchJudge(settings, batch_store, api_key=api_key)
+        except BaseException:
+            batch_store.close()
+            raise
+        return StoredJudge(judge, batch_store, refresh=settings.refresh)
     else:
         from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 
         judge = LiteLLMJudge(settings, api_key=api_key)
-    from faithfulness_pipeline.judges.stored import StoredJudge, open_store
-
     # Built first, the judge fails on a missing key before the store file is created; it holds nothing to
     # close until its first request.
     store = None if settings.store is None else open_store(settings.store)
     return StoredJudge(judge, store, refresh=settings.refresh)
 
 
-def estimate_cost(judge: Judge, paths: list[str], config: ScoringConfig) -> str:
-    """The dry-run report: what scoring ``paths`` would send, without sending anything."""
+def report_to(judge: Judge, report: Callable[[str], None]) -> None:
+    """Where a judge that runs long jobs of its own (the batch judge, behind the wrapper) says how they go."""
+    inner = getattr(judge, "inner", judge)
+    if hasattr(inner, "report"):
+        inner.report = report
+
+
+def estimate_cost(judge: Judge, paths: list[str], config: ScoringConfig, *, batch: bool = False) -> str:
+    """The dry-run report: what scoring ``paths`` would send, without sending anything; the cost both
+    interactively and as provider batches, ``batch`` marking the mode of this run."""
     registry = KeyRegistry()
     answers: list[ExtractItem] = []
     verdicts: list[VerdictItem] = []
@@ -54,14 +79,17 @@ def estimate_cost(judge: Judge, paths: list[str], config: ScoringConfig) -> str:
     if not isinstance(judge, Estimating):
         return f"dry run: {rows} rows, {len(answers)} answers to judge with {judge.model_name}: 0 requests, cost $0"
     estimate = judge.estimate(answers, verdicts)
-    cost = "unknown (no price for this model)" if estimate.cost_usd is None else f"${estimate.cost_usd:.4f}"
+    def dollars(value: float | None) -> str:
+        return "unknown (no price for this model)" if value is None else f"${value:.4f}"
+
     lines = [
         f"dry run with {judge.model_name} (prompt {judge.prompt_version}): {rows} rows, {len(answers)} answers",
         f"  requests: {estimate.requests}",
         f"  already in the result store: {estimate.cached_items} step results (free)",
         f"  prompt tokens: {estimate.prompt_tokens}",
         f"  completion tokens: {estimate.completion_tokens}",
-        f"  estimated cost: {cost}",
+        f"  estimated cost, interactive: {dollars(estimate.cost_usd)}{'' if batch else '   <- this run'}",
+        f"  estimated cost, batch (--batch): {dollars(estimate.batch_cost_usd)}{'   <- this run' if batch else ''}",
     ]
     lines += [f"  note: {note}" for note in estimate.notes]
     return "\n".join(lines)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from faithfulness_pipeline.core.packing import Count
@@ -27,6 +27,9 @@ class ModelCard:
     input_cost_per_token: float | None
     output_cost_per_token: float | None
     notes: tuple[str, ...] = ()
+    #: What the provider's Batch API charges (litellm's ``*_cost_per_token_batches``); None: unknown
+    batch_input_cost_per_token: float | None = None
+    batch_output_cost_per_token: float | None = None
 
     @property
     def priced(self) -> bool:
@@ -36,6 +39,15 @@ class ModelCard:
         if self.input_cost_per_token is None or self.output_cost_per_token is None:
             return None
         return prompt_tokens * self.input_cost_per_token, completion_tokens * self.output_cost_per_token
+
+    def for_batches(self) -> ModelCard:
+        """The card as the Batch API prices it: batch prices where known, else the interactive ones (noted)."""
+        if self.batch_input_cost_per_token is None or self.batch_output_cost_per_token is None:
+            note = ("no batch price known for this model: batch usage is priced at the interactive prices "
+                    "(set input_cost_per_token and output_cost_per_token to the batch prices)")
+            return replace(self, notes=(*self.notes, note) if self.priced else self.notes)
+        return replace(self, input_cost_per_token=self.batch_input_cost_per_token,
+                       output_cost_per_token=self.batch_output_cost_per_token)
 
 
 def lenient(fn: Callable[[], Any]) -> Any:
@@ -94,7 +106,14 @@ def model_card(config: JudgeSettings, model: str) -> ModelCard:
                 f"no price known for {model}: cost_usd is null "
                 "(set input_cost_per_token and output_cost_per_token to price it)"
             )
+    if config.input_cost_per_token is not None and config.output_cost_per_token is not None:
+        # Prices set by hand are what the user pays, in either mode.
+        batch_in, batch_out = in_cost, out_cost
+    else:
+        batch_in, batch_out = info.get("input_cost_per_token_batches"), info.get("output_cost_per_token_batches")
     return ModelCard(
+        batch_input_cost_per_token=None if batch_in is None else float(batch_in),
+        batch_output_cost_per_token=None if batch_out is None else float(batch_out),
         context_window=int(window),
         max_output_tokens=int(max_out),
         json_schema=schema,

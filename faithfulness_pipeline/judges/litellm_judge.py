@@ -49,7 +49,6 @@ from faithfulness_pipeline.core.judge import (
     ExtractResult,
     Hooks,
     JudgeStats,
-    Usage,
     VerdictItem,
     VerdictResult,
     billed_of,
@@ -61,13 +60,20 @@ from faithfulness_pipeline.core.packing import (
     Pack,
     Packer,
     halves,
-    largest_remainder,
 )
 from faithfulness_pipeline.core.parsing import ParsedReply
 from faithfulness_pipeline.judges.estimates import CostEstimate
 from faithfulness_pipeline.judges.limits import Clock, RequestLimiter, Sleep
 from faithfulness_pipeline.judges.litellm_config import import_litellm, model_card, token_counter
-from faithfulness_pipeline.judges.litellm_plans import ExtractPlan, Plan, R, Sizing, VerdictPlan
+from faithfulness_pipeline.judges.litellm_plans import (
+    ExtractPlan,
+    Plan,
+    R,
+    Sizing,
+    VerdictPlan,
+    repair_messages,
+    share_usage,
+)
 from faithfulness_pipeline.judges.litellm_requests import (
     EXTRACTION_HEAD_START_S,
     HEAD_START_S_PER_TOKEN,
@@ -85,8 +91,6 @@ from faithfulness_pipeline.judges.stored import ResultScope
 log = logging.getLogger(__name__)
 
 _ERROR_CHARS: Final = 300
-#: How much of an unusable reply a repair message quotes back to the model.
-_REPAIR_QUOTE_CHARS: Final = 2000
 
 
 class LiteLLMJudge:
@@ -242,12 +246,14 @@ class LiteLLMJudge:
                 prompt += pack.prompt_tokens
                 completion += sum(plan.expected_output(i) for i in pack.indices)
         priced = self.card.cost(prompt, completion)
+        batch = self.card.for_batches().cost(prompt, completion)
         return CostEstimate(
             requests=requests,
             prompt_tokens=prompt,
             completion_tokens=completion,
             cost_usd=None if priced is None else priced[0] + priced[1],
             notes=[*self.card.notes, "claims not yet extracted are estimated as the answer's sentences"],
+            batch_cost_usd=None if batch is None else batch[0] + batch[1],
         )
 
     # ------------------------------------------------------------------------------ running
@@ -347,7 +353,7 @@ class LiteLLMJudge:
                     self._finish_error(plan, i, self._sender.fatal, hooks)
                 return
             rendered, id_map, context = plan.render(indices)
-            repair = [] if tries.repair is None else _repair_messages(*tries.repair, attempt=tries.sent + 1)
+            repair = [] if tries.repair is None else repair_messages(*tries.repair, attempt=tries.sent + 1)
             messages = [*rendered, *repair]
             entries = [plan.entries[i] for i in indices]
             max_tokens = min(self.sizing.limits.max_output_tokens,
@@ -449,24 +455,10 @@ class LiteLLMJudge:
         parsed: ParsedReply[Any] | None,
         id_map: Mapping[str, int],
     ) -> None:
-        """Shares one request's usage out over its items (tokens by largest remainder, cost pro rata)."""
-        n = len(indices)
+        """Shares one request's usage out over its items (``litellm_plans.share_usage``) and counts it."""
         prompt = reply.prompt_tokens if reply else 0
         completion = reply.completion_tokens if reply else 0
-        prompt_weights = [float(plan.entries[i].prompt_tokens) for i in indices]
-        completion_weights = prompt_weights
-        if parsed is not None and parsed.weights:
-            by_index = {id_map[local]: float(w) for local, w in parsed.weights.items()}
-            completion_weights = [by_index.get(i, 0.0) for i in indices]
-        p_shares = largest_remainder(prompt, prompt_weights)
-        c_shares = largest_remainder(completion, completion_weights)
-        priced = self.card.cost(prompt, completion)
-        for i, p, c in zip(indices, p_shares, c_shares, strict=True):
-            cost: float | None = None
-            if priced is not None:
-                cost = (priced[0] * p / prompt if prompt else 0.0) + (priced[1] * c / completion if completion else 0.0)
-            share = Usage(llm_calls=1.0 / n, prompt_tokens=p, completion_tokens=c, cost_usd=cost)
-            plan.usage[i] = plan.usage[i] + share
+        priced = share_usage(plan, indices, prompt, completion, parsed, id_map, self.card.cost)
         self._stats.prompt_tokens += prompt
         self._stats.completion_tokens += completion
         if priced is not None and self._stats.cost_usd is not None:
@@ -491,14 +483,3 @@ def _count_turn(plan: Plan[Any], order: Sequence[int], start: int) -> list[Entry
 def _head_start_s(step: str, max_tokens: int) -> float:
     extraction = EXTRACTION_HEAD_START_S if step == "extract" else 0.0
     return extraction + max_tokens * HEAD_START_S_PER_TOKEN
-
-
-def _repair_messages(reply: str, why: str, *, attempt: int) -> list[dict[str, str]]:
-    """The last unusable reply quoted back, then what was wrong with it and which try this is: no two
-    requests of an item are the same, even when a model (or a cut) gives the same reply again."""
-    quoted = reply if len(reply) <= _REPAIR_QUOTE_CHARS else reply[:_REPAIR_QUOTE_CHARS] + " …"
-    return [
-        {"role": "assistant", "content": quoted},
-        {"role": "user", "content": f"That reply could not be used: {why}. Reply again with the whole JSON object, "
-                                    f"following the REPLY rules exactly (try {attempt})."},
-    ]

@@ -9,7 +9,7 @@ its model comes in one :class:`Sizing`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Generic, TypeVar
 
@@ -29,6 +29,7 @@ from faithfulness_pipeline.core.packing import (
     Limits,
     Pack,
     extract_output_bound,
+    largest_remainder,
     pack_entries,
     truncate_passages,
     verdict_output_bound,
@@ -38,6 +39,8 @@ from faithfulness_pipeline.core.parsing import ParsedReply, parse_extract_reply,
 R = TypeVar("R", ExtractResult, VerdictResult)
 
 NO_CONTEXT_REASON: Final = "No context was provided to check this claim against."
+#: How much of an unusable reply a repair message quotes back to the model.
+REPAIR_QUOTE_CHARS: Final = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,3 +281,44 @@ class VerdictPlan(Plan[VerdictResult]):
         return VerdictResult(
             id=self.items[i].id, verdicts=None, error=reason, usage=usage, context_truncated=i in self.truncated
         )
+
+
+def share_usage(
+    plan: Plan[Any],
+    indices: Sequence[int],
+    prompt: int,
+    completion: int,
+    parsed: ParsedReply[Any] | None,
+    id_map: Mapping[str, int],
+    cost: Callable[[int, int], tuple[float, float] | None],
+) -> tuple[float, float] | None:
+    """Adds one request's usage to ``plan.usage`` of the items that rode in it: prompt tokens by the items'
+    prompt sizes, completion tokens by what the reply gave each (as parsed; else by prompt size), both by
+    largest remainder so that the shares add up to the request; cost pro rata; a fractional call each.
+    Returns the request's (prompt, completion) cost, None when the price is unknown."""
+    n = len(indices)
+    prompt_weights = [float(plan.entries[i].prompt_tokens) for i in indices]
+    completion_weights = prompt_weights
+    if parsed is not None and parsed.weights:
+        by_index = {id_map[local]: float(w) for local, w in parsed.weights.items()}
+        completion_weights = [by_index.get(i, 0.0) for i in indices]
+    p_shares = largest_remainder(prompt, prompt_weights)
+    c_shares = largest_remainder(completion, completion_weights)
+    priced = cost(prompt, completion)
+    for i, p, c in zip(indices, p_shares, c_shares, strict=True):
+        paid: float | None = None
+        if priced is not None:
+            paid = (priced[0] * p / prompt if prompt else 0.0) + (priced[1] * c / completion if completion else 0.0)
+        plan.usage[i] = plan.usage[i] + Usage(llm_calls=1.0 / n, prompt_tokens=p, completion_tokens=c, cost_usd=paid)
+    return priced
+
+
+def repair_messages(reply: str, why: str, *, attempt: int) -> list[dict[str, str]]:
+    """The last unusable reply quoted back, then what was wrong with it and which try this is: no two
+    requests of an item are the same, even when a model (or a cut) gives the same reply again."""
+    quoted = reply if len(reply) <= REPAIR_QUOTE_CHARS else reply[:REPAIR_QUOTE_CHARS] + " …"
+    return [
+        {"role": "assistant", "content": quoted},
+        {"role": "user", "content": f"That reply could not be used: {why}. Reply again with the whole JSON object, "
+                                    f"following the REPLY rules exactly (try {attempt})."},
+    ]

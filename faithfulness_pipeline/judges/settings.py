@@ -82,3 +82,21 @@ class JudgeSettings(BaseModel):
         "<warehouse>/_judge_store.sqlite for the litellm judge)",
     )
     refresh: bool = Field(default=False, description="ignore stored results (new results are still stored)")
+    mode: Literal["interactive", "batch"] = Field(
+        default="interactive",
+        description="interactive: requests as the run goes; batch: the provider's Batch API (OpenAI's and "
+        "compatible ones: half price, results within 24 h; needs a result store, which holds the batches)",
+    )
+    batch_poll_s: float = Field(
+        default=30.0, gt=0, description="first pause between two looks at a running batch, in seconds; it grows "
+        "by half each time, to 10 minutes at most", json_schema_extra=_flag("--batch-poll"),
+    )
+    batch_max_wait_s: float = Field(
+        default=86400.0, gt=0, description="how long a run waits for its batches, in seconds (default: the "
+        "provider's 24 h window); then it stops, leaving them to a later run",
+        json_schema_extra=_flag("--batch-max-wait"),
+    )
+    batch_fallback: Literal["batch", "interactive"] = Field(
+        default="batch", description="how items whose batch lines failed or did not validate are asked again: in a "
+        "follow-up batch, or interactively",
+    )

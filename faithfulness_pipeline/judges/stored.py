@@ -18,6 +18,12 @@ the rest to the inner judge (offline, litellm, a test fake: anything that names 
 
 ``refresh`` skips every lookup, never a write. A store that fails costs money (results asked again,
 results not kept), never rows: the failure becomes a note in the judge's stats.
+
+One inner judge also writes to the store: the batch judge (``judges.litellm_batch``) asks for a whole run
+before it is scored (``core.judge.Prepaying``, forwarded by :meth:`StoredJudge.prepay`) and stores each
+batch's results under these same keys as soon as the batch is read, since they must outlive the call
+that asked for them. It tells the wrapper what this run paid for them (:class:`Prepaid`), so that the
+scoring pass bills them once instead of calling them store hits.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import asyncio
 import logging
 import sqlite3
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar, runtime_checkable
@@ -43,7 +49,9 @@ from faithfulness_pipeline.core.judge import (
     Hooks,
     Judge,
     JudgeStats,
+    Prepaying,
     ResultSource,
+    Usage,
     VerdictItem,
     VerdictResult,
     source_of,
@@ -82,6 +90,37 @@ class ResultScope:
     row: tuple[str | None, ...]
 
 
+class ContentKeys:
+    """The result keys of step items: one definition for the wrapper and for judges that keep results
+    outside the port (the batch judge records which contents its batches ask for)."""
+
+    def __init__(self, scope: ResultScope) -> None:
+        self._extract = KeyMaker(*scope.extract)
+        self._verdict = KeyMaker(*scope.verdict)
+
+    def extract(self, items: Sequence[ExtractItem]) -> dict[str, bytes]:
+        """Item id -> key, for the items that have something to extract from."""
+        make = self._extract.key
+        return {it.id: make(_question(it.question), it.answer) for it in items if it.answer and it.answer.strip()}
+
+    def verdict(self, items: Sequence[VerdictItem]) -> dict[str, bytes]:
+        """Item id -> key, for the items with claims and passages."""
+        keyed = [it for it in items if it.claims and it.context]
+        pairs = [(it.claims, it.context) for it in keyed]
+        return dict(zip([it.id for it in keyed], self._verdict.keys_of_pairs(pairs), strict=True))
+
+
+@runtime_checkable
+class Prepaid(Protocol):
+    """An inner judge that pays for results outside the port (provider batch jobs, before the scoring
+    pass) and keeps them in the result store: the wrapper serves such a result as this run's own
+    (``llm``, billed) the first time, not as a store hit."""
+
+    def paid_for(self, step: str, key: bytes) -> Usage | None:
+        """What this run paid for the stored result of ``key``, once; None when this run did not pay."""
+        ...
+
+
 @runtime_checkable
 class Storable(Protocol):
     """A judge whose results may be stored: it names what changes them."""
@@ -116,8 +155,7 @@ class StoredJudge:
         self.refresh = refresh
         self.model_name: str = inner.model_name
         self.prompt_version: str = inner.prompt_version
-        self._extract_keys = KeyMaker(*scope.extract)
-        self._verdict_keys = KeyMaker(*scope.verdict)
+        self._keys = ContentKeys(scope)
         self._row_keys = KeyMaker(*scope.row)
         redact = getattr(inner, "redact", None)
         self._redact: Callable[[str], str] = redact if callable(redact) else str
@@ -135,22 +173,27 @@ class StoredJudge:
         value = getattr(self.inner, "overlap_rows", None)
         return value if isinstance(value, int) else None
 
+    async def prepay(self, chunks: Callable[[], Iterable[pl.DataFrame]]) -> None:
+        """``core.judge.Prepaying``, when the inner judge has it (the batch judge). What the run remembered
+        while it ran is forgotten afterwards: the scoring pass must find the prepaid results in the store
+        (billed once, by ``Prepaid``), not as copies of results this run made."""
+        if isinstance(self.inner, Prepaying):
+            await self.inner.prepay(chunks)
+            self._memory = {step: RunMemory(memory.capacity) for step, memory in self._memory.items()}
+
     # ------------------------------------------------------------------------------- the port
 
     async def extract_claims(
         self, items: Sequence[ExtractItem], hooks: Hooks[ExtractResult] | None = None
     ) -> list[ExtractResult]:
-        make = self._extract_keys.key
-        keys = {it.id: make(_question(it.question), it.answer) for it in items if it.answer and it.answer.strip()}
+        keys = self._keys.extract(items)
         return await self._ask(items, keys, hooks or Hooks(), self.inner.extract_claims, self._stored_extract,
                                _encode_extract)
 
     async def judge_claims(
         self, items: Sequence[VerdictItem], hooks: Hooks[VerdictResult] | None = None
     ) -> list[VerdictResult]:
-        keyed = [it for it in items if it.claims and it.context]
-        pairs = [(it.claims, it.context) for it in keyed]
-        keys = dict(zip([it.id for it in keyed], self._verdict_keys.keys_of_pairs(pairs), strict=True))
+        keys = self._keys.verdict(items)
         return await self._ask(items, keys, hooks or Hooks(), self.inner.judge_claims, self._stored_verdicts,
                                _encode_verdicts)
 
@@ -250,11 +293,19 @@ class StoredJudge:
         if self.refresh or not keys or self.store is None:
             return {}
         found: dict[str, R] = {}
-        for item_id, value in zip(keys, self._lookup_aligned(list(keys.values())), strict=True):
+        paid_for = self.inner.paid_for if isinstance(self.inner, Prepaid) else None
+        step = "extract" if stored == self._stored_extract else "verdict"
+        fresh = 0
+        for (item_id, key), value in zip(keys.items(), self._lookup_aligned(list(keys.values())), strict=True):
             result = None if value is None else stored(item_id, value)
-            if result is not None:
-                found[item_id] = result
-        self._count_cached(len(found))
+            if result is None:
+                continue
+            paid = None if paid_for is None else paid_for(step, key)
+            if paid is not None:
+                result = replace(result, cached=False, source="llm", billed=paid)
+                fresh += 1
+            found[item_id] = result
+        self._count_cached(len(found) - fresh)
         return found
 
     def _stored_extract(self, item_id: str, value: Value) -> ExtractResult | None:
@@ -350,17 +401,14 @@ class StoredJudge:
     def estimate(self, extract: Sequence[ExtractItem], verdict: Sequence[VerdictItem]) -> CostEstimate:
         """The inner judge's estimate for each distinct content the store lacks, once. A verdict item whose
         id is that of an extraction item with stored claims is estimated with those claims."""
-        make = self._extract_keys.key
-        x_keys = {it.id: make(_question(it.question), it.answer) for it in extract if it.answer and it.answer.strip()}
+        x_keys = self._keys.extract(extract)
         x_found = self._found(x_keys, self._stored_extract)
         claims = {item_id: result.claims for item_id, result in x_found.items()}
         verdict = [
             VerdictItem(it.id, claims[it.id] or (), it.context, it.question) if it.id in claims else it
             for it in verdict
         ]
-        keyed = [it for it in verdict if it.claims and it.context]
-        v_keys = dict(zip([it.id for it in keyed], self._verdict_keys.keys_of_pairs(
-            [(it.claims, it.context) for it in keyed]), strict=True))
+        v_keys = self._keys.verdict(verdict)
         v_found = self._found(v_keys, self._stored_verdicts)
         x_rest = _distinct([it for it in extract if it.id not in x_found], x_keys)
         v_rest = _distinct([it for it in verdict if it.id not in v_found], v_keys)
@@ -372,7 +420,8 @@ class StoredJudge:
         notes = list(inner.notes)
         if repeated:
             notes.append(f"{repeated} items repeat an identical item of the run: each content is asked once")
-        return CostEstimate(inner.requests, inner.prompt_tokens, inner.completion_tokens, inner.cost_usd, notes, cached)
+        return CostEstimate(inner.requests, inner.prompt_tokens, inner.completion_tokens, inner.cost_usd, notes, cached,
+                            inner.batch_cost_usd)
 
     # ------------------------------------------------------------------------------ the store
 

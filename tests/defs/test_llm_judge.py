@@ -105,3 +105,36 @@ def test_litellm_judge_scores_through_dagster_without_leaking_the_key(
     for path in warehouse.rglob("*"):
         if path.is_file():
             assert CANARY.encode() not in path.read_bytes(), path
+
+
+def test_a_day_scored_in_batch_mode_and_its_step_re_executed_pays_nothing_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instance: dg.DagsterInstance
+) -> None:
+    """The schedule's job in batch mode: the LLM step submits and waits; run again, it finds everything in
+    the warehouse's store (batch results are stored like interactive ones) and creates no batch."""
+    from tests.fakellm.batches import BatchTiming
+
+    monkeypatch.setenv(KEY_ENV, CANARY)
+    warehouse = tmp_path / "warehouse"
+    with FakeLLMServer(ScriptedResponder(), batch_timing=BatchTiming(0.01, 0.001, 0.01)) as srv:
+        settings = DefsSettings.from_env({
+            "FP_JUDGE_MODEL": "openai/gpt-4o-mini", "FP_JUDGE_API_BASE": srv.base_url,
+            "FP_JUDGE_API_KEY_ENV": KEY_ENV, "FP_JUDGE_MODE": "batch", "FP_JUDGE_BATCH_POLL_S": "0.05",
+            "FP_LANDING": str(SAMPLE), "FP_WAREHOUSE": str(warehouse),
+        })
+        defs = build_defs(settings)
+        everything = [*(defs.assets or []), *(defs.asset_checks or [])]
+        first = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources)  # type: ignore[arg-type]
+        assert first.success
+        st = srv.stats()
+        assert st.requests == 0 and st.batches_created == 2
+        notes = str(_meta(first, "judged_claims").get("judge_notes", ""))
+        assert "batches: batch_" in notes
+        day = pl.read_parquet(warehouse / "daily_answer_quality" / f"ds={DAY}" / "data.parquet")
+        bill = st.batch_billed_prompt_tokens * 7.5e-8 + st.batch_billed_completion_tokens * 3e-7
+        assert math.isclose(day.get_column("billed_cost_usd").sum(), bill, rel_tol=1e-9)
+        again = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources)  # type: ignore[arg-type]
+        assert again.success and srv.stats().batches_created == 2 and srv.stats().requests == 0
+    again_day = pl.read_parquet(warehouse / "daily_answer_quality" / f"ds={DAY}" / "data.parquet")
+    assert again_day.get_column("billed_cost_usd").sum() == 0
+    assert CANARY not in notes

@@ -1,0 +1,97 @@
+"""Nightly scoring at the batch price: cost per 1,000 typical RAG answers, interactive vs batch mode.
+
+    .venv/bin/python bench/batch_cost.py [--rows 2000]
+
+The same typical RAG rows (`bench/rag_rows.py`) are scored twice, cold, by the judge the CLI builds
+(``judges.factory.make_judge``) for ``openai/gpt-4o-mini`` pointed at the fake server (scripted replies,
+cl100k token counts): once interactively, once with ``mode = "batch"`` (Files and Batches endpoints).
+Costs come from each run's own billed columns at litellm's list prices for the model (interactive and
+batch); the server's counts of requests, batch lines, uploaded files and batches are shown beside them.
+Client CPU per answer is the process CPU time of the batch run (waiting for the batches costs none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from common import FAKE_KEY_ENV, machine, machine_line
+from rag_rows import make_rows
+
+from faithfulness_pipeline.core.config import ScoringConfig
+from faithfulness_pipeline.core.pipeline import score_frame_async
+from faithfulness_pipeline.judges.factory import make_judge
+from faithfulness_pipeline.judges.settings import JudgeSettings
+from tests.fakellm import FakeLLMServer
+from tests.fakellm.batches import BatchTiming
+from tests.fakellm.scripted import ScriptedJudge
+
+MODEL = "openai/gpt-4o-mini"
+
+
+def _run(df: pl.DataFrame, server: FakeLLMServer, mode: str, store: Path) -> dict[str, Any]:
+    server.reset_stats()
+    judge = make_judge(JudgeSettings(model=MODEL, api_base=server.base_url, api_key_env=FAKE_KEY_ENV, mode=mode,
+                                     store=str(store), batch_poll_s=0.05))
+    cpu, wall = time.process_time(), time.perf_counter()
+
+    async def run() -> pl.DataFrame:
+        try:
+            return await score_frame_async(df, judge, ScoringConfig())
+        finally:
+            await judge.aclose()
+
+    scored = asyncio.run(run())
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    st = server.stats()
+    return {
+        "mode": mode, "rows": scored.height,  # every typical RAG row has an answer
+        "ok": int((scored.get_column("status") == "ok").sum()),
+        "billed_usd": float(scored.get_column("billed_cost_usd").sum()),
+        "billed_prompt": int(scored.get_column("billed_prompt_tokens").sum()),
+        "billed_completion": int(scored.get_column("billed_completion_tokens").sum()),
+        "chat_requests": st.requests, "batch_lines": st.batch_lines, "files": st.files_uploaded,
+        "batches": st.batches_created, "cpu_s": cpu, "wall_s": wall,
+        "server_tokens": (st.billed_prompt_tokens + st.batch_billed_prompt_tokens,
+                          st.billed_completion_tokens + st.batch_billed_completion_tokens),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=2000)
+    args = parser.parse_args()
+    df = make_rows(args.rows, seed=11)
+    with tempfile.TemporaryDirectory() as tmp, FakeLLMServer(
+        ScriptedJudge(grounded=True), batch_timing=BatchTiming(validating_s=0.05, per_line_s=0.0, finalizing_s=0.05)
+    ) as server:
+        interactive = _run(df, server, "interactive", Path(tmp) / "i.sqlite")
+        batch = _run(df, server, "batch", Path(tmp) / "b.sqlite")
+    per_k = {r["mode"]: 1000 * r["billed_usd"] / r["rows"] for r in (interactive, batch)}
+    ratio = per_k["batch"] / per_k["interactive"]
+    print("# Batch mode: cost per 1,000 answers, interactive vs batch\n")
+    print(f"{args.rows} typical RAG rows (`bench/rag_rows.py`, seed 11: en / zh / ko, 3-6 sentence answers, 3-8 "
+          f"passages), `{MODEL}` list prices from litellm's bundled map, scripted replies of the fake server.\n")
+    print("| mode | rows ok | USD per 1,000 answers | billed prompt / completion tokens | chat requests | "
+          "batch lines | files | batches | client CPU ms per answer |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in (interactive, batch):
+        assert (r["billed_prompt"], r["billed_completion"]) == r["server_tokens"], "billed columns != server count"
+        print(f"| {r['mode']} | {r['ok']}/{r['rows']} | ${per_k[r['mode']]:.4f} | {r['billed_prompt']:,} / "
+              f"{r['billed_completion']:,} | {r['chat_requests']} | {r['batch_lines']} | {r['files']} | "
+              f"{r['batches']} | {1000 * r['cpu_s'] / r['rows']:.2f} |")
+    verdict = "met" if abs(ratio - 0.5) <= 0.02 else "NOT met"
+    print(f"\nBatch / interactive cost per answer: **{ratio:.3f}** (target: half; {verdict}). Both runs' billed "
+          "columns equal the server's own token counts. The token counts differ a little because the batch "
+          "run packs the whole run at once (the interactive one packs per call of 512 answers).\n")
+    print(machine_line({"machine": machine(), "load_average": os.getloadavg()[0]}))
+
+
+if __name__ == "__main__":
+    main()

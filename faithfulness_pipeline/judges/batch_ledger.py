@@ -1,0 +1,176 @@
+"""The durable record of provider batch jobs: what was submitted, in which batch, carrying which items.
+
+It lives in the result store's SQLite file (its own tables beside ``results``), because a batch is paid
+for once it is created and its results arrive hours later, maybe in another process: whatever is needed
+to find a batch again and to read its output is committed *before* the next step can lose it.
+
+- a submission is recorded (``creating``, with the uploaded file and a submission tag sent as the
+  batch's metadata) before the batch is created, and gets its batch id right after: a run killed in
+  between finds its batch again by that tag instead of creating a second one;
+- every request line of a batch is recorded with the items it carries (enough to render and parse the
+  reply again), and every item's content key points at the line that asks for it: a later run asking
+  for the same content waits for that line instead of paying again;
+- a batch is ``ingested`` once its output has been read and its results stored; its lines are then
+  deleted, and so are the pointers of its items.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+#: A batch's state in the ledger (the provider's own status is kept beside it, as it was last seen).
+OPEN_STATES: Final = ("creating", "submitted")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    submission: str  # our tag, sent as the batch's metadata
+    step: str
+    scope: str  # hex digest of the judge's result scope: batches of other settings are not ours
+    input_file_id: str
+    batch_id: str | None
+    state: str  # creating | submitted | ingested
+    provider_status: str | None
+    lines: int
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class LineRecord:
+    custom_id: str
+    submission: str
+    step: str
+    items: list[dict[str, Any]]  # each with "key" (hex) and the item's fields
+    tries: int  # how many times these items have been sent
+
+
+class BatchLedger:
+    """The batch tables of one store file. Safe for several processes (WAL, busy timeout)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 60000")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS batch_jobs (submission TEXT PRIMARY KEY, step TEXT NOT NULL,"
+                " scope TEXT NOT NULL, input_file_id TEXT NOT NULL, batch_id TEXT, state TEXT NOT NULL,"
+                " provider_status TEXT, lines INTEGER NOT NULL, created_at REAL NOT NULL)"
+            )
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS batch_lines (custom_id TEXT PRIMARY KEY, submission TEXT NOT NULL,"
+                " step TEXT NOT NULL, items TEXT NOT NULL, tries INTEGER NOT NULL)"
+            )
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS batch_items (key BLOB PRIMARY KEY, custom_id TEXT NOT NULL) WITHOUT ROWID"
+            )
+            conn.execute("CREATE INDEX IF NOT EXISTS batch_lines_by_submission ON batch_lines (submission)")
+            self._conn = conn
+        return self._conn
+
+    def _write(self, statements: Iterable[tuple[str, list[tuple[Any, ...]]]]) -> None:
+        """Each statement over each of its parameter rows, all in one transaction."""
+        with self._lock:
+            conn = self._db()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, rows in statements:
+                    conn.executemany(sql, rows)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    # ------------------------------------------------------------------------------- writing
+
+    def record_submission(self, record: BatchRecord, lines: Sequence[LineRecord]) -> None:
+        """The batch about to be created, its lines and its items' pointers, in one transaction."""
+        self._write([
+            ("INSERT INTO batch_jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             [(record.submission, record.step, record.scope, record.input_file_id, record.batch_id, record.state,
+               record.provider_status, record.lines, record.created_at)]),
+            ("INSERT OR REPLACE INTO batch_lines VALUES (?, ?, ?, ?, ?)",
+             [(ln.custom_id, ln.submission, ln.step, json.dumps(ln.items, ensure_ascii=False), ln.tries)
+              for ln in lines]),
+            ("INSERT OR REPLACE INTO batch_items VALUES (?, ?)",
+             [(bytes.fromhex(item["key"]), ln.custom_id) for ln in lines for item in ln.items]),
+        ])
+
+    def record_created(self, submission: str, batch_id: str, status: str) -> None:
+        self._write([("UPDATE batch_jobs SET batch_id = ?, state = 'submitted', provider_status = ? "
+                      "WHERE submission = ?", [(batch_id, status, submission)])])
+
+    def record_status(self, submission: str, status: str) -> None:
+        self._write([("UPDATE batch_jobs SET provider_status = ? WHERE submission = ?", [(status, submission)])])
+
+    def forget_submission(self, submission: str) -> None:
+        """A submission whose batch was never created (the create call failed): nothing was paid."""
+        self._write([
+            ("DELETE FROM batch_items WHERE custom_id IN (SELECT custom_id FROM batch_lines WHERE submission = ?)",
+             [(submission,)]),
+            ("DELETE FROM batch_lines WHERE submission = ?", [(submission,)]),
+            ("DELETE FROM batch_jobs WHERE submission = ?", [(submission,)]),
+        ])
+
+    def record_ingested(self, submission: str, status: str) -> None:
+        """The batch's output is read and its results stored: its lines are no longer needed."""
+        self._write([
+            ("DELETE FROM batch_items WHERE custom_id IN (SELECT custom_id FROM batch_lines WHERE submission = ?)",
+             [(submission,)]),
+            ("DELETE FROM batch_lines WHERE submission = ?", [(submission,)]),
+            ("UPDATE batch_jobs SET state = 'ingested', provider_status = ? WHERE submission = ?",
+             [(status, submission)]),
+        ])
+
+    # ------------------------------------------------------------------------------- reading
+
+    def open_batches(self, scope: str, step: str) -> list[BatchRecord]:
+        with self._lock:
+            rows = self._db().execute(
+                "SELECT * FROM batch_jobs WHERE scope = ? AND step = ? AND state IN ('creating', 'submitted') "
+                "ORDER BY created_at", (scope, step)
+            ).fetchall()
+        return [BatchRecord(*row) for row in rows]
+
+    def lines_of(self, submission: str) -> dict[str, LineRecord]:
+        with self._lock:
+            rows = self._db().execute(
+                "SELECT custom_id, submission, step, items, tries FROM batch_lines WHERE submission = ?", (submission,)
+            ).fetchall()
+        return {row[0]: LineRecord(row[0], row[1], row[2], json.loads(row[3]), row[4]) for row in rows}
+
+    def pending(self, keys: Sequence[bytes]) -> set[bytes]:
+        """Those of ``keys`` that a batch not yet ingested is asking for."""
+        found: set[bytes] = set()
+        with self._lock:
+            conn = self._db()
+            for start in range(0, len(keys), 900):
+                chunk = list(keys[start : start + 900])
+                marks = ",".join("?" * len(chunk))
+                found.update(k for (k,) in conn.execute(f"SELECT key FROM batch_items WHERE key IN ({marks})", chunk))
+        return found
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+def new_submission_tag() -> str:
+    """Unique enough across processes and machines: time plus random bits."""
+    import secrets
+
+    return f"fp-{int(time.time())}-{secrets.token_hex(6)}"
