@@ -41,15 +41,15 @@ def make_judge(settings: JudgeSettings, api_key: str | None = None) -> Judge:
         except BaseException:
             batch_store.close()
             raise
-        return StoredJudge(judge, batch_store, refresh=settings.refresh)
+        return StoredJudge(judge, batch_store, refresh=settings.refresh, lease_s=settings.store_lease_s)
     else:
         from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 
         judge = LiteLLMJudge(settings, api_key=api_key)
     # Built first, the judge fails on a missing key before the store file is created; it holds nothing to
     # close until its first request.
-    store = None if settings.store is None else open_store(settings.store)
-    return StoredJudge(judge, store, refresh=settings.refresh)
+    store = None if settings.store is None else open_store(settings.store)  # a path or a postgresql:// URL
+    return StoredJudge(judge, store, refresh=settings.refresh, lease_s=settings.store_lease_s)
 
 
 def report_to(judge: Judge, report: Callable[[str], None]) -> None:

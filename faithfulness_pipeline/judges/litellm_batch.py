@@ -57,6 +57,7 @@ from faithfulness_pipeline.judges.litellm_secrets import resolve_api_key
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.judges.store import (
     ResultStore,
+    Store,
     decode_claims,
     decode_verdicts,
     encode_claims,
@@ -109,7 +110,7 @@ class BatchJudge:
     def __init__(
         self,
         config: JudgeSettings,
-        store: ResultStore | None,
+        store: Store | None,
         *,
         api_key: str | None = None,
         limits: BatchLimits = BatchLimits(),
@@ -119,6 +120,9 @@ class BatchJudge:
         if store is None:
             raise ConfigError("batch mode needs a result store (--store PATH, or FP_JUDGE_STORE): it holds the "
                               "batches of a run until their results are back, hours later, maybe in another run")
+        if not isinstance(store, ResultStore):
+            raise ConfigError(f"batch mode keeps its batches in a SQLite result store; {store.location} is not one "
+                              "(use a file path for --store, or the interactive mode)")
         if not api_key:
             _, api_key = resolve_api_key(config.model or "", config.api_key_env)
         self.interactive = LiteLLMJudge(config, api_key=api_key)

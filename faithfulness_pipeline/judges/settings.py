@@ -78,10 +78,16 @@ class JudgeSettings(BaseModel):
     )
     store: str | None = Field(
         default=None,
-        description="result store (SQLite file) that makes runs resumable and re-runs free (Dagster default: "
+        description="result store that makes runs resumable and re-runs free: a SQLite file path, or a "
+        "postgresql:// URL shared by workers on several machines (Dagster default: "
         "<warehouse>/_judge_store.sqlite for the litellm judge)",
     )
     refresh: bool = Field(default=False, description="ignore stored results (new results are still stored)")
+    store_lease_s: float = Field(
+        default=60.0, gt=0, description="seconds an item another worker sharing the store is asking for stays "
+        "reserved to it (renewed while it works); then a waiting worker takes it over",
+        json_schema_extra=_flag("--store-lease"),
+    )
     mode: Literal["interactive", "batch"] = Field(
         default="interactive",
         description="interactive: requests as the run goes; batch: the provider's Batch API (OpenAI's and "

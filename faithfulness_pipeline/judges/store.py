@@ -39,7 +39,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import polars as pl
 import pyarrow as pa
@@ -211,11 +211,47 @@ def _content(fields: Sequence[str | None]) -> bytes:
 Value = str | bytes
 
 
+class StoreError(Exception):
+    """A store that cannot be reached or read (a database that is down, refuses the password, or holds a
+    store of another version); the message is one line, with any password masked."""
+
+
+class Store(Protocol):
+    """What a result store does, whatever holds it (``ResultStore``: SQLite; ``store_postgres``)."""
+
+    #: where the store is, as it may be shown (never with a password)
+    location: str
+
+    def open(self) -> None: ...
+
+    def get_many(self, keys: Sequence[bytes]) -> dict[bytes, Value]: ...
+
+    def get_aligned(self, keys: Sequence[bytes]) -> list[Value | None]: ...
+
+    def put_many(self, rows: Iterable[tuple[bytes, str, Value]]) -> None: ...
+
+    def claim(self, keys: Sequence[bytes], owner: str, ttl_s: float, takeover: Sequence[str] = ()) -> set[bytes]:
+        """Those of ``keys`` now leased to ``owner``: free, expired, already its own (renewed) or held by one
+        of the ``takeover`` owners (known to be dead)."""
+        ...
+
+    def lease_owners(self, keys: Sequence[bytes]) -> set[str]:
+        """Who holds leases on any of ``keys``."""
+        ...
+
+    def release(self, keys: Sequence[bytes], owner: str) -> None: ...
+
+    def count(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
 class ResultStore:
     """A SQLite file of results keyed by :class:`KeyMaker` keys. Safe for two processes at once."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        self.location = str(self.path)
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
 
@@ -239,6 +275,8 @@ class ResultStore:
                 ") WITHOUT ROWID"
             )
             conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute("CREATE TABLE IF NOT EXISTS leases (key BLOB PRIMARY KEY, owner TEXT NOT NULL,"
+                         " expires_at REAL NOT NULL) WITHOUT ROWID")
             conn.execute(
                 "INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
@@ -290,6 +328,57 @@ class ResultStore:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+
+    def claim(self, keys: Sequence[bytes], owner: str, ttl_s: float, takeover: Sequence[str] = ()) -> set[bytes]:
+        """Leases ``keys`` to ``owner`` where they are free, expired, its own or a ``takeover`` owner's;
+        returns those it holds."""
+        if not keys:
+            return set()
+        now = time.time()
+        claimed: set[bytes] = set()
+        dead = json.dumps(list(takeover))
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for start in range(0, len(keys), LOOKUP_CHUNK):
+                    chunk = list(keys[start : start + LOOKUP_CHUNK])
+                    conn.executemany(
+                        "INSERT INTO leases (key, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE "
+                        "SET owner = excluded.owner, expires_at = excluded.expires_at "
+                        "WHERE leases.owner = excluded.owner OR leases.expires_at < ? "
+                        "OR leases.owner IN (SELECT value FROM json_each(?))",
+                        [(k, owner, now + ttl_s, now, dead) for k in chunk],
+                    )
+                    marks = ",".join("?" * len(chunk))
+                    query = f"SELECT key FROM leases WHERE owner = ? AND key IN ({marks})"  # only ? formatted in
+                    claimed.update(k for (k,) in conn.execute(query, [owner, *chunk]))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return claimed
+
+    def lease_owners(self, keys: Sequence[bytes]) -> set[str]:
+        owners: set[str] = set()
+        with self._lock:
+            conn = self._connection()
+            for start in range(0, len(keys), LOOKUP_CHUNK):
+                chunk = list(keys[start : start + LOOKUP_CHUNK])
+                marks = ",".join("?" * len(chunk))
+                owners.update(o for (o,) in conn.execute(f"SELECT DISTINCT owner FROM leases WHERE key IN ({marks})",
+                                                         chunk))
+        return owners
+
+    def release(self, keys: Sequence[bytes], owner: str) -> None:
+        if not keys:
+            return
+        with self._lock:
+            conn = self._connection()
+            for start in range(0, len(keys), LOOKUP_CHUNK):
+                chunk = list(keys[start : start + LOOKUP_CHUNK])
+                marks = ",".join("?" * len(chunk))
+                conn.execute(f"DELETE FROM leases WHERE owner = ? AND key IN ({marks})", [owner, *chunk])
 
     def count(self) -> int:
         with self._lock:

@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import sqlite3
 import threading
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -63,6 +66,8 @@ from faithfulness_pipeline.judges.run_memory import RUN_MEMORY_ITEMS, RecentKeys
 from faithfulness_pipeline.judges.store import (
     KeyMaker,
     ResultStore,
+    Store,
+    StoreError,
     Value,
     decode_claims,
     decode_verdicts,
@@ -77,6 +82,10 @@ I = TypeVar("I", ExtractItem, VerdictItem)  # noqa: E741
 T = TypeVar("T")
 
 _ERROR_CHARS: Final = 300
+#: How long a content another worker is asking for stays reserved to it without being renewed (a worker
+#: renews its leases every third of it while its call runs), and how often a waiting worker looks.
+DEFAULT_LEASE_S: Final = 60.0
+LEASE_POLL_S: Final = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +137,27 @@ class Storable(Protocol):
     def result_scope(self) -> ResultScope: ...
 
 
-def open_store(path: Path | str) -> ResultStore:
-    """The result store at ``path``, opened now so that a bad path fails before any work."""
-    store = ResultStore(path)
+def open_store(spec: Path | str) -> Store:
+    """The result store ``spec`` names, opened now so that a bad one fails before any work: a path or
+    ``sqlite:///path`` (a SQLite file), or a ``postgresql://`` URL (a database several machines share)."""
+    from faithfulness_pipeline.judges.store_postgres import PostgresStore, is_postgres_url
+
+    text = str(spec)
+    store: Store
+    if is_postgres_url(text):
+        store = PostgresStore(text)
+    elif "://" in text and not text.startswith("sqlite://"):
+        scheme = text.split("://", 1)[0]
+        raise ConfigError(f"result store {text.split('@')[-1]!r}: unknown scheme {scheme!r}; use a file path, "
+                          "sqlite:///path or postgresql://user@host/database")
+    else:
+        store = ResultStore(text.removeprefix("sqlite://") if text.startswith("sqlite://") else text)
     try:
         store.open()
     except (sqlite3.Error, OSError, ValueError) as exc:
-        raise ConfigError(f"cannot use the result store {path}: {exc}") from None
+        raise ConfigError(f"cannot use the result store {store.location}: {exc}") from None
+    except StoreError as exc:
+        raise ConfigError(str(exc)) from None
     return store
 
 
@@ -142,8 +165,8 @@ class StoredJudge:
     """``inner`` with the run's memory and a result store (None: memory only) in front of it (see the
     module docstring). Closing it closes both."""
 
-    def __init__(self, inner: Judge, store: ResultStore | None, *, refresh: bool = False,
-                 remember: int = RUN_MEMORY_ITEMS) -> None:
+    def __init__(self, inner: Judge, store: Store | None, *, refresh: bool = False,
+                 remember: int = RUN_MEMORY_ITEMS, lease_s: float = DEFAULT_LEASE_S) -> None:
         if not isinstance(inner, Storable):
             if store is not None:
                 store.close()
@@ -153,6 +176,9 @@ class StoredJudge:
         self.inner = inner
         self.store = store
         self.refresh = refresh
+        self.lease_s = lease_s
+        # Who holds a lease: unique per wrapper, so two runs in one process do not take each other's.
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.model_name: str = inner.model_name
         self.prompt_version: str = inner.prompt_version
         self._keys = ContentKeys(scope)
@@ -259,19 +285,16 @@ class StoredJudge:
             return found
 
         if asked:
+            inner_hooks = Hooks(progress=hooks.progress, settled=settled, recheck=recheck)
             try:
-                answered = await ask(asked, Hooks(progress=hooks.progress, settled=settled, recheck=recheck))
+                answered = await self._ask_leased(asked, keys, ask, inner_hooks, stored)
             except BaseException as exc:
                 memory.abandon(asked_keys, exc)
                 raise
-            if [r.id for r in answered] != [it.id for it in asked]:
-                raise RuntimeError(f"the judge {self.model_name} broke the port contract: results do not match items")
-            # What the inner judge did not report as it went (one that answers all at once); failures are
-            # no results to keep, but those waiting for the same content get them too.
-            settled([r for r in answered if r.error is None])
-            for result in answered:
-                results[result.id] = result
-                if (key := keys.get(result.id)) is not None:
+            for item in asked:
+                result = answered[item.id]
+                results[item.id] = result
+                if (key := keys.get(item.id)) is not None:
                     memory.finish(key, result)
         for key, future in waits.items():
             results[first[key]] = _copy(await future, first[key])
@@ -281,6 +304,93 @@ class StoredJudge:
         self._count_copies([results[i] for i in (*copies, *(first[k] for k in waits))])
         hooks.tick(len(items) - len(asked) - early)
         return [results[it.id] for it in items]
+
+    async def _ask_leased(
+        self,
+        asked: Sequence[Any],
+        keys: dict[str, bytes],
+        ask: Callable[[Sequence[Any], Hooks[R]], Awaitable[list[R]]],
+        hooks: Hooks[R],
+        stored: Callable[[str, Value], R | None],
+    ) -> dict[str, R]:
+        """The inner judge's results for ``asked``, by item id; with a store, except for the contents another
+        worker is asking for right now (it holds their lease): those are awaited in the store, and taken
+        over when their lease runs out (that worker died). Own leases are renewed while the call runs and
+        given back when it ends, after its results are stored."""
+        leasing = self.store is not None and not self.refresh and self.lease_s > 0
+        results: dict[str, R] = {}
+        others: dict[bytes, Any] = {}
+        mine = list(asked)
+        if leasing:
+            wanted = list(dict.fromkeys(keys[it.id] for it in asked if it.id in keys))
+            held = await asyncio.to_thread(self._claim, wanted)
+            others = {keys[it.id]: it for it in asked if it.id in keys and keys[it.id] not in held}
+            mine = [it for it in asked if it.id not in keys or keys[it.id] in held]
+
+        async def run(items: list[Any]) -> None:
+            if not items:
+                return
+            held_keys = [keys[it.id] for it in items if it.id in keys]
+            beat = asyncio.create_task(self._renew(held_keys)) if leasing else None
+            try:
+                answered = await ask(items, hooks)
+                if [r.id for r in answered] != [it.id for it in items]:
+                    raise RuntimeError(f"the judge {self.model_name} broke the port contract: results do not "
+                                       "match items")
+                # What the inner judge did not report as it went (one that answers all at once); failures are
+                # no results to keep, but those waiting for the same content get them too.
+                if hooks.settled is not None:
+                    hooks.settled([r for r in answered if r.error is None])
+                results.update((r.id, r) for r in answered)
+            finally:
+                if beat is not None:
+                    beat.cancel()
+                if leasing:
+                    await asyncio.to_thread(self._release, held_keys)
+
+        async def wait() -> None:
+            while others:
+                await asyncio.sleep(LEASE_POLL_S)
+                found = await asyncio.to_thread(self._found, {it.id: key for key, it in others.items()}, stored)
+                for item_id, result in found.items():
+                    results[item_id] = result
+                    others.pop(keys[item_id])
+                hooks.tick(len(found))
+                if others:
+                    taken = await asyncio.to_thread(self._claim, list(others))
+                    await run([others.pop(key) for key in list(others) if key in taken])
+
+        await asyncio.gather(run(mine), wait())
+        return results
+
+    def _claim(self, keys: list[bytes]) -> set[bytes]:
+        """The leases of ``keys`` this worker holds now; all of them when the store cannot lease (then two
+        workers may pay for the same items, never lose them)."""
+        if self.store is None or not keys:
+            return set(keys)
+        try:
+            held = self.store.claim(keys, self._owner, self.lease_s)
+            rest = [k for k in keys if k not in held]
+            dead = [o for o in self.store.lease_owners(rest) if _dead_here(o)] if rest else []
+            if dead:  # a run on this machine that was killed: no need to wait for its leases to run out
+                held |= self.store.claim(rest, self._owner, self.lease_s, takeover=dead)
+            return held
+        except (sqlite3.Error, StoreError) as exc:
+            self._warn(f"result store leases failed ({type(exc).__name__}): items may be paid by two workers", exc)
+            return set(keys)
+
+    def _release(self, keys: list[bytes]) -> None:
+        if self.store is None or not keys:
+            return
+        try:
+            self.store.release(keys, self._owner)
+        except (sqlite3.Error, StoreError) as exc:  # the leases run out on their own
+            self._warn(f"result store leases could not be given back ({type(exc).__name__})", exc)
+
+    async def _renew(self, keys: list[bytes]) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            await asyncio.to_thread(self._claim, keys)
 
     def _count_copies(self, copies: list[R]) -> None:
         duplicates = sum(1 for r in copies if r.source == "duplicate")
@@ -431,7 +541,7 @@ class StoredJudge:
             return [None] * len(keys)
         try:
             return self.store.get_aligned(keys) if keys else []
-        except sqlite3.Error as exc:  # an unreadable store costs money, never rows
+        except (sqlite3.Error, StoreError) as exc:  # an unreadable store costs money, never rows
             self._warn(f"result store read failed ({type(exc).__name__}): stored results were not used", exc)
             return [None] * len(keys)
 
@@ -482,6 +592,21 @@ class StoredJudge:
         finally:
             if self.store is not None:
                 self.store.close()
+
+
+def _dead_here(owner: str) -> bool:
+    """Whether a lease owner (``host:pid:tag``) is a process of this machine that no longer runs."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 def _copy(result: R, item_id: str) -> R:

@@ -120,8 +120,9 @@ def test_recheck_serves_what_another_process_stored_meanwhile(tmp_path: Path) ->
     class Racing(ScopedJudge):
         async def judge_claims(self, items: Sequence[VerdictItem], hooks: Hooks[VerdictResult] | None = None
                                ) -> list[VerdictResult]:
-            # "another process" judges and stores the last item while this one is about to send
-            other = StoredJudge(ScopedJudge(), open_store(store))
+            # "another process" judges and stores the last item while this one is about to send (one that
+            # takes no leases, as an older version: a leasing one would wait for this call's lease)
+            other = StoredJudge(ScopedJudge(), open_store(store), lease_s=0)
             await other.judge_claims([items[-1]])
             await other.aclose()
             assert hooks is not None and hooks.recheck is not None
