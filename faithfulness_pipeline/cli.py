@@ -8,8 +8,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,16 +20,9 @@ from pydantic import BaseModel
 
 from faithfulness_pipeline.core.config import ContextHook, ScoringConfig, ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
-from faithfulness_pipeline.core.io import (
-    ParquetChunkWriter,
-    atomic_path,
-    count_rows,
-    input_schema,
-    iter_chunks,
-    open_text_atomic,
-    resolve_inputs,
-)
+from faithfulness_pipeline.core.io import ParquetChunkWriter, count_rows, input_schema, iter_chunks, resolve_inputs
 from faithfulness_pipeline.core.judge import Judge
+from faithfulness_pipeline.core.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
 from faithfulness_pipeline.core.pipeline import empty_scored_frame, score_chunks
 from faithfulness_pipeline.judges.factory import estimate_cost, make_judge
@@ -234,39 +227,57 @@ async def _run(
     paths: list[str],
     judge: Judge,
     config: ScoringConfig,
-    output: str,
-    claims_out: str | None,
-    mastra_out: str | None,
+    outputs: dict[str, str],
     progress: Callable[[float], None] | None,
     summary: Summary,
 ) -> None:
+    """Scores ``paths`` into ``outputs`` (option -> path: ``-o`` and optionally ``--claims-out``,
+    ``--mastra-out``), which appear together when the run is complete, or not at all."""
     schema = input_schema(paths)
-    with ExitStack() as stack:
-        scored_writer = ParquetChunkWriter(stack.enter_context(atomic_path(output)))
-        claims_writer = (
-            ParquetChunkWriter(stack.enter_context(atomic_path(claims_out))) if claims_out else None
+    with committed_together(outputs) as tmps, ExitStack() as stack:
+        scored_writer = ParquetChunkWriter(tmps["-o"])
+        claims_writer = ParquetChunkWriter(tmps["--claims-out"]) if "--claims-out" in tmps else None
+        mastra_handle = (
+            stack.enter_context(open(tmps["--mastra-out"], "w", encoding="utf-8")) if "--mastra-out" in tmps else None
         )
-        mastra_handle = stack.enter_context(open_text_atomic(mastra_out)) if mastra_out else None
         wrote_any = False
         try:
             async for scored in score_chunks(iter_chunks(paths, config.chunk_rows), judge, config, progress):
                 wrote_any = True
                 summary.add(scored)
-                scored_writer.write(scored)
+                with _naming(tmps["-o"]):
+                    scored_writer.write(scored)
                 if claims_writer is not None:
-                    claims_writer.write(claim_table(scored))
+                    with _naming(tmps["--claims-out"]):
+                        claims_writer.write(claim_table(scored))
                 if mastra_handle is not None:
-                    mastra_handle.writelines(mastra_jsonl_lines(scored))
+                    with _naming(tmps["--mastra-out"]):
+                        mastra_handle.writelines(mastra_jsonl_lines(scored))
             if not wrote_any:
                 empty = empty_scored_frame(schema, config)
                 scored_writer.write(empty)
                 if claims_writer is not None:
                     claims_writer.write(claim_table(empty))
         finally:
-            scored_writer.close()
-            if claims_writer is not None:
-                claims_writer.close()
-            await judge.aclose()
+            try:
+                with _naming(tmps["-o"]):
+                    scored_writer.close()
+                if claims_writer is not None:
+                    with _naming(tmps["--claims-out"]):
+                        claims_writer.close()
+            finally:
+                await judge.aclose()
+
+
+@contextmanager
+def _naming(tmp: Path) -> Iterator[None]:
+    """A failed write names the file it was writing (pyarrow's OSErrors name none)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(tmp)
+        raise
 
 
 @click.group()
@@ -302,6 +313,9 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
         )
         paths = resolve_inputs(input_spec)
         input_schema(paths)  # schema disagreements fail before any call is paid for
+        outputs = {"-o": output, "--claims-out": claims_out, "--mastra-out": mastra_out}
+        if not dry_run:  # so do outputs that could not be written, or would overwrite each other or an input
+            check_outputs(outputs, paths)
         judge = make_judge(judge_settings)
         freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
         if dry_run:
@@ -312,9 +326,13 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
         progress = _Progress(total, enabled=not quiet)
         summary = Summary(model_column=scoring.model_column, threshold=scoring.hallucination_threshold)
         try:
-            asyncio.run(_run(paths, judge, config, output, claims_out, mastra_out, progress, summary))
+            given = {option: path for option, path in outputs.items() if path}
+            asyncio.run(_run(paths, judge, config, given, progress, summary))
         finally:
             progress.close()
+    except OutputError as exc:  # the machine's fault (a full disk, a read-only folder), not the command's
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
     except FaithfulnessPipelineError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -27,14 +27,14 @@ from faithfulness_pipeline.core.errors import InputError
 _TMP_COUNTER = itertools.count()
 
 
-def _is_uri(spec: str) -> bool:
+def is_uri(spec: str) -> bool:
     return "://" in spec and not spec.startswith("file://")
 
 
 def resolve_inputs(spec: str | os.PathLike[str]) -> list[str]:
     """The Parquet files that ``spec`` names, sorted, so runs are reproducible."""
     text = os.fspath(spec)
-    if _is_uri(text):
+    if is_uri(text):
         fs, path = pafs.FileSystem.from_uri(text)
         info = fs.get_file_info(path)
         if info.type == pafs.FileType.Directory:
@@ -62,7 +62,7 @@ def resolve_inputs(spec: str | os.PathLike[str]) -> list[str]:
 
 def _open(path: str) -> pq.ParquetFile:
     try:
-        if _is_uri(path):
+        if is_uri(path):
             fs, inner = pafs.FileSystem.from_uri(path)
             return pq.ParquetFile(fs.open_input_file(inner))
         return pq.ParquetFile(path)
@@ -123,7 +123,7 @@ def _process_is_alive(pid: int) -> bool:
     return True
 
 
-def _sweep_orphans(final: Path) -> None:
+def sweep_orphans(final: Path) -> None:
     """Removes temporaries of ``final`` left by processes that died mid-write (SIGKILL skips cleanup)."""
     pattern = re.compile(rf"^\.{re.escape(final.name)}\.(\d+)-\d+\..*tmp$")
     for sibling in final.parent.glob(f".{glob.escape(final.name)}.*.tmp"):
@@ -141,7 +141,7 @@ def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Pa
     """
     final = Path(target)
     final.parent.mkdir(parents=True, exist_ok=True)
-    _sweep_orphans(final)
+    sweep_orphans(final)
     tmp = final.parent / f".{final.name}.{os.getpid()}-{next(_TMP_COUNTER)}{suffix}.tmp"
     tmp.touch(exist_ok=False)
     try:
