@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -280,6 +281,23 @@ def _naming(tmp: Path) -> Iterator[None]:
         raise
 
 
+_TERMINATED: list[bool] = []  # set once SIGTERM arrived
+
+
+def _terminate_like_interrupt() -> None:
+    """Makes SIGTERM (a service manager or ``kill`` stopping the run) do what Ctrl-C does, for this process
+    only (the CLI owns its process; library code never installs signal handlers): it delivers SIGINT, so
+    asyncio cancels the run and everything unwinds the same way — temporary files removed, nothing partial
+    written, the store keeping every result committed so far."""
+
+    def handler(signum: int, frame: object) -> None:
+        _TERMINATED.append(True)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        os.kill(os.getpid(), signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 @click.group()
 @click.version_option(package_name="faithfulness-pipeline")
 def main() -> None:
@@ -305,6 +323,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
     Every setting can also be given by its environment variable; a flag beats the variable.
     """
     started = time.monotonic()
+    _terminate_like_interrupt()
     try:
         judge_settings, scoring = resolve_settings(options, os.environ)
         config = scoring.config(
@@ -337,8 +356,9 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        click.echo("interrupted: nothing was written (stored results are kept for the next run)", err=True)
-        sys.exit(130)
+        how = "terminated" if _TERMINATED else "interrupted"
+        click.echo(f"{how}: nothing was written (stored results are kept for the next run)", err=True)
+        sys.exit(128 + (signal.SIGTERM if _TERMINATED else signal.SIGINT))
     if not quiet:
         written = [output] + [p for p in (claims_out, mastra_out) if p]
         click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate), err=True)
