@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -284,18 +285,27 @@ def _naming(tmp: Path) -> Iterator[None]:
 _TERMINATED: list[bool] = []  # set once SIGTERM arrived
 
 
-def _terminate_like_interrupt() -> None:
-    """Makes SIGTERM (a service manager or ``kill`` stopping the run) do what Ctrl-C does, for this process
-    only (the CLI owns its process; library code never installs signal handlers): it delivers SIGINT, so
-    asyncio cancels the run and everything unwinds the same way — temporary files removed, nothing partial
-    written, the store keeping every result committed so far."""
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Makes SIGTERM (a service manager or ``kill`` stopping the run) do what Ctrl-C does while the command
+    runs: it delivers SIGINT, so asyncio cancels the run and everything unwinds the same way — temporary
+    files removed, nothing partial written, the store keeping every result committed so far. The CLI's own
+    process only (library code never installs signal handlers); the previous handler is put back."""
 
     def handler(signum: int, frame: object) -> None:
         _TERMINATED.append(True)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
         os.kill(os.getpid(), signal.SIGINT)
 
-    signal.signal(signal.SIGTERM, handler)
+    _TERMINATED.clear()
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @click.group()
@@ -323,45 +333,45 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
     Every setting can also be given by its environment variable; a flag beats the variable.
     """
     started = time.monotonic()
-    _terminate_like_interrupt()
-    try:
-        judge_settings, scoring = resolve_settings(options, os.environ)
-        config = scoring.config(
-            static_context=_static_context(static_texts, context_file),
-            context_hook=_load_hook(context_hook) if context_hook else None,
-        )
-        paths = resolve_inputs(input_spec)
-        input_schema(paths)  # schema disagreements fail before any call is paid for
-        outputs = {"-o": output, "--claims-out": claims_out, "--mastra-out": mastra_out}
-        if not dry_run:  # so do outputs that could not be written, or would overwrite each other or an input
-            check_outputs(outputs, paths)
-        judge = make_judge(judge_settings)
-        freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
-        if dry_run:
-            click.echo(estimate_cost(judge, paths, config))
-            asyncio.run(judge.aclose())
-            return
-        total = count_rows(paths)
-        progress = _Progress(total, enabled=not quiet)
-        summary = Summary(model_column=scoring.model_column, threshold=scoring.hallucination_threshold)
+    with _sigterm_as_interrupt():
         try:
-            given = {option: path for option, path in outputs.items() if path}
-            asyncio.run(_run(paths, judge, config, given, progress, summary))
-        finally:
-            progress.close()
-    except OutputError as exc:  # the machine's fault (a full disk, a read-only folder), not the command's
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    except FaithfulnessPipelineError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        how = "terminated" if _TERMINATED else "interrupted"
-        click.echo(f"{how}: nothing was written (stored results are kept for the next run)", err=True)
-        sys.exit(128 + (signal.SIGTERM if _TERMINATED else signal.SIGINT))
-    if not quiet:
-        written = [output] + [p for p in (claims_out, mastra_out) if p]
-        click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate), err=True)
+            judge_settings, scoring = resolve_settings(options, os.environ)
+            config = scoring.config(
+                static_context=_static_context(static_texts, context_file),
+                context_hook=_load_hook(context_hook) if context_hook else None,
+            )
+            paths = resolve_inputs(input_spec)
+            input_schema(paths)  # schema disagreements fail before any call is paid for
+            outputs = {"-o": output, "--claims-out": claims_out, "--mastra-out": mastra_out}
+            if not dry_run:  # so do outputs that could not be written, or would overwrite each other or an input
+                check_outputs(outputs, paths)
+            judge = make_judge(judge_settings)
+            freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
+            if dry_run:
+                click.echo(estimate_cost(judge, paths, config))
+                asyncio.run(judge.aclose())
+                return
+            total = count_rows(paths)
+            progress = _Progress(total, enabled=not quiet)
+            summary = Summary(model_column=scoring.model_column, threshold=scoring.hallucination_threshold)
+            try:
+                given = {option: path for option, path in outputs.items() if path}
+                asyncio.run(_run(paths, judge, config, given, progress, summary))
+            finally:
+                progress.close()
+        except OutputError as exc:  # the machine's fault (a full disk, a read-only folder), not the command's
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        except FaithfulnessPipelineError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            how = "terminated" if _TERMINATED else "interrupted"
+            click.echo(f"{how}: nothing was written (stored results are kept for the next run)", err=True)
+            sys.exit(128 + (signal.SIGTERM if _TERMINATED else signal.SIGINT))
+        if not quiet:
+            written = [output] + [p for p in (claims_out, mastra_out) if p]
+            click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate), err=True)
 
 
 @main.command()
