@@ -194,7 +194,9 @@ def _static_context(texts: tuple[str, ...], file: str | None) -> tuple[str, ...]
 def _click_type(setting: Setting) -> Any:
     if setting.choices is not None:
         return click.Choice(setting.choices)
-    return {int: int, float: float, str: str}.get(setting.kind)
+    # Numbers stay text until the settings model reads them: a bad one ('nan', '0', 'ten') is then the same
+    # one-line error naming flag, variable and resource field as a bad variable, not click's usage report.
+    return str
 
 
 def _help(setting: Setting) -> str:
@@ -209,8 +211,9 @@ def _setting_options(command: Callable[..., None]) -> Callable[..., None]:
         if setting.kind is bool:
             option = click.option(setting.flag, setting.name, is_flag=True, default=None, help=_help(setting))
         else:
+            metavar = {int: "INTEGER", float: "NUMBER"}.get(setting.kind, "TEXT")
             option = click.option(setting.flag, setting.name, type=_click_type(setting), default=None,
-                                  help=_help(setting))
+                                  metavar=metavar if setting.choices is None else None, help=_help(setting))
         command = option(command)
     return command
 

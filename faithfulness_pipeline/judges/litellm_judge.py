@@ -84,6 +84,20 @@ from faithfulness_pipeline.judges.stored import ResultScope
 
 log = logging.getLogger(__name__)
 
+
+def _tpm_warning(config: JudgeSettings, limits: Limits) -> str | None:
+    """What a ``tpm`` below one full pack costs: such a request takes the whole minute's budget and more,
+    so the next one waits until the bucket has refilled what it overdrew."""
+    pack = min(config.pack_tokens, limits.usable_window)
+    if config.tpm is None or config.tpm >= pack:
+        return None
+    wait_s = 60.0 * pack / config.tpm
+    return (
+        f"tpm {config.tpm} is below one full request of about {pack} prompt tokens (pack_tokens): each full "
+        f"request waits about {wait_s:.0f} s ({wait_s / 60:.1f} min) for the tokens of the one before; raise "
+        f"--tpm (FP_JUDGE_TPM) or lower --pack-tokens to at most {max(config.tpm, 256)}"
+    )
+
 _ERROR_CHARS: Final = 300
 #: How much of an unusable reply a repair message quotes back to the model.
 _REPAIR_QUOTE_CHARS: Final = 2000
@@ -146,6 +160,9 @@ class LiteLLMJudge:
         }
         self.sizing = Sizing(count_tokens, limits, frame, self.card.priced)
         self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
+        if (slow := _tpm_warning(config, limits)) is not None:
+            log.warning("warning: %s", slow)
+            self._stats.notes.append(slow)
         self._sender = Sender(
             config,
             api_key=api_key,
