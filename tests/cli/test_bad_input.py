@@ -48,6 +48,19 @@ ERRORS: list[tuple[str, pl.DataFrame, tuple[str, ...], list[str]]] = [
                               schema={"conversation_id": pl.String, "output": pl.String}), (), ["null in 1 row"]),
     ("reserved column name", pl.DataFrame({"output": ["x"], "hallucination_score": [0.1]}), (),
      ["hallucination_score", "Rename or drop"]),
+    # key columns of a type that has no stable text: named with their type, never a polars cast error
+    ("conversation_id holding lists", pl.DataFrame({"conversation_id": [[1], [2]], "output": ["x", "y"]}), (),
+     ["'conversation_id' (conversation id", "List(Int64)", "--id-col"]),
+    ("turn holding lists", pl.DataFrame({"conversation_id": ["a", "a"], "turn": [["1"], ["2"]], "output": ["x", "y"]}),
+     (), ["'turn' (turn", "List(String)", "--turn-col"]),
+    ("conversation_id holding structs", pl.DataFrame({"conversation_id": [{"a": 1}], "output": ["x"]}), (),
+     ["'conversation_id'", "Struct", "--id-col"]),
+    ("chat rows keyed by lists", pl.DataFrame({"conversation_id": [["c"]], "messages": [[{"role": "assistant",
+     "content": "你好。"}]]}), (), ["'conversation_id'", "List(String)"]),
+    ("--key-col on a binary column", pl.DataFrame({"k": [b"\xff\xfe", b"ok"], "output": ["x", "y"]}), ("--key-col", "k"),
+     ["'k' (key column", "Binary", "--key-col"]),
+    ("--key-col on a list column", pl.DataFrame({"k": [["a"], ["b"]], "output": ["x", "y"]}), ("--key-col", "k"),
+     ["'k' (key column", "List(String)"]),
 ]
 
 
