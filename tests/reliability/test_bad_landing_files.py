@@ -10,6 +10,8 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tests.defs.conftest import SAMPLE, make_lake
@@ -45,6 +47,22 @@ def _landing_with(tmp_path: Path, bad: pl.DataFrame | bytes) -> Path:
     return landing
 
 
+def _invalid_utf8(column: str) -> bytes:
+    """A Parquet file whose ``column`` holds bytes that are not UTF-8 in a string column (a legacy writer)."""
+    texts = [b"The museum opened in 1901.", "博物馆于1901年开放。".encode(), b"caf\xe9 \xff\xfe opened."]
+    bad = pa.array(texts, type=pa.binary()).view(pa.string())
+    good = pa.array([t.decode("utf-8", "replace") for t in texts])
+    stamp = pa.array([NOON] * 3, type=pa.timestamp("us", tz="UTC"))
+    table = pa.table({"conversation_id": ["u1", "u2", "u3"], "created_at": stamp,
+                      "output": bad if column == "output" else good,
+                      "context": pa.array([[t] for t in texts], type=pa.list_(pa.binary())).cast(
+                          pa.list_(pa.binary())).view(pa.list_(pa.string())) if column == "context"
+                      else pa.array([[t] for t in good.to_pylist()])})  # fmt: skip
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
 BAD_FILES: list[tuple[str, pl.DataFrame | bytes, list[str]]] = [
     ("number as answer", pl.DataFrame({"conversation_id": ["x1"], "created_at": [NOON], "output": [5]}),
      ["bad.parquet", "'output' (answer) has type Int64", "scoring resource"]),
@@ -59,6 +77,9 @@ BAD_FILES: list[tuple[str, pl.DataFrame | bytes, list[str]]] = [
     ("timestamp column of a wrong type", pl.DataFrame({"conversation_id": ["x1"], "created_at": [5], "output": ["hi"]}),
      ["bad.parquet", "'created_at'", "Int64", "timestamp_column"]),
     ("corrupt Parquet", b"PAR1" + b"\0" * 64 + b"PAR1", ["bad.parquet", "cannot read", "Parquet"]),
+    ("invalid UTF-8 in the answers", _invalid_utf8("output"), ["bad.parquet", "'output'", "not valid UTF-8", "row 2",
+                                                              "Re-encode"]),
+    ("invalid UTF-8 in the passages", _invalid_utf8("context"), ["bad.parquet", "'context'", "not valid UTF-8"]),
 ]
 
 
