@@ -134,3 +134,25 @@ def test_an_empty_model_name_is_refused(model: str, src: Path, tmp_path: Path) -
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "model" in lines[0], result.output
     assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("key_flags", [[], ["--api-key-env", "FP_RANGES_KEY"]], ids=["default key", "api-key-env"])
+@pytest.mark.parametrize("model", ["no-such-model-xyz", "nosuchprovider/some-model"])
+def test_an_unknown_model_is_refused_the_same_way_with_or_without_api_key_env(
+    model: str, key_flags: list[str], src: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        main, ["score", str(src), "-o", str(out), "--model", model, "--api-base", "http://127.0.0.1:9/v1", *key_flags],
+        env={"FP_RANGES_KEY": "sk-ranges-1234567890"},
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "does not know which provider" in lines[0] and model in lines[0], result.output
+    assert not out.exists()
+
+
+def test_an_unknown_model_is_refused_when_dagster_passes_the_key_itself() -> None:
+    resource = JudgeResource(model="no-such-model-xyz", api_key="sk-ranges-1234567890")
+    with pytest.raises(ConfigError, match="does not know which provider"):
+        resource.make()

@@ -78,7 +78,7 @@ from faithfulness_pipeline.judges.litellm_requests import (
     Tries,
     Turns,
 )
-from faithfulness_pipeline.judges.litellm_secrets import Redactor, resolve_api_key
+from faithfulness_pipeline.judges.litellm_secrets import Redactor, model_provider, resolve_api_key
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.judges.stored import ResultScope
 
@@ -126,6 +126,7 @@ class LiteLLMJudge:
         self.prompt_version: str = prompts.PROMPT_VERSION
         # The key comes first: a missing one must fail before anything else is done.
         if api_key:
+            model_provider(self.model_name)  # resolve_api_key checks it otherwise
             self.api_key_env: str | None = config.api_key_env
         else:
             self.api_key_env, api_key = resolve_api_key(self.model_name, config.api_key_env)

@@ -51,11 +51,27 @@ def _missing(name: str, model: str) -> MissingAPIKeyError:
     )
 
 
+def model_provider(model: str) -> str:
+    """The litellm provider that serves ``model``. Checked for every litellm judge, however its key is given
+    (a variable, the provider's default one, a Dagster resource): an unknown model fails before any row,
+    not as an error on every row."""
+    litellm = import_litellm()
+    litellm.suppress_debug_info = True  # else a failed lookup prints litellm's provider list to stdout
+    try:
+        return str(litellm.get_llm_provider(model)[1])
+    except Exception as exc:
+        raise ConfigError(
+            f"litellm does not know which provider serves {model!r}: use a provider prefix such as "
+            f"openai/, anthropic/ or ollama/ ({type(exc).__name__})"
+        ) from None
+
+
 def resolve_api_key(model: str, api_key_env: str | None) -> tuple[str | None, str | None]:
     """``(variable name, key)`` for ``model``; ``(None, None)`` when it needs none or litellm finds it.
 
     Raises :class:`MissingAPIKeyError` naming the variable when the key is not in the environment.
     """
+    provider = model_provider(model)
     if api_key_env is not None:
         name = api_key_env.strip()
         if not name:
@@ -64,14 +80,6 @@ def resolve_api_key(model: str, api_key_env: str | None) -> tuple[str | None, st
         if not value:
             raise _missing(name, model)
         return name, value
-    litellm = import_litellm()
-    try:
-        provider = str(litellm.get_llm_provider(model)[1])
-    except Exception as exc:
-        raise ConfigError(
-            f"litellm does not know which provider serves {model!r}: use a provider prefix such as "
-            f"openai/, anthropic/ or ollama/ ({type(exc).__name__})"
-        ) from None
     if provider in _KEYLESS:
         return None, None
     default = _KEY_ENV.get(provider)
@@ -80,6 +88,7 @@ def resolve_api_key(model: str, api_key_env: str | None) -> tuple[str | None, st
         if not value:
             raise _missing(default, model)
         return default, value
+    litellm = import_litellm()
     check = lenient(lambda: litellm.validate_environment(model=model)) or {}
     missing = [str(k) for k in check.get("missing_keys") or []]
     if missing and not check.get("keys_in_environment"):
