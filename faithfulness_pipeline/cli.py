@@ -348,7 +348,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             outputs = {"-o": output, "--claims-out": claims_out, "--mastra-out": mastra_out}
             if not dry_run:  # so do outputs that could not be written, or would overwrite each other or an input
                 check_outputs(outputs, paths)
-            judge = make_judge(judge_settings)
+            judge = make_judge(judge_settings, check_connection=not dry_run)
             freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
             if dry_run:
                 click.echo(estimate_cost(judge, paths, config))

@@ -52,7 +52,7 @@ class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[typ
 
     def make(self, default_store: str | None = None) -> Judge:
         """A fresh judge for one step (close it with ``await judge.aclose()`` at the end of the step)."""
-        return make_judge(self.settings(default_store), api_key=self.api_key or None)
+        return make_judge(self.settings(default_store), api_key=self.api_key or None, check_connection=True)
 
 
 def judge_identity(model: str | None) -> tuple[str, str]:

@@ -13,11 +13,12 @@ from faithfulness_pipeline.judges.estimates import Estimating
 from faithfulness_pipeline.judges.settings import JudgeSettings
 
 
-def make_judge(settings: JudgeSettings, api_key: str | None = None) -> Judge:
+def make_judge(settings: JudgeSettings, api_key: str | None = None, *, check_connection: bool = False) -> Judge:
     """The offline judge when ``settings.model`` is unset; otherwise the litellm judge; either one behind
     the stored-judge wrapper (identical items asked once per run, and the result store when
     ``settings.store`` is set). A missing API key or an unusable store fails here, before any row is read;
-    ``api_key`` beats the environment variable the settings name."""
+    ``api_key`` beats the environment variable the settings name. ``check_connection`` (a run that will
+    send requests, not a dry run) also fails here when the endpoint accepts no connection."""
     judge: Judge
     if settings.model is None:
         from faithfulness_pipeline.judges.offline import OfflineJudge
@@ -27,6 +28,10 @@ def make_judge(settings: JudgeSettings, api_key: str | None = None) -> Judge:
         from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 
         judge = LiteLLMJudge(settings, api_key=api_key)
+        if check_connection:
+            from faithfulness_pipeline.judges.reachability import check_reachable
+
+            check_reachable(judge.endpoint, settings.timeout_s)
     from faithfulness_pipeline.judges.stored import StoredJudge, open_store
 
     # Built first, the judge fails on a missing key before the store file is created; it holds nothing to

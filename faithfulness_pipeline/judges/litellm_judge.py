@@ -126,10 +126,11 @@ class LiteLLMJudge:
         self.prompt_version: str = prompts.PROMPT_VERSION
         # The key comes first: a missing one must fail before anything else is done.
         if api_key:
-            model_provider(self.model_name)  # resolve_api_key checks it otherwise
             self.api_key_env: str | None = config.api_key_env
         else:
             self.api_key_env, api_key = resolve_api_key(self.model_name, config.api_key_env)
+        #: where requests go: the configured base, else the provider's default where litellm knows one
+        self.endpoint: str | None = config.api_base or model_provider(self.model_name)[1]
         self.redact = Redactor(api_key)
         litellm = import_litellm()
         litellm.suppress_debug_info = True

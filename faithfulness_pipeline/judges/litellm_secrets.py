@@ -51,14 +51,15 @@ def _missing(name: str, model: str) -> MissingAPIKeyError:
     )
 
 
-def model_provider(model: str) -> str:
-    """The litellm provider that serves ``model``. Checked for every litellm judge, however its key is given
-    (a variable, the provider's default one, a Dagster resource): an unknown model fails before any row,
-    not as an error on every row."""
+def model_provider(model: str) -> tuple[str, str | None]:
+    """The litellm provider that serves ``model`` and its default base URL (None when litellm has none).
+    Checked for every litellm judge, however its key is given (a variable, the provider's default one, a
+    Dagster resource): an unknown model fails before any row, not as an error on every row."""
     litellm = import_litellm()
     litellm.suppress_debug_info = True  # else a failed lookup prints litellm's provider list to stdout
     try:
-        return str(litellm.get_llm_provider(model)[1])
+        found = litellm.get_llm_provider(model)
+        return str(found[1]), (str(found[3]) if found[3] else None)
     except Exception as exc:
         raise ConfigError(
             f"litellm does not know which provider serves {model!r}: use a provider prefix such as "
@@ -71,7 +72,7 @@ def resolve_api_key(model: str, api_key_env: str | None) -> tuple[str | None, st
 
     Raises :class:`MissingAPIKeyError` naming the variable when the key is not in the environment.
     """
-    provider = model_provider(model)
+    provider = model_provider(model)[0]
     if api_key_env is not None:
         name = api_key_env.strip()
         if not name:
