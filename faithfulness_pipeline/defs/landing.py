@@ -146,6 +146,19 @@ def _utf8_error(path: str) -> InputError | None:
     return None
 
 
+def rows_before(file: LandingFile, first_day: date, timestamp_column: str, undated_day: date | None) -> int:
+    """How many rows of ``file`` are dated before ``first_day`` (reads the timestamp column only)."""
+    try:
+        counted = (
+            _row_days(file, timestamp_column, undated_day)
+            .select((pl.col("__fp_day") < first_day).sum())
+            .collect()
+        )
+    except _TIMESTAMP_ERRORS as exc:
+        raise _timestamp_error(file.path, timestamp_column, exc) from None
+    return int(counted.item() or 0)
+
+
 def load_day(
     files: list[LandingFile], day: date, timestamp_column: str, undated_day: date | None
 ) -> list[tuple[LandingFile, pl.DataFrame]]:

@@ -81,12 +81,18 @@ def build_sensor(job: "UnresolvedAssetJobDefinition", partitions: dg.PartitionsD
         if not fresh:
             return dg.SkipReason(f"no new Parquet files in {landing.path}")
         existing = set(partitions.get_partition_keys())
+        first = min(existing) if existing else None
         by_day: dict[str, list[str]] = {}
         for file in fresh:
             for day in file_days(file, landing.timestamp_column, landing.undated()):
                 key = day.isoformat()
                 if key in existing:
                     by_day.setdefault(key, []).append(file.fingerprint)
+                elif first is not None and key < first:
+                    context.log.warning(
+                        f"{file.path}: rows of {key} are dated before the first partition {first} and will never be "
+                        f"scored; set FP_PARTITIONS_START to {key} or earlier to score them"
+                    )
                 else:
                     context.log.info(f"{file.path}: rows of {key} wait for that day's partition to exist")
         requests = [
