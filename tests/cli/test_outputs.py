@@ -174,3 +174,21 @@ def test_outputs_appear_together_when_the_run_succeeds(tmp_path: Path) -> None:
         assert not Path(targets["--claims-out"]).exists() and Path(targets["-o"]).read_text() == "old"
     assert pl.read_parquet(targets["-o"]).get_column("x").to_list() == ["한국어", "中文"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.parquet", "s.parquet"]
+
+
+def test_a_folder_that_refuses_writes_is_one_line_before_any_row(tmp_path: Path) -> None:
+    """Root ignores permission bits, so a read-only folder is hard to make in a test; sysfs refuses new
+    files even to root. Skipped where it does not."""
+    probe = Path("/sys/fp-write-probe")
+    try:
+        probe.touch()
+    except OSError:
+        pass
+    else:
+        probe.unlink()
+        pytest.skip("/sys accepts new files here: no folder that refuses writes to test with")
+    src = tmp_path / "in.parquet"
+    short_rows(5).write_parquet(src)
+    done = _score(src, "-o", "/sys/scored.parquet", "--claims-out", str(tmp_path / "claims.parquet"))
+    _one_line_error(done, 1, "-o", "/sys/scored.parquet")
+    assert not (tmp_path / "claims.parquet").exists()  # checked before any output is started
