@@ -54,17 +54,20 @@ def check_outputs(outputs: Mapping[str, str | None], inputs: Sequence[str]) -> N
 
 
 def _probe(option: str, spec: str, folder: Path) -> None:
-    """Creates (and removes) a file where the output will go: a folder that cannot take it fails now."""
+    """Creates (and removes) a file in the output's folder, or in its nearest existing ancestor when the
+    folder is still to be made (nothing is created for good before the run): a folder that cannot take the
+    output fails now."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputError(f"cannot write {option} {spec!r}: a file is in the way of its folder ({str(existing)!r})")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".fp-probe.{os.getpid()}-{next(_COUNTER)}.tmp"
+        probe = existing / f".fp-probe.{os.getpid()}-{next(_COUNTER)}.tmp"
         probe.touch(exist_ok=False)
         probe.unlink()
-    except (FileExistsError, NotADirectoryError):
-        raise OutputError(f"cannot write {option} {spec!r}: a file is in the way of its folder {str(folder)!r}") \
-            from None
     except OSError as exc:
-        raise OutputError(f"cannot write {option} {spec!r}: {_os_reason(exc)} (folder {str(folder)!r})") from None
+        raise OutputError(f"cannot write {option} {spec!r}: {_os_reason(exc)} (folder {str(existing)!r})") from None
 
 
 @contextmanager

@@ -96,8 +96,19 @@ def test_a_file_in_the_way_of_the_output_folder_is_one_line(tmp_path: Path) -> N
     src = tmp_path / "in.parquet"
     short_rows(10).write_parquet(src)
     (tmp_path / "blocker").write_text("not a folder")
-    done = _score(src, "-o", str(tmp_path / "blocker" / "scored.parquet"))
-    _one_line_error(done, 1, "-o", "blocker")
+    done = _score(src, "-o", str(tmp_path / "blocker" / "deeper" / "scored.parquet"))
+    _one_line_error(done, 1, "-o", "blocker", "a file is in the way")
+
+
+def test_refused_runs_create_no_output_folder(tmp_path: Path) -> None:
+    """Checking the outputs creates nothing: a run refused after the check (here: its API key is not set)
+    leaves no empty output folder behind."""
+    src = tmp_path / "in.parquet"
+    short_rows(3).write_parquet(src)
+    done = _score(src, "-o", str(tmp_path / "new" / "folder" / "scored.parquet"), "--model", "openai/fake-judge",
+                  "--api-key-env", "FP_NOT_SET_ANYWHERE")  # fmt: skip
+    assert done.returncode == 2 and "FP_NOT_SET_ANYWHERE" in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
 
 
 def test_a_file_size_limit_while_writing_leaves_every_output_as_it_was(tmp_path: Path) -> None:
