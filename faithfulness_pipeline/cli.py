@@ -6,10 +6,12 @@ import asyncio
 import importlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,16 +22,9 @@ from pydantic import BaseModel
 
 from faithfulness_pipeline.core.config import ContextHook, ScoringConfig, ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
-from faithfulness_pipeline.core.io import (
-    ParquetChunkWriter,
-    atomic_path,
-    count_rows,
-    input_schema,
-    iter_chunks,
-    open_text_atomic,
-    resolve_inputs,
-)
+from faithfulness_pipeline.core.io import ParquetChunkWriter, count_rows, input_schema, iter_chunks, resolve_inputs
 from faithfulness_pipeline.core.judge import Judge
+from faithfulness_pipeline.core.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
 from faithfulness_pipeline.core.pipeline import empty_scored_frame, prepay, score_chunks
 from faithfulness_pipeline.judges.factory import estimate_cost, make_judge, report_to
@@ -199,7 +194,9 @@ def _static_context(texts: tuple[str, ...], file: str | None) -> tuple[str, ...]
 def _click_type(setting: Setting) -> Any:
     if setting.choices is not None:
         return click.Choice(setting.choices)
-    return {int: int, float: float, str: str}.get(setting.kind)
+    # Numbers stay text until the settings model reads them: a bad one ('nan', '0', 'ten') is then the same
+    # one-line error naming flag, variable and resource field as a bad variable, not click's usage report.
+    return str
 
 
 def _help(setting: Setting) -> str:
@@ -214,8 +211,9 @@ def _setting_options(command: Callable[..., None]) -> Callable[..., None]:
         if setting.kind is bool:
             option = click.option(setting.flag, setting.name, is_flag=True, default=None, help=_help(setting))
         else:
+            metavar = {int: "INTEGER", float: "NUMBER"}.get(setting.kind, "TEXT")
             option = click.option(setting.flag, setting.name, type=_click_type(setting), default=None,
-                                  help=_help(setting))
+                                  metavar=metavar if setting.choices is None else None, help=_help(setting))
         command = option(command)
     return command
 
@@ -234,40 +232,84 @@ async def _run(
     paths: list[str],
     judge: Judge,
     config: ScoringConfig,
-    output: str,
-    claims_out: str | None,
-    mastra_out: str | None,
+    outputs: dict[str, str],
     progress: Callable[[float], None] | None,
     summary: Summary,
 ) -> None:
+    """Scores ``paths`` into ``outputs`` (option -> path: ``-o`` and optionally ``--claims-out``,
+    ``--mastra-out``), which appear together when the run is complete, or not at all."""
     schema = input_schema(paths)
-    with ExitStack() as stack:
-        scored_writer = ParquetChunkWriter(stack.enter_context(atomic_path(output)))
-        claims_writer = (
-            ParquetChunkWriter(stack.enter_context(atomic_path(claims_out))) if claims_out else None
+    with committed_together(outputs) as tmps, ExitStack() as stack:
+        scored_writer = ParquetChunkWriter(tmps["-o"])
+        claims_writer = ParquetChunkWriter(tmps["--claims-out"]) if "--claims-out" in tmps else None
+        mastra_handle = (
+            stack.enter_context(open(tmps["--mastra-out"], "w", encoding="utf-8")) if "--mastra-out" in tmps else None
         )
-        mastra_handle = stack.enter_context(open_text_atomic(mastra_out)) if mastra_out else None
         wrote_any = False
         try:
             await prepay(judge, lambda: iter_chunks(paths, config.chunk_rows), config)
             async for scored in score_chunks(iter_chunks(paths, config.chunk_rows), judge, config, progress):
                 wrote_any = True
                 summary.add(scored)
-                scored_writer.write(scored)
+                with _naming(tmps["-o"]):
+                    scored_writer.write(scored)
                 if claims_writer is not None:
-                    claims_writer.write(claim_table(scored))
+                    with _naming(tmps["--claims-out"]):
+                        claims_writer.write(claim_table(scored))
                 if mastra_handle is not None:
-                    mastra_handle.writelines(mastra_jsonl_lines(scored))
+                    with _naming(tmps["--mastra-out"]):
+                        mastra_handle.writelines(mastra_jsonl_lines(scored))
             if not wrote_any:
                 empty = empty_scored_frame(schema, config)
                 scored_writer.write(empty)
                 if claims_writer is not None:
                     claims_writer.write(claim_table(empty))
         finally:
-            scored_writer.close()
-            if claims_writer is not None:
-                claims_writer.close()
-            await judge.aclose()
+            try:
+                with _naming(tmps["-o"]):
+                    scored_writer.close()
+                if claims_writer is not None:
+                    with _naming(tmps["--claims-out"]):
+                        claims_writer.close()
+            finally:
+                await judge.aclose()
+
+
+@contextmanager
+def _naming(tmp: Path) -> Iterator[None]:
+    """A failed write names the file it was writing (pyarrow's OSErrors name none)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(tmp)
+        raise
+
+
+_TERMINATED: list[bool] = []  # set once SIGTERM arrived
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Makes SIGTERM (a service manager or ``kill`` stopping the run) do what Ctrl-C does while the command
+    runs: it delivers SIGINT, so asyncio cancels the run and everything unwinds the same way — temporary
+    files removed, nothing partial written, the store keeping every result committed so far. The CLI's own
+    process only (library code never installs signal handlers); the previous handler is put back."""
+
+    def handler(signum: int, frame: object) -> None:
+        _TERMINATED.append(True)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        os.kill(os.getpid(), signal.SIGINT)
+
+    _TERMINATED.clear()
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @click.group()
@@ -296,42 +338,51 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
     Every setting can also be given by its environment variable; a flag beats the variable.
     """
     started = time.monotonic()
-    try:
-        if batch:
-            if options.get("mode") not in (None, "batch"):
-                raise ConfigError(f"--batch contradicts --mode {options['mode']}")
-            options["mode"] = "batch"
-        judge_settings, scoring = resolve_settings(options, os.environ)
-        config = scoring.config(
-            static_context=_static_context(static_texts, context_file),
-            context_hook=_load_hook(context_hook) if context_hook else None,
-        )
-        paths = resolve_inputs(input_spec)
-        input_schema(paths)  # schema disagreements fail before any call is paid for
-        judge = make_judge(judge_settings)
-        freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
-        if dry_run:
-            click.echo(estimate_cost(judge, paths, config, batch=judge_settings.mode == "batch"))
-            asyncio.run(judge.aclose())
-            return
-        if not quiet:
-            report_to(judge, lambda line: click.echo(line, err=True))
-        total = count_rows(paths)
-        progress = _Progress(total, enabled=not quiet)
-        summary = Summary(model_column=scoring.model_column, threshold=scoring.hallucination_threshold)
+    with _sigterm_as_interrupt():
         try:
-            asyncio.run(_run(paths, judge, config, output, claims_out, mastra_out, progress, summary))
-        finally:
-            progress.close()
-    except FaithfulnessPipelineError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        click.echo("interrupted: nothing was written (stored results are kept for the next run)", err=True)
-        sys.exit(130)
-    if not quiet:
-        written = [output] + [p for p in (claims_out, mastra_out) if p]
-        click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate), err=True)
+            if batch:
+                if options.get("mode") not in (None, "batch"):
+                    raise ConfigError(f"--batch contradicts --mode {options['mode']}")
+                options["mode"] = "batch"
+            judge_settings, scoring = resolve_settings(options, os.environ)
+            config = scoring.config(
+                static_context=_static_context(static_texts, context_file),
+                context_hook=_load_hook(context_hook) if context_hook else None,
+            )
+            paths = resolve_inputs(input_spec)
+            input_schema(paths)  # schema disagreements fail before any call is paid for
+            outputs = {"-o": output, "--claims-out": claims_out, "--mastra-out": mastra_out}
+            if not dry_run:  # so do outputs that could not be written, or would overwrite each other or an input
+                check_outputs(outputs, paths)
+            judge = make_judge(judge_settings, check_connection=not dry_run)
+            freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
+            if dry_run:
+                click.echo(estimate_cost(judge, paths, config, batch=judge_settings.mode == "batch"))
+                asyncio.run(judge.aclose())
+                return
+            if not quiet:
+                report_to(judge, lambda line: click.echo(line, err=True))
+            total = count_rows(paths)
+            progress = _Progress(total, enabled=not quiet)
+            summary = Summary(model_column=scoring.model_column, threshold=scoring.hallucination_threshold)
+            try:
+                given = {option: path for option, path in outputs.items() if path}
+                asyncio.run(_run(paths, judge, config, given, progress, summary))
+            finally:
+                progress.close()
+        except OutputError as exc:  # the machine's fault (a full disk, a read-only folder), not the command's
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        except FaithfulnessPipelineError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            how = "terminated" if _TERMINATED else "interrupted"
+            click.echo(f"{how}: nothing was written (stored results are kept for the next run)", err=True)
+            sys.exit(128 + (signal.SIGTERM if _TERMINATED else signal.SIGINT))
+        if not quiet:
+            written = [output] + [p for p in (claims_out, mastra_out) if p]
+            click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate), err=True)
 
 
 @main.command()

@@ -27,14 +27,14 @@ from faithfulness_pipeline.core.errors import InputError
 _TMP_COUNTER = itertools.count()
 
 
-def _is_uri(spec: str) -> bool:
+def is_uri(spec: str) -> bool:
     return "://" in spec and not spec.startswith("file://")
 
 
 def resolve_inputs(spec: str | os.PathLike[str]) -> list[str]:
     """The Parquet files that ``spec`` names, sorted, so runs are reproducible."""
     text = os.fspath(spec)
-    if _is_uri(text):
+    if is_uri(text):
         fs, path = pafs.FileSystem.from_uri(text)
         info = fs.get_file_info(path)
         if info.type == pafs.FileType.Directory:
@@ -62,7 +62,7 @@ def resolve_inputs(spec: str | os.PathLike[str]) -> list[str]:
 
 def _open(path: str) -> pq.ParquetFile:
     try:
-        if _is_uri(path):
+        if is_uri(path):
             fs, inner = pafs.FileSystem.from_uri(path)
             return pq.ParquetFile(fs.open_input_file(inner))
         return pq.ParquetFile(path)
@@ -99,12 +99,53 @@ def count_rows(paths: list[str]) -> int:
     return sum(_open(p).metadata.num_rows for p in paths)
 
 
+def _holds_text(dtype: pa.DataType) -> bool:
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_string_view(dtype):
+        return True
+    if pa.types.is_struct(dtype):
+        return any(_holds_text(dtype.field(i).type) for i in range(dtype.num_fields))
+    value_type = getattr(dtype, "value_type", None)  # lists, maps, dictionaries
+    return value_type is not None and _holds_text(value_type)
+
+
+def _first_bad_row(column: pa.Array) -> int | None:
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return None
+    for row, raw in enumerate(column.cast(pa.large_binary()).to_pylist()):
+        try:
+            if raw is not None:
+                raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return row
+    return None
+
+
+def check_utf8(batch: pa.RecordBatch, path: str, first_row: int) -> None:
+    """Text that is not valid UTF-8 (a legacy writer's artefact) is an error naming file, column and row:
+    polars would otherwise crash on it (a panic, not an error) and the judge could not read it anyway."""
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        if not _holds_text(column.type):
+            continue
+        try:
+            column.validate(full=True)
+        except pa.ArrowInvalid:
+            row = _first_bad_row(column)
+            where = f" (first at row {first_row + row} of the file)" if row is not None else ""
+            raise InputError(
+                f"column {name!r} of {path!r} holds text that is not valid UTF-8{where}. Re-encode the column as "
+                f"UTF-8 (e.g. decode its bytes with errors='replace'), then score the file again."
+            ) from None
+
+
 def iter_chunks(paths: list[str], chunk_rows: int) -> Iterator[pl.DataFrame]:
     """Input rows as polars frames of at most ``chunk_rows`` rows, file by file, in file order."""
     for path in paths:
         parquet = _open(path)
         try:
+            done = 0
             for batch in parquet.iter_batches(batch_size=chunk_rows):
+                check_utf8(batch, path, done)
+                done += batch.num_rows
                 frame = pl.from_arrow(batch)
                 assert isinstance(frame, pl.DataFrame)
                 yield frame
@@ -123,7 +164,7 @@ def _process_is_alive(pid: int) -> bool:
     return True
 
 
-def _sweep_orphans(final: Path) -> None:
+def sweep_orphans(final: Path) -> None:
     """Removes temporaries of ``final`` left by processes that died mid-write (SIGKILL skips cleanup)."""
     pattern = re.compile(rf"^\.{re.escape(final.name)}\.(\d+)-\d+\..*tmp$")
     for sibling in final.parent.glob(f".{glob.escape(final.name)}.*.tmp"):
@@ -141,7 +182,7 @@ def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Pa
     """
     final = Path(target)
     final.parent.mkdir(parents=True, exist_ok=True)
-    _sweep_orphans(final)
+    sweep_orphans(final)
     tmp = final.parent / f".{final.name}.{os.getpid()}-{next(_TMP_COUNTER)}{suffix}.tmp"
     tmp.touch(exist_ok=False)
     try:

@@ -163,6 +163,28 @@ def _check_types(df: pl.DataFrame, columns: ColumnMap) -> None:
         raise InputError(
             f"key column {columns.key!r} (--key-col) not found. Columns found: {_columns_hint(df)}."
         )
+    _check_key_types(schema, columns)
+
+
+def _is_scalar_key(dtype: pl.DataType) -> bool:
+    """Types whose text is a stable key: text, whole numbers, dates and times, booleans."""
+    return (
+        _is_text(dtype) or dtype.is_numeric() or dtype.is_temporal() or dtype == pl.Boolean or dtype == pl.Null
+        or isinstance(dtype, pl.Categorical | pl.Enum)
+    )
+
+
+def _check_key_types(schema: pl.Schema, columns: ColumnMap) -> None:
+    if columns.key is not None:
+        keys = [(columns.key, "key column", "--key-col")]
+    else:
+        keys = [(columns.conversation_id, "conversation id", "--id-col"), (columns.turn, "turn", "--turn-col")]
+    for name, role, flag in keys:
+        if name in schema and not _is_scalar_key(schema[name]):
+            raise InputError(
+                f"column {name!r} ({role}, part of the row key) has type {schema[name]}, expected text or a whole "
+                f"number. Cast it to string, or name another column with {flag}."
+            )
 
 
 def _reserved_clash(df: pl.DataFrame) -> None:

@@ -29,6 +29,10 @@ _CODE: Final = re.compile(r"\s*([SCUscu])\s*(\?)?\s*(\d+)?\s*(?:\|(.*))?", re.DO
 _LETTERS: Final[dict[str, Verdict]] = {"S": "supported", "C": "contradicted", "U": "unsupported"}
 _MAX_REASON_CHARS: Final = 2000
 
+#: Deepest nesting of arrays and objects a reply may have. A valid reply nests three levels; a reply nested
+#: thousands deep would exhaust the decoder's recursion limit, so it is refused before decoding, as invalid.
+MAX_DEPTH: Final = 32
+
 #: Item failures that say "the reply never covered this item" rather than "the item's part was bad".
 MISSING: Final = "missing from the reply"
 
@@ -52,7 +56,7 @@ def read_members(text: str) -> tuple[list[tuple[str, Any, int]], bool]:
     """
     body = _FENCE.sub("", text.strip())
     start = body.find("{")
-    if start < 0:
+    if start < 0 or _too_deep(body):
         return [], False
     members: list[tuple[str, Any, int]] = []
     pos = _skip(body, start + 1)
@@ -62,14 +66,14 @@ def read_members(text: str) -> tuple[list[tuple[str, Any, int]], bool]:
         begin = pos
         try:
             key, pos = _DECODER.raw_decode(body, pos)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return members, False
         pos = _skip(body, pos)
         if not isinstance(key, str) or pos >= len(body) or body[pos] != ":":
             return members, False
         try:
             value, pos = _DECODER.raw_decode(body, _skip(body, pos + 1))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: a backstop for the depth check
             return members, False
         members.append((key, value, pos - begin))
         pos = _skip(body, pos)
@@ -78,6 +82,31 @@ def read_members(text: str) -> tuple[list[tuple[str, Any, int]], bool]:
             continue
         return members, pos < len(body) and body[pos] == "}"
     return members, False
+
+
+def _too_deep(body: str) -> bool:
+    """Whether arrays and objects nest deeper than ``MAX_DEPTH`` (brackets inside strings do not count).
+    Replies with few brackets cannot, and are not scanned."""
+    if body.count("[") + body.count("{") <= MAX_DEPTH:
+        return False
+    depth, in_string, escaped = 0, False, False
+    for char in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
 
 
 def _skip(text: str, pos: int) -> int:
@@ -105,7 +134,7 @@ def _collect(text: str, ids: Sequence[str]) -> tuple[dict[str, tuple[Any, int]],
     elif members:
         absent = "the reply was cut short before this item"
     else:
-        absent = "the reply is not a JSON object"
+        absent = f"the reply is not a JSON object (or nests deeper than {MAX_DEPTH} levels)"
     for i in ids:
         if i not in seen and i not in failed:
             failed[i] = absent

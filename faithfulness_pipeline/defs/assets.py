@@ -31,7 +31,7 @@ from faithfulness_pipeline.core.outputs import claim_table as build_claim_table
 from faithfulness_pipeline.core.pipeline import judge_frame, score_step
 from faithfulness_pipeline.defs import checks
 from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
-from faithfulness_pipeline.defs.landing import file_schema, list_landing, load_day
+from faithfulness_pipeline.defs.landing import file_schema, list_landing, load_day, rows_before
 from faithfulness_pipeline.defs.metadata import aggregates_md, judge_metadata, scored_metadata, usage_totals
 from faithfulness_pipeline.defs.resources import JudgeResource, LandingResource, ScoringResource, WarehouseResource
 from faithfulness_pipeline.judges.factory import report_to
@@ -141,9 +141,20 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
             keyed.append((file, table.get_column(S.ROW_KEY)))
         raw = pl.concat(prepared, how="diagonal_relaxed")
         contributing = sum(1 for _, _, rows in schemas if rows)
+        first = partitions.get_first_partition_key()
+        early = [] if first is None else [
+            (file, rows_before(file, date.fromisoformat(first), landing.timestamp_column, landing.undated()))
+            for file in files
+        ]
+        if any(n for _, n in early):
+            context.log.warning(
+                f"{sum(n for _, n in early)} landing row(s) are dated before the first partition {first} and are "
+                f"never scored (see the {checks.BEFORE_START} check)"
+            )
         yield dg.Output(
             raw,
-            metadata={"landing": landing.path, "landing_files": len(files), "files_with_rows": contributing},
+            metadata={"landing": landing.path, "landing_files": len(files), "files_with_rows": contributing,
+                      "rows_before_partitions_start": sum(n for _, n in early)},
         )
         yield checks.input_schema_result(
             RAW,
@@ -153,6 +164,7 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
             timestamp_column=landing.timestamp_column,
         )
         yield checks.unique_keys_result(RAW, keyed)
+        yield checks.before_start_result(RAW, first or "", early)
 
     @dg.multi_asset(
         outs={

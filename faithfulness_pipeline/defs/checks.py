@@ -24,6 +24,7 @@ _EXAMPLES = 10
 
 INPUT_SCHEMA = "input_schema"
 UNIQUE_KEYS = "unique_row_keys"
+BEFORE_START = "rows_before_partitions_start"
 NO_ROWS_LOST = "no_rows_lost"
 SCORES_IN_RANGE = "scores_in_range"
 ERROR_RATE = "error_rate"
@@ -44,7 +45,36 @@ def input_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
             blocking=True,
             description="Every judged answer has its own row key, across all landing files of this day.",
         ),
+        dg.AssetCheckSpec(
+            BEFORE_START,
+            asset=asset,
+            blocking=False,
+            description="No landing row is dated before the first daily partition (FP_PARTITIONS_START): such rows "
+            "belong to no partition and would never be scored. Warns with their count and files.",
+        ),
     ]
+
+
+def before_start_result(asset: str, first_day: str, counts: Sequence[tuple[LandingFile, int]]) -> dg.AssetCheckResult:
+    """Rows of the landing location dated before ``first_day``, per file: they are in no partition."""
+    found = [(f, n) for f, n in counts if n]
+    total = sum(n for _, n in found)
+    return dg.AssetCheckResult(
+        asset_key=asset,
+        check_name=BEFORE_START,
+        passed=not found,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "rows_before_partitions_start": total,
+            "first_partition": first_day,
+            "files": _md_list([f"`{f.path}`: {n} row(s)" for f, n in found[:_EXAMPLES]]),
+        },
+        description=(
+            f"{total} landing row(s) in {len(found)} file(s) are dated before the first partition {first_day} and "
+            f"will never be scored: set FP_PARTITIONS_START to their first day (or earlier) to score them"
+            if found else None
+        ),
+    )
 
 
 def _md_list(items: Sequence[str]) -> dg.MetadataValue:

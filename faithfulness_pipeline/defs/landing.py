@@ -17,9 +17,10 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.core.io import resolve_inputs
+from faithfulness_pipeline.core.io import check_utf8, resolve_inputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +121,8 @@ def _timestamp_error(path: str, column: str, exc: Exception) -> InputError:
     except Exception:  # the examples only decorate the message: the error itself must get out
         examples = []
     detail = f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+    if not examples and "utf-8" in str(exc).lower():  # name the column, as the CLI does
+        return _utf8_error(path) or InputError(f"{path!r} holds text that is not valid UTF-8 {detail}")
     if not examples:  # not the timestamps' fault: the rows themselves cannot be read
         return InputError(f"cannot read the rows of {path!r}: is the file complete and really Parquet? {detail}")
     return InputError(
@@ -127,6 +130,33 @@ def _timestamp_error(path: str, column: str, exc: Exception) -> InputError:
         f"times (e.g. {examples}). Write them like 2026-11-25T12:00:00Z, or point the landing resource's "
         f"timestamp_column at another column. {detail}"
     )
+
+
+def _utf8_error(path: str) -> InputError | None:
+    """The error naming the column (and row) of ``path`` whose text is not valid UTF-8."""
+    done = 0
+    try:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
+            check_utf8(batch, path, done)
+            done += batch.num_rows
+    except InputError as exc:
+        return exc
+    except Exception:  # only decorates the message
+        return None
+    return None
+
+
+def rows_before(file: LandingFile, first_day: date, timestamp_column: str, undated_day: date | None) -> int:
+    """How many rows of ``file`` are dated before ``first_day`` (reads the timestamp column only)."""
+    try:
+        counted = (
+            _row_days(file, timestamp_column, undated_day)
+            .select((pl.col("__fp_day") < first_day).sum())
+            .collect()
+        )
+    except _TIMESTAMP_ERRORS as exc:
+        raise _timestamp_error(file.path, timestamp_column, exc) from None
+    return int(counted.item() or 0)
 
 
 def load_day(

@@ -8,12 +8,14 @@ from the environment: set ``api_key`` with ``dg.EnvVar("OPENAI_API_KEY")`` (``de
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import polars as pl
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidationError
 
 from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError
@@ -21,6 +23,7 @@ from faithfulness_pipeline.core.io import atomic_path
 from faithfulness_pipeline.core.judge import Judge
 from faithfulness_pipeline.judges.factory import make_judge
 from faithfulness_pipeline.judges.settings import JudgeSettings
+from faithfulness_pipeline.settings import config_error
 
 
 class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[type-arg]
@@ -36,6 +39,9 @@ class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[typ
         description="The API key itself. Set it only with dg.EnvVar('NAME') so it never appears in config or logs.",
     )
 
+    def __init__(self, **data: Any) -> None:
+        _validated(super().__init__, JudgeSettings, data)
+
     def settings(self, default_store: str | None = None) -> JudgeSettings:
         """The judge's settings; the default store serves the litellm judge (the offline one needs no store
         unless one is set)."""
@@ -46,7 +52,7 @@ class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[typ
 
     def make(self, default_store: str | None = None) -> Judge:
         """A fresh judge for one step (close it with ``await judge.aclose()`` at the end of the step)."""
-        return make_judge(self.settings(default_store), api_key=self.api_key or None)
+        return make_judge(self.settings(default_store), api_key=self.api_key or None, check_connection=True)
 
 
 def judge_identity(model: str | None) -> tuple[str, str]:
@@ -63,6 +69,18 @@ def judge_identity(model: str | None) -> tuple[str, str]:
 class ScoringResource(dg.ConfigurableResource, ScoringSettings):  # type: ignore[type-arg]
     """How rows are read and scored, and the thresholds of the checks and BI aggregates: the
     ``ScoringSettings`` fields (described there, and in the README's table)."""
+
+    def __init__(self, **data: Any) -> None:
+        _validated(super().__init__, ScoringSettings, data)
+
+
+def _validated(init: Callable[..., None], model: type[BaseModel], data: dict[str, Any]) -> None:
+    """A field out of range (set in the launchpad or in code) is the one-line error naming the setting's
+    flag, variable and field that the CLI gives, not pydantic's report."""
+    try:
+        init(**data)
+    except ValidationError as exc:
+        raise config_error(model, exc) from None
 
 
 class LandingResource(dg.ConfigurableResource):  # type: ignore[type-arg]

@@ -81,12 +81,20 @@ def build_sensor(job: "UnresolvedAssetJobDefinition", partitions: dg.PartitionsD
         if not fresh:
             return dg.SkipReason(f"no new Parquet files in {landing.path}")
         existing = set(partitions.get_partition_keys())
+        first = min(existing) if existing else None
+        too_early: set[str] = set()
         by_day: dict[str, list[str]] = {}
         for file in fresh:
             for day in file_days(file, landing.timestamp_column, landing.undated()):
                 key = day.isoformat()
                 if key in existing:
                     by_day.setdefault(key, []).append(file.fingerprint)
+                elif first is not None and key < first:
+                    too_early.add(file.path)
+                    context.log.warning(
+                        f"{file.path}: rows of {key} are dated before the first partition {first} and will never be "
+                        f"scored; set FP_PARTITIONS_START to {key} or earlier to score them"
+                    )
                 else:
                     context.log.info(f"{file.path}: rows of {key} wait for that day's partition to exist")
         requests = [
@@ -98,6 +106,12 @@ def build_sensor(job: "UnresolvedAssetJobDefinition", partitions: dg.PartitionsD
             for key, prints in sorted(by_day.items())
         ]
         seen = {f.path: _stamp(f) for f in files}
-        return dg.SensorResult(run_requests=requests, cursor=json.dumps(seen, sort_keys=True))
+        skip = None
+        if too_early and not requests:  # said where the UI shows it: the tick's skip reason
+            skip = (
+                f"rows of {len(too_early)} new file(s) ({', '.join(sorted(too_early)[:3])}) are dated before the first "
+                f"partition {first} and will never be scored; set FP_PARTITIONS_START to score them"
+            )
+        return dg.SensorResult(run_requests=requests, cursor=json.dumps(seen, sort_keys=True), skip_reason=skip)
 
     return new_landing_files

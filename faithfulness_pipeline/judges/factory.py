@@ -16,11 +16,12 @@ from faithfulness_pipeline.judges.estimates import Estimating
 from faithfulness_pipeline.judges.settings import JudgeSettings
 
 
-def make_judge(settings: JudgeSettings, api_key: str | None = None) -> Judge:
+def make_judge(settings: JudgeSettings, api_key: str | None = None, *, check_connection: bool = False) -> Judge:
     """The offline judge when ``settings.model`` is unset; otherwise the litellm judge; either one behind
     the stored-judge wrapper (identical items asked once per run, and the result store when
     ``settings.store`` is set). A missing API key or an unusable store fails here, before any row is read;
-    ``api_key`` beats the environment variable the settings name."""
+    ``api_key`` beats the environment variable the settings name. ``check_connection`` (a run that will
+    send requests, not a dry run) also fails here when the endpoint accepts no connection."""
     from faithfulness_pipeline.judges.stored import StoredJudge, open_store
 
     judge: Judge
@@ -38,6 +39,10 @@ def make_judge(settings: JudgeSettings, api_key: str | None = None) -> Judge:
         batch_store = open_store(settings.store or "")
         try:
             judge = BatchJudge(settings, batch_store, api_key=api_key)
+            if check_connection:
+                from faithfulness_pipeline.judges.reachability import check_reachable
+
+                check_reachable(judge.interactive.endpoint, settings.timeout_s)
         except BaseException:
             batch_store.close()
             raise
@@ -46,6 +51,10 @@ def make_judge(settings: JudgeSettings, api_key: str | None = None) -> Judge:
         from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 
         judge = LiteLLMJudge(settings, api_key=api_key)
+        if check_connection:
+            from faithfulness_pipeline.judges.reachability import check_reachable
+
+            check_reachable(judge.endpoint, settings.timeout_s)
     # Built first, the judge fails on a missing key before the store file is created; it holds nothing to
     # close until its first request.
     store = None if settings.store is None else open_store(settings.store)  # a path or a postgresql:// URL

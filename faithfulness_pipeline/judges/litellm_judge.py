@@ -84,11 +84,25 @@ from faithfulness_pipeline.judges.litellm_requests import (
     Tries,
     Turns,
 )
-from faithfulness_pipeline.judges.litellm_secrets import Redactor, resolve_api_key
+from faithfulness_pipeline.judges.litellm_secrets import Redactor, model_provider, resolve_api_key
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.judges.stored import ResultScope
 
 log = logging.getLogger(__name__)
+
+
+def _tpm_warning(config: JudgeSettings, limits: Limits) -> str | None:
+    """What a ``tpm`` below one full pack costs: such a request takes the whole minute's budget and more,
+    so the next one waits until the bucket has refilled what it overdrew."""
+    pack = min(config.pack_tokens, limits.usable_window)
+    if config.tpm is None or config.tpm >= pack:
+        return None
+    wait_s = 60.0 * pack / config.tpm
+    return (
+        f"tpm {config.tpm} is below one full request of about {pack} prompt tokens (pack_tokens): each full "
+        f"request waits about {wait_s:.0f} s ({wait_s / 60:.1f} min) for the tokens of the one before; raise "
+        f"--tpm (FP_JUDGE_TPM) or lower --pack-tokens to at most {max(config.tpm, 256)}"
+    )
 
 _ERROR_CHARS: Final = 300
 
@@ -119,6 +133,8 @@ class LiteLLMJudge:
             self.api_key_env: str | None = config.api_key_env
         else:
             self.api_key_env, api_key = resolve_api_key(self.model_name, config.api_key_env)
+        #: where requests go: the configured base, else the provider's default where litellm knows one
+        self.endpoint: str | None = config.api_base or model_provider(self.model_name)[1]
         self.redact = Redactor(api_key)
         litellm = import_litellm()
         litellm.suppress_debug_info = True
@@ -150,6 +166,9 @@ class LiteLLMJudge:
         }
         self.sizing = Sizing(count_tokens, limits, frame, self.card.priced)
         self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
+        if (slow := _tpm_warning(config, limits)) is not None:
+            log.warning("warning: %s", slow)
+            self._stats.notes.append(slow)
         self._sender = Sender(
             config,
             api_key=api_key,

@@ -18,6 +18,7 @@ from faithfulness_pipeline.core.judge import JudgeStats
 from faithfulness_pipeline.core.packing import Count
 from faithfulness_pipeline.judges.limits import RequestLimiter, retry_after_from_headers
 from faithfulness_pipeline.judges.litellm_config import import_litellm
+from faithfulness_pipeline.judges.reachability import shown
 
 if TYPE_CHECKING:
     from faithfulness_pipeline.judges.settings import JudgeSettings
@@ -31,6 +32,14 @@ class Reply:
 
 #: 429s are the server asking for patience, not a broken request: they get a larger retry budget.
 RATE_LIMIT_RETRY_FACTOR: Final = 4
+#: Connection failures in a row (no reply of any kind between them) that trip the circuit breaker: at
+#: least this many, and more than one wave of requests in flight, so that a failure has outlived a
+#: back-off before the endpoint is taken for dead.
+BREAKER_MIN_FAILURES: Final = 8
+
+
+def breaker_threshold(max_concurrency: int) -> int:
+    return max(BREAKER_MIN_FAILURES, max_concurrency + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +129,7 @@ class Sender:
     ) -> None:
         self.config = config
         self.model = config.model or ""
+        self.endpoint = shown(config.api_base) if config.api_base else None
         self.api_key_env = api_key_env
         self.limiter = limiter
         self.count_tokens = count_tokens
@@ -128,6 +138,8 @@ class Sender:
         self._redact = redact
         self._stats = stats  # the judge's: requests are counted as they are sent
         self._replies = 0  # successful requests so far
+        self._unreachable = 0  # connection failures since the endpoint last answered anything
+        self._breaker = breaker_threshold(config.max_concurrency)
 
     async def send(
         self,
@@ -182,6 +194,7 @@ class Sender:
             slot.settle(prompt + completion)
         self.limiter.on_success()
         self._replies += 1
+        self._unreachable = 0
         return Reply(text=text, prompt_tokens=prompt, completion_tokens=completion)
 
     def classify(self, exc: BaseException) -> RequestFailed:
@@ -190,6 +203,7 @@ class Sender:
         detail = self._redact(" ".join(str(exc).split()))[:200]
         name = type(exc).__name__
         if isinstance(exc, litellm.RateLimitError):
+            self._unreachable = 0
             headers = getattr(exc, "litellm_response_headers", None)
             response = getattr(exc, "response", None)
             if headers is None and response is not None:
@@ -206,14 +220,65 @@ class Sender:
             return RequestFailed("fatal", self.fatal)
         if isinstance(exc, litellm.ContentPolicyViolationError):
             return RequestFailed("isolate", f"the provider refused the content: {detail}")
-        if isinstance(exc, litellm.APIConnectionError):
-            return RequestFailed("transient", f"connection error: {detail}")
+        if _never_reached_a_server(exc):
+            return self._connection_failed(detail)
+        self._unreachable = 0  # the endpoint answered, if with an error
         status = _int(getattr(exc, "status_code", None))
         if isinstance(exc, litellm.BadRequestError) or (status is not None and 400 <= status < 500 and status != 408):
             # Once requests have worked, a refused one is about its items: isolate them. Before that it is
             # most likely the setup (a parameter the server rejects): do not multiply the requests.
             return RequestFailed("isolate" if self._replies else "fatal", f"{name}: {detail}")
         return RequestFailed("transient", f"{name}{f' {status}' if status else ''}: {detail}")
+
+    def _connection_failed(self, detail: str) -> RequestFailed:
+        """A request that reached no server. Many in a row (``breaker_threshold``) trip the circuit breaker:
+        the endpoint is taken for dead, nothing more is sent, and every item not yet judged becomes an error
+        row saying so (results so far are kept, in the store too, for the re-run)."""
+        self._unreachable += 1
+        if self._unreachable < self._breaker or self.fatal is not None:
+            return RequestFailed("transient", f"connection error: {detail}")
+        where = self.endpoint or "the provider"
+        self.fatal = (
+            f"not scored: the judge's endpoint {where} could not be reached for {self._unreachable} requests in a "
+            f"row (circuit breaker; last: {detail[:120]}); re-run once it is back: results so far are kept"
+        )
+        self._stats.notes.append(self.fatal)
+        return RequestFailed("fatal", self.fatal)
+
+
+def _never_reached_a_server(exc: BaseException) -> bool:
+    """Whether the request failed for want of a connection (refused, reset, unknown host), not with a reply.
+
+    litellm reports such a failure of an OpenAI-compatible provider as a 500 (``InternalServerError``,
+    "Connection error.") and other providers as ``APIConnectionError``; what happened is in the chain of
+    causes: the client library's connection error. A timeout is not one: the server may just be slow.
+    """
+    from litellm import exceptions as litellm
+
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        name = f"{type(current).__module__}.{type(current).__name__}"
+        if isinstance(current, TimeoutError) or "Timeout" in name:
+            return False
+        if isinstance(current, ConnectionError | litellm.APIConnectionError) or name in _CONNECTION_ERRORS:
+            return True
+        todo += [current.__cause__, current.__context__]
+    return False
+
+
+#: The client libraries' own "no connection" errors, by name: importing them here would tie this module
+#: to litellm's choice of HTTP client.
+_CONNECTION_ERRORS: Final = frozenset({
+    "openai.APIConnectionError", "httpx.ConnectError", "httpx.RemoteProtocolError", "httpx.ReadError",
+    "anthropic.APIConnectionError", "aiohttp.client_exceptions.ClientConnectorError",
+    "aiohttp.client_exceptions.ServerDisconnectedError", "aiohttp.client_exceptions.ClientOSError",
+})
+
 
 def _content(response: Any) -> str:
     try:

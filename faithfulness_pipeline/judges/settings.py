@@ -46,14 +46,17 @@ class JudgeSettings(BaseModel):
     max_concurrency: int = Field(default=16, ge=1, description="requests in flight at most")
     rpm: int | None = Field(default=None, ge=1, description="requests per minute at most")
     tpm: int | None = Field(default=None, ge=1, description="tokens per minute at most (prompt + completion)")
-    timeout_s: float = Field(default=60.0, gt=0, description="seconds one request may take before it is retried",
+    timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False,
+                             description="seconds one request may take before it is retried",
                              json_schema_extra=_flag("--timeout"))
     max_retries: int = Field(default=6, ge=0, description="re-sends of an item after a failed request or reply")
     backoff_base_s: float = Field(
-        default=1.0, ge=0, description="first retry pause after a failed request or a 429 without Retry-After, "
+        default=1.0, ge=0, allow_inf_nan=False,
+        description="first retry pause after a failed request or a 429 without Retry-After, "
         "in seconds; it doubles per consecutive failure", json_schema_extra=_flag("--backoff-base"),
     )
-    backoff_max_s: float = Field(default=60.0, ge=0, description="longest retry pause, in seconds",
+    backoff_max_s: float = Field(default=60.0, ge=0, allow_inf_nan=False,
+                                 description="longest retry pause, in seconds",
                                  json_schema_extra=_flag("--backoff-max"))
     pack_tokens: int = Field(default=DEFAULT_PACK_TOKENS, ge=256, description="prompt-token budget of one request")
     max_items_per_pack: int = Field(default=DEFAULT_MAX_ITEMS_PER_PACK, ge=1, description="items per request at most")
@@ -66,12 +69,14 @@ class JudgeSettings(BaseModel):
         f"else {DEFAULT_MAX_OUTPUT_TOKENS})",
     )
     input_cost_per_token: float | None = Field(
-        default=None, ge=0, description="USD per prompt token (default: litellm's price map; unknown: null cost)"
+        default=None, ge=0, allow_inf_nan=False,
+        description="USD per prompt token (default: litellm's price map; unknown: null cost)"
     )
     output_cost_per_token: float | None = Field(
-        default=None, ge=0, description="USD per completion token (default: litellm's price map; unknown: null cost)"
+        default=None, ge=0, allow_inf_nan=False,
+        description="USD per completion token (default: litellm's price map; unknown: null cost)"
     )
-    temperature: float = Field(default=0.0, ge=0, le=2, description="sampling temperature")
+    temperature: float = Field(default=0.0, ge=0, le=2, allow_inf_nan=False, description="sampling temperature")
     seed: int | None = Field(default=0, description="sampling seed, where the provider supports one")
     use_json_schema: Literal["auto", "yes", "no"] = Field(
         default="auto", description="JSON-schema response_format: auto = where litellm says the model supports it"

@@ -48,6 +48,19 @@ ERRORS: list[tuple[str, pl.DataFrame, tuple[str, ...], list[str]]] = [
                               schema={"conversation_id": pl.String, "output": pl.String}), (), ["null in 1 row"]),
     ("reserved column name", pl.DataFrame({"output": ["x"], "hallucination_score": [0.1]}), (),
      ["hallucination_score", "Rename or drop"]),
+    # key columns of a type that has no stable text: named with their type, never a polars cast error
+    ("conversation_id holding lists", pl.DataFrame({"conversation_id": [[1], [2]], "output": ["x", "y"]}), (),
+     ["'conversation_id' (conversation id", "List(Int64)", "--id-col"]),
+    ("turn holding lists", pl.DataFrame({"conversation_id": ["a", "a"], "turn": [["1"], ["2"]], "output": ["x", "y"]}),
+     (), ["'turn' (turn", "List(String)", "--turn-col"]),
+    ("conversation_id holding structs", pl.DataFrame({"conversation_id": [{"a": 1}], "output": ["x"]}), (),
+     ["'conversation_id'", "Struct", "--id-col"]),
+    ("chat rows keyed by lists", pl.DataFrame({"conversation_id": [["c"]], "messages": [[{"role": "assistant",
+     "content": "你好。"}]]}), (), ["'conversation_id'", "List(String)"]),
+    ("--key-col on a binary column", pl.DataFrame({"k": [b"\xff\xfe", b"ok"], "output": ["x", "y"]}), ("--key-col", "k"),
+     ["'k' (key column", "Binary", "--key-col"]),
+    ("--key-col on a list column", pl.DataFrame({"k": [["a"], ["b"]], "output": ["x", "y"]}), ("--key-col", "k"),
+     ["'k' (key column", "List(String)"]),
 ]
 
 
@@ -136,3 +149,31 @@ def test_directory_whose_files_disagree(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["score", str(tmp_path / "d"), "-o", str(tmp_path / "o.parquet")])
     assert result.exit_code == 2 and "disagree on their schema" in result.output and "['context']" in result.output
     assert not (tmp_path / "o.parquet").exists()
+
+
+@pytest.mark.parametrize("column", ["output", "context", "messages"])
+def test_text_that_is_not_utf8_is_one_line_naming_file_column_and_row(tmp_path: Path, column: str) -> None:
+    """A legacy writer's bytes in a string column: never a polars panic; file, column, row and the fix."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [b"The museum opened in 1901.", "박물관은 1901년에 문을 열었다.".encode(), b"caf\xe9 opened \xff."]
+    bad = pa.array(texts, type=pa.binary()).view(pa.string())
+    columns: dict[str, pa.Array] = {"conversation_id": pa.array(["a", "b", "c"])}
+    if column == "messages":
+        role = pa.array(["assistant"] * 3)
+        columns["messages"] = pa.array([[m] for m in pa.StructArray.from_arrays([role, bad], ["role", "content"])])
+    else:
+        columns["output"] = bad if column == "output" else pa.array([t.decode("utf-8", "replace") for t in texts])
+        if column == "context":
+            offsets = pa.array([0, 1, 2, 3], type=pa.int32())
+            columns["context"] = pa.ListArray.from_arrays(offsets, bad)
+
+    code, output, scored = _run(tmp_path, None, write=lambda path: pq.write_table(pa.table(columns), path))
+    assert code == 2, output
+    assert output.count("\n") == 1 and output.startswith("error: ")
+    assert f"column {column!r}" in output and "in.parquet" in output and "not valid UTF-8" in output
+    assert "Re-encode" in output
+    if column != "messages":  # nested in a struct the row is not located, the column is
+        assert "row 2" in output or column == "context"
+    assert scored is None

@@ -187,3 +187,17 @@ def test_importing_the_code_location_stays_light() -> None:
     dagster_s, ours_s, litellm, duckdb = out.stdout.split()
     print(f"import dagster {float(dagster_s):.2f}s, then faithfulness_pipeline.definitions {float(ours_s):.2f}s")
     assert (litellm, duckdb) == ("False", "False")
+
+
+def test_the_sensor_says_rows_before_the_first_partition_will_never_be_scored(tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    old = datetime(2025, 1, 3, 9, tzinfo=UTC)
+    pl.DataFrame({"conversation_id": ["old-1"], "created_at": [old], "output": ["大桥于1901年开放。"]}).write_parquet(
+        landing / "archive.parquet"
+    )
+    with dg.instance_for_test() as instance:
+        tick = _tick(build_defs(), landing, None, instance)
+    assert tick.keys == []
+    assert tick.skipped is not None and "never be scored" in tick.skipped and "archive.parquet" in tick.skipped
+    assert "FP_PARTITIONS_START" in tick.skipped

@@ -60,4 +60,4 @@ def test_dg_launch_materialises_every_asset_of_a_day(tmp_path: Path, monkeypatch
             for e in events
             if e.dagster_event and e.dagster_event_type == DagsterEventType.ASSET_CHECK_EVALUATION
         ]
-        assert len(checks) == 9 and all(c.passed for c in checks)  # type: ignore[union-attr]
+        assert len(checks) == 10 and all(c.passed for c in checks)  # type: ignore[union-attr]

@@ -22,7 +22,7 @@ def test_every_asset_and_check_succeeds_for_every_day(built: Built) -> None:
         }
         assert keys == ASSETS
         evaluations = result.get_asset_check_evaluations()
-        assert len(evaluations) == 9
+        assert len(evaluations) == 10
         failed = [(e.asset_key.to_user_string(), e.check_name, e.description) for e in evaluations if not e.passed]
         assert failed == []
 

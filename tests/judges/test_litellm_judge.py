@@ -676,3 +676,41 @@ def test_an_unusable_reply_is_never_asked_again_with_the_same_request() -> None:
     assert extraction[1].messages[-2]["role"] == "assistant" and "does not exist" in repair and "try 2" in repair
     assert "try 3" in extraction[2].messages[-1]["content"]
     assert judge.stats().retries == 4  # the marker also spoils the verdict reply twice: repaired the same way
+
+
+# ---------------------------------------------------------------------------------- deep nesting
+
+
+class DeepReplies:
+    """Replies nested 100,000 levels deep (past any recursion limit): to the first ``first`` requests, or
+    to every request when ``first`` is None; the scripted judge answers the rest."""
+
+    def __init__(self, first: int | None) -> None:
+        self.script = ScriptedJudge()
+        self.first = first
+        self.deep = 0
+
+    def __call__(self, request: Any) -> str:
+        if self.first is None or self.deep < self.first:
+            self.deep += 1
+            return '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+        return self.script(request)
+
+
+def test_a_deeply_nested_reply_is_an_invalid_reply_retried_like_any_other() -> None:
+    rows = typical_rows(24, seed=5)
+    responder = DeepReplies(first=3)
+    with FakeLLMServer(responder) as srv:
+        extracted, verdicts = run(make_judge(srv), rows)
+    assert responder.deep == 3
+    assert_scripted(rows, extracted, verdicts)  # every item got its result after the re-asks
+
+
+def test_replies_that_are_always_too_deep_end_as_item_errors_after_the_retries() -> None:
+    rows = typical_rows(6, seed=6)
+    responder = DeepReplies(first=None)
+    with FakeLLMServer(responder) as srv:
+        extracted, _ = run(make_judge(srv, max_retries=2), rows)
+    assert responder.deep > 1  # re-asked, not given up on the first reply
+    assert all(e.error is not None and "nests deeper than" in e.error for e in extracted), [e.error for e in extracted]
+    assert not any("internal error" in (e.error or "") for e in extracted)

@@ -141,3 +141,15 @@ def test_verdict_reply_needs_exactly_one_code_per_claim() -> None:
     assert parsed.failed["a2"] == "1 verdicts for 2 claims"
     assert "does not exist" in parsed.failed["a3"]
     assert "not a list of code strings" in parsed.failed["a4"]
+
+
+def test_nesting_is_bounded_and_brackets_inside_strings_do_not_count() -> None:
+    from faithfulness_pipeline.core.parsing import MAX_DEPTH, read_members
+
+    assert read_members('{"a": ' + "[" * 50_000 + "]" * 50_000 + "}") == ([], False)
+    assert read_members('{"a": ' + "{" * (MAX_DEPTH + 1) + "}" * (MAX_DEPTH + 1) + "}") == ([], False)
+    fine = "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1)
+    assert read_members('{"a": ' + fine + "}")[1] is True
+    quoted = '{"a": ["S1|' + "[" * 500 + '\\" {{{ 「括号」 [괄호"]}'
+    members, complete = read_members(quoted)
+    assert complete and members[0][1][0].startswith("S1|[[[")

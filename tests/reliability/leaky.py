@@ -1,6 +1,7 @@
 """An OpenAI-compatible upstream that echoes the caller's API key in its errors, the worst a provider or
-proxy can do: the key in 5xx bodies and headers, plain, reversed and base64-encoded, or a 401 that
-repeats the rejected key. Successful replies come from the scripted judge, so runs still score rows.
+proxy can do: the key in 5xx bodies and headers, or a 401 that repeats the rejected key, in every form
+(:func:`echoes`: whole, reversed, base64 at each alignment, hex, URL-encoded, a piece of it). Successful
+replies come from the scripted judge, so runs still score rows.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import threading
 import time
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -19,15 +21,34 @@ from tests.fakellm.scripted import ScriptedJudge
 from tests.fakellm.server import ChatRequest
 
 
+def echoes(key: str) -> list[str]:
+    """The key as a careless provider repeats it. Each is short enough to survive a truncated message."""
+    raw = key.encode()
+    return [
+        f"key {key}",
+        f"reversed {key[::-1]}",
+        f"auth {base64.b64encode(b'Bearer ' + raw).decode()}",  # three alignments of the key's bytes
+        f"auth {base64.b64encode(b'Key ' + raw).decode()}",
+        f"auth {base64.urlsafe_b64encode(b'Token: ' + raw).decode()}",
+        f"hex {raw.hex()}",
+        f"url {quote(key, safe='')}",
+        f"key ending ...{key[-12:]}",
+        f"key starting {key[:12]}...",
+    ]
+
+
 class LeakyServer:
-    """``mode="flaky"``: the first request of a third of the bodies is a 500 that echoes the key;
-    ``mode="reject"``: every request is a 401 that repeats the key it was given."""
+    """``mode="flaky"``: the first request of a third of the bodies is a 500 that echoes the key, then
+    the request succeeds; ``mode="broken"``: every request is a 500 that echoes the key, so the errors are
+    kept; ``mode="reject"``: every request is a 401 that repeats the key it was given. Each failing
+    request echoes the next form of :func:`echoes`, in its message and its headers."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
         self.judge = ScriptedJudge()
         self.requests = 0
         self._seen: set[str] = set()
+        self._bodies: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -74,20 +95,21 @@ class LeakyServer:
         key = request.headers.get("Authorization", "").removeprefix("Bearer ")
         body: dict[str, Any] = await request.json()
         echo = {"x-debug-authorization": f"Bearer {key}", "x-debug-key-b64": base64.b64encode(key.encode()).decode()}
+        forms = echoes(key)
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        # The n-th distinct body echoes the n-th form on every attempt: whatever error a pack keeps, the
+        # packs of a run keep every form between them.
+        form = forms[self._bodies.setdefault(digest, len(self._bodies)) % len(forms)]
         if self.mode == "reject":
-            message = f"Incorrect API key provided: {key}. You can find your API key at https://example.invalid."
+            message = f"Incorrect API key provided: {form}. Find your API key at https://example.invalid."
             return web.json_response(
                 {"error": {"message": message, "type": "invalid_request_error", "code": "invalid_api_key"}},
                 status=401,
                 headers=echo,
             )
-        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-        if int(digest, 16) % 3 == 0 and digest not in self._seen:
+        if self.mode == "broken" or (int(digest, 16) % 3 == 0 and digest not in self._seen):
             self._seen.add(digest)
-            message = (
-                f"upstream failure for Authorization: Bearer {key} (reversed {key[::-1]}, "
-                f"base64 {base64.b64encode(key.encode()).decode()})"
-            )
+            message = f"upstream failure, {form}"
             return web.json_response({"error": {"message": message, "type": "server_error"}}, status=500, headers=echo)
         chat = ChatRequest(
             model=str(body["model"]),

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tests.defs.conftest import SAMPLE, make_lake
@@ -45,6 +47,22 @@ def _landing_with(tmp_path: Path, bad: pl.DataFrame | bytes) -> Path:
     return landing
 
 
+def _invalid_utf8(column: str) -> bytes:
+    """A Parquet file whose ``column`` holds bytes that are not UTF-8 in a string column (a legacy writer)."""
+    texts = [b"The museum opened in 1901.", "博物馆于1901年开放。".encode(), b"caf\xe9 \xff\xfe opened."]
+    bad = pa.array(texts, type=pa.binary()).view(pa.string())
+    good = pa.array([t.decode("utf-8", "replace") for t in texts])
+    stamp = pa.array([NOON] * 3, type=pa.timestamp("us", tz="UTC"))
+    table = pa.table({"conversation_id": ["u1", "u2", "u3"], "created_at": stamp,
+                      "output": bad if column == "output" else good,
+                      "context": pa.array([[t] for t in texts], type=pa.list_(pa.binary())).cast(
+                          pa.list_(pa.binary())).view(pa.list_(pa.string())) if column == "context"
+                      else pa.array([[t] for t in good.to_pylist()])})  # fmt: skip
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
 BAD_FILES: list[tuple[str, pl.DataFrame | bytes, list[str]]] = [
     ("number as answer", pl.DataFrame({"conversation_id": ["x1"], "created_at": [NOON], "output": [5]}),
      ["bad.parquet", "'output' (answer) has type Int64", "scoring resource"]),
@@ -59,6 +77,9 @@ BAD_FILES: list[tuple[str, pl.DataFrame | bytes, list[str]]] = [
     ("timestamp column of a wrong type", pl.DataFrame({"conversation_id": ["x1"], "created_at": [5], "output": ["hi"]}),
      ["bad.parquet", "'created_at'", "Int64", "timestamp_column"]),
     ("corrupt Parquet", b"PAR1" + b"\0" * 64 + b"PAR1", ["bad.parquet", "cannot read", "Parquet"]),
+    ("invalid UTF-8 in the answers", _invalid_utf8("output"), ["bad.parquet", "'output'", "not valid UTF-8", "row 2",
+                                                              "Re-encode"]),
+    ("invalid UTF-8 in the passages", _invalid_utf8("context"), ["bad.parquet", "'context'", "not valid UTF-8"]),
 ]
 
 
@@ -123,3 +144,39 @@ def test_odd_text_in_a_landing_file_is_scored_without_losing_a_row(tmp_path: Pat
     assert scored.get_column("row_key").to_list() == [f"odd-{i}" for i in range(n)]
     assert scored.get_column("output").to_list() == ODD  # passthrough exactly as delivered
     assert scored.get_column("status").unique().to_list() == ["ok"]
+
+
+def test_rows_dated_before_the_first_partition_are_reported_not_silently_skipped(
+    tmp_path: Path, instance: dg.DagsterInstance
+) -> None:
+    """Rows before FP_PARTITIONS_START belong to no partition: the raw load's check warns with their count
+    and files, its metadata counts them, and the day's own rows are still scored."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    shutil.copy(SAMPLE / "flat" / "conversations.parquet", landing / "good.parquet")
+    old = datetime(2025, 1, 3, 9, tzinfo=UTC)
+    pl.DataFrame({
+        "conversation_id": ["old-1", "old-2", "old-3"],
+        "created_at": [old, old, NOON],
+        "output": ["The bridge opened in 1901.", "大桥于1901年开放。", "다리는 1901년에 열었다."],
+    }).write_parquet(landing / "archive.parquet")
+    lake = make_lake(landing, tmp_path / "warehouse")
+    result = lake.materialize(DAY, instance)
+    assert result.success, _failure(result)
+    check = next(e for e in result.get_asset_check_evaluations() if e.check_name == "rows_before_partitions_start")
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert check.metadata["rows_before_partitions_start"].value == 2
+    assert "archive.parquet" in str(check.metadata["files"].value) and "good.parquet" not in str(check.metadata["files"].value)
+    assert check.description is not None and "FP_PARTITIONS_START" in check.description
+    raw = next(e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "raw_conversations")
+    assert raw.materialization.metadata["rows_before_partitions_start"].value == 2
+    assert "old-3" in lake.read("scored_conversations", DAY).get_column("row_key").to_list()  # the day's row is scored
+
+
+def test_no_warning_when_every_row_is_inside_the_partitions(tmp_path: Path, instance: dg.DagsterInstance) -> None:
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    shutil.copy(SAMPLE / "flat" / "conversations.parquet", landing / "good.parquet")
+    result = make_lake(landing, tmp_path / "warehouse").materialize(DAY, instance)
+    check = next(e for e in result.get_asset_check_evaluations() if e.check_name == "rows_before_partitions_start")
+    assert check.passed and check.metadata["rows_before_partitions_start"].value == 0

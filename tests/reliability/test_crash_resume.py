@@ -9,6 +9,7 @@ request is for) and the output folder, with a server latency that makes each pha
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from functools import partial
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from tests.fakellm import FakeLLMServer, Latency
 from tests.fakellm.scripted import ScriptedJudge
@@ -133,6 +135,46 @@ def test_sigkill_in_every_phase_leaves_no_output_and_each_rerun_pays_only_for_wh
     claims = pl.read_parquet(tmp_path / "claims.parquet").drop("scored_at").sort("row_key", "claim_index")
     assert claims.equals(reference.claims.drop("scored_at").sort("row_key", "claim_index"))
     assert sorted((tmp_path / "mastra.jsonl").read_text(encoding="utf-8").splitlines()) == reference.mastra
+
+
+@pytest.mark.parametrize(("sig", "status", "word"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")])
+@pytest.mark.parametrize("phase", ["verdict", "write"])
+def test_sigterm_is_handled_like_sigint(
+    sig: signal.Signals, status: int, word: str, phase: str, reference: Reference, tmp_path: Path
+) -> None:
+    """A signal to the CLI alone (not its group: a service manager's stop) during verdicts or while the
+    outputs are written: one line, its exit status, no output and no temporary file left, the store intact;
+    the re-run asks only for what the store lacks and gives the uninterrupted run's table."""
+    store = tmp_path / "store.sqlite"
+    judge = ScriptedJudge()
+    with FakeLLMServer(judge, latency=Latency(base_s=0.1)) as srv:
+        base = cli_command(
+            srv, reference.src, tmp_path / "out.parquet", "--claims-out", str(tmp_path / "claims.parquet"),
+            "--mastra-out", str(tmp_path / "mastra.jsonl"), "--store", str(store),
+            "--max-concurrency", str(CONCURRENCY), "--quiet", "--chunk-rows", "60",
+        )  # fmt: skip
+        proc = subprocess.Popen(base, env=child_env(**{KEY_ENV: KEY}), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+        try:
+            wait_for(partial(_phase_reached, phase, judge, tmp_path), proc, f"the {phase} phase")  # type: ignore[arg-type]
+            proc.send_signal(sig)
+            _, stderr = proc.communicate(timeout=120)
+        finally:
+            kill_group(proc)
+        assert proc.returncode == status, stderr
+        assert stderr.strip().splitlines() == [f"{word}: nothing was written (stored results are kept for the next run)"]
+        left = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("store.sqlite"))
+        assert left == [], left  # no output, no temporary file
+        _wait_until_quiet(srv, judge)
+        kept = store_counts(store)  # checks the file's integrity too
+        assert 0 < sum(kept.values()) < sum(reference.items.values())
+        srv.set_latency(Latency())
+        judge.calls.clear()
+        finished = run_cli(base, KEY)
+        assert finished.returncode == 0, finished.stderr
+    for step in STEPS:
+        assert step_items(judge, step) == reference.items[step] - kept[step], (step, kept)
+    assert comparable(pl.read_parquet(tmp_path / "out.parquet")).equals(comparable(reference.scored))
 
 
 def test_a_rerun_removes_what_a_killed_run_left_behind(tmp_path: Path) -> None:
