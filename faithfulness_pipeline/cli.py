@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import itertools
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,21 +19,22 @@ import click
 import polars as pl
 from pydantic import BaseModel
 
+from faithfulness_pipeline.core.combine import conform
 from faithfulness_pipeline.core.config import ContextHook, ScoringConfig, ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
 from faithfulness_pipeline.core.io import (
     ParquetChunkWriter,
     atomic_path,
     count_rows,
-    input_schema,
+    file_schema,
     iter_chunks,
     open_text_atomic,
     resolve_inputs,
 )
 from faithfulness_pipeline.core.judge import Judge
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
-from faithfulness_pipeline.core.pipeline import empty_scored_frame, score_chunks
-from faithfulness_pipeline.judges.factory import estimate_cost, make_judge
+from faithfulness_pipeline.core.pipeline import score_chunks, scored_schema
+from faithfulness_pipeline.judges.factory import check_key, estimate_cost, make_judge
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.process import freeze_loaded_objects
 from faithfulness_pipeline.settings import Setting, from_env, settings
@@ -144,7 +146,7 @@ class _Progress:
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.total = total
-        self.done = 0.0
+        self.done = 0.0  # rows finish in fractions (a row's share of a packed request): shown as whole rows
         self.enabled = enabled
         self._bar: Any = None
         self._last = time.monotonic()
@@ -156,7 +158,9 @@ class _Progress:
     def __call__(self, rows: float) -> None:
         self.done += rows
         if self._bar is not None:
-            self._bar.update(rows)
+            whole = min(int(self.done + 1e-9), self.total)
+            if whole > self._bar.n:
+                self._bar.update(whole - self._bar.n)
         elif self.enabled and time.monotonic() - self._last >= 5:
             self._last = time.monotonic()
             pct = 100 * self.done / self.total if self.total else 100.0
@@ -231,7 +235,8 @@ def resolve_settings(options: dict[str, Any], env: Mapping[str, str]) -> tuple[J
 
 
 async def _run(
-    paths: list[str],
+    chunks: Iterator[pl.DataFrame],
+    out_schema: pl.Schema,
     judge: Judge,
     config: ScoringConfig,
     output: str,
@@ -240,7 +245,6 @@ async def _run(
     progress: Callable[[float], None] | None,
     summary: Summary,
 ) -> None:
-    schema = input_schema(paths)
     with ExitStack() as stack:
         scored_writer = ParquetChunkWriter(stack.enter_context(atomic_path(output)))
         claims_writer = (
@@ -249,8 +253,9 @@ async def _run(
         mastra_handle = stack.enter_context(open_text_atomic(mastra_out)) if mastra_out else None
         wrote_any = False
         try:
-            async for scored in score_chunks(iter_chunks(paths, config.chunk_rows), judge, config, progress):
+            async for chunk in score_chunks(chunks, judge, config, progress):
                 wrote_any = True
+                scored = conform(chunk, out_schema)  # files of other shapes or columns: one table
                 summary.add(scored)
                 scored_writer.write(scored)
                 if claims_writer is not None:
@@ -258,7 +263,7 @@ async def _run(
                 if mastra_handle is not None:
                     mastra_handle.writelines(mastra_jsonl_lines(scored))
             if not wrote_any:
-                empty = empty_scored_frame(schema, config)
+                empty = pl.DataFrame(schema=out_schema)
                 scored_writer.write(empty)
                 if claims_writer is not None:
                     claims_writer.write(claim_table(empty))
@@ -269,10 +274,16 @@ async def _run(
             await judge.aclose()
 
 
+def _read_ahead(chunks: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+    """``chunks`` with the first one read now (while litellm may still be importing)."""
+    first = next(chunks, None)
+    return chunks if first is None else itertools.chain([first], chunks)
+
+
 @click.group()
 @click.version_option(package_name="faithfulness-pipeline")
 def main() -> None:
-    """Hallucination and faithfulness scores (Mastra semantics) for Parquet tables of LLM answers."""
+    """Hallucination and faithfulness scores (Mastra semantics) for tables of LLM answers."""
 
 
 @main.command()
@@ -289,30 +300,43 @@ def main() -> None:
 def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str | None,
           static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None, dry_run: bool,
           quiet: bool, **options: Any) -> None:
-    """Score INPUT (a Parquet file, a directory of them, or a glob) and write the scored table.
+    """Score INPUT (a Parquet, JSON Lines or CSV file, a directory of them, or a glob) and write the scored
+    table. Files may differ in shape (flat and chat) and columns: each is normalised on its own.
 
     Every setting can also be given by its environment variable; a flag beats the variable.
     """
     started = time.monotonic()
     try:
         judge_settings, scoring = resolve_settings(options, os.environ)
+        if judge_settings.model is not None:
+            # litellm takes seconds to import: it loads on a worker thread while the input is checked and
+            # read; building the judge below waits for it.
+            from faithfulness_pipeline.judges.litellm_config import import_litellm_in_background
+
+            import_litellm_in_background()
         config = scoring.config(
             static_context=_static_context(static_texts, context_file),
             context_hook=_load_hook(context_hook) if context_hook else None,
         )
         paths = resolve_inputs(input_spec)
-        input_schema(paths)  # schema disagreements fail before any call is paid for
-        judge = make_judge(judge_settings)
-        freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
+        # Every file's columns are validated, and a missing key reported, before any call is paid for.
+        out_schema = scored_schema([(p, file_schema(p)) for p in paths], config)
+        if not dry_run:  # a dry run sends nothing, so it needs no key
+            check_key(judge_settings)
         if dry_run:
+            judge = make_judge(judge_settings, need_key=False)
+            freeze_loaded_objects()
             click.echo(estimate_cost(judge, paths, config))
             asyncio.run(judge.aclose())
             return
         total = count_rows(paths)
+        chunks = _read_ahead(iter_chunks(paths, config.chunk_rows))
+        judge = make_judge(judge_settings)
+        freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
         progress = _Progress(total, enabled=not quiet)
         summary = Summary(model_column=scoring.model_column, threshold=scoring.hallucination_threshold)
         try:
-            asyncio.run(_run(paths, judge, config, output, claims_out, mastra_out, progress, summary))
+            asyncio.run(_run(chunks, out_schema, judge, config, output, claims_out, mastra_out, progress, summary))
         finally:
             progress.close()
     except FaithfulnessPipelineError as exc:

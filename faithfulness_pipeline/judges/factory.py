@@ -13,11 +13,12 @@ from faithfulness_pipeline.judges.estimates import Estimating
 from faithfulness_pipeline.judges.settings import JudgeSettings
 
 
-def make_judge(settings: JudgeSettings, api_key: str | None = None) -> Judge:
+def make_judge(settings: JudgeSettings, api_key: str | None = None, *, need_key: bool = True) -> Judge:
     """The offline judge when ``settings.model`` is unset; otherwise the litellm judge; either one behind
     the stored-judge wrapper (identical items asked once per run, and the result store when
     ``settings.store`` is set). A missing API key or an unusable store fails here, before any row is read;
-    ``api_key`` beats the environment variable the settings name."""
+    ``api_key`` beats the environment variable the settings name. ``need_key=False`` builds a judge that
+    only estimates (the dry run): a missing key is then no error."""
     judge: Judge
     if settings.model is None:
         from faithfulness_pipeline.judges.offline import OfflineJudge
@@ -26,13 +27,22 @@ def make_judge(settings: JudgeSettings, api_key: str | None = None) -> Judge:
     else:
         from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 
-        judge = LiteLLMJudge(settings, api_key=api_key)
+        judge = LiteLLMJudge(settings, api_key=api_key, need_key=need_key)
     from faithfulness_pipeline.judges.stored import StoredJudge, open_store
 
     # Built first, the judge fails on a missing key before the store file is created; it holds nothing to
     # close until its first request.
     store = None if settings.store is None else open_store(settings.store)
     return StoredJudge(judge, store, refresh=settings.refresh)
+
+
+def check_key(settings: JudgeSettings) -> None:
+    """Fails now, naming the variable, when the model needs an API key that is not set: what building the
+    judge would say, without waiting for litellm's import for the providers whose key variable is known."""
+    if settings.model is not None and settings.model.strip():
+        from faithfulness_pipeline.judges.litellm_secrets import resolve_api_key
+
+        resolve_api_key(settings.model, settings.api_key_env)
 
 
 def estimate_cost(judge: Judge, paths: list[str], config: ScoringConfig) -> str:

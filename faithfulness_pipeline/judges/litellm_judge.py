@@ -78,7 +78,7 @@ from faithfulness_pipeline.judges.litellm_requests import (
     Tries,
     Turns,
 )
-from faithfulness_pipeline.judges.litellm_secrets import Redactor, resolve_api_key
+from faithfulness_pipeline.judges.litellm_secrets import MissingAPIKeyError, Redactor, resolve_api_key
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.judges.stored import ResultScope
 
@@ -102,6 +102,7 @@ class LiteLLMJudge:
         config: JudgeSettings,
         *,
         api_key: str | None = None,
+        need_key: bool = True,
         clock: Clock | None = None,
         sleep: Sleep | None = None,
     ) -> None:
@@ -114,7 +115,13 @@ class LiteLLMJudge:
         if api_key:
             self.api_key_env: str | None = config.api_key_env
         else:
-            self.api_key_env, api_key = resolve_api_key(self.model_name, config.api_key_env)
+            try:
+                self.api_key_env, api_key = resolve_api_key(self.model_name, config.api_key_env)
+            except MissingAPIKeyError:
+                # A judge that only estimates (the dry run) never sends a request, so it needs no key.
+                if need_key:
+                    raise
+                self.api_key_env, api_key = None, None
         self.redact = Redactor(api_key)
         litellm = import_litellm()
         litellm.suppress_debug_info = True

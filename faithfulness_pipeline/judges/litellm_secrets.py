@@ -62,14 +62,18 @@ def resolve_api_key(model: str, api_key_env: str | None) -> tuple[str | None, st
         if not value:
             raise _missing(name, model)
         return name, value
-    litellm = import_litellm()
-    try:
-        provider = str(litellm.get_llm_provider(model)[1])
-    except Exception as exc:
-        raise ConfigError(
-            f"litellm does not know which provider serves {model!r}: use a provider prefix such as "
-            f"openai/, anthropic/ or ollama/ ({type(exc).__name__})"
-        ) from None
+    prefix = model.split("/", 1)[0] if "/" in model else ""
+    if prefix in _KEYLESS or prefix in _KEY_ENV:
+        provider = prefix  # a provider prefix litellm knows names the provider: no need to wait for its import
+    else:
+        litellm = import_litellm()
+        try:
+            provider = str(litellm.get_llm_provider(model)[1])
+        except Exception as exc:
+            raise ConfigError(
+                f"litellm does not know which provider serves {model!r}: use a provider prefix such as "
+                f"openai/, anthropic/ or ollama/ ({type(exc).__name__})"
+            ) from None
     if provider in _KEYLESS:
         return None, None
     default = _KEY_ENV.get(provider)
@@ -78,6 +82,7 @@ def resolve_api_key(model: str, api_key_env: str | None) -> tuple[str | None, st
         if not value:
             raise _missing(default, model)
         return default, value
+    litellm = import_litellm()
     check = lenient(lambda: litellm.validate_environment(model=model)) or {}
     missing = [str(k) for k in check.get("missing_keys") or []]
     if missing and not check.get("keys_in_environment"):
