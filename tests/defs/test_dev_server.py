@@ -1,6 +1,6 @@
-"""`dagster dev` on 127.0.0.1 answers GraphQL, and a backfill runs in parallel processes within the pool.
+"""`dg dev` on 127.0.0.1 answers GraphQL, and a backfill runs in parallel processes within the pool.
 
-One `dagster dev` (webserver + daemon) serves both tests: it starts from the repository root exactly as the
+One `dg dev` (webserver + daemon) serves both tests: it starts from the repository root exactly as the
 README says, with a temporary DAGSTER_HOME holding the repository's dagster.yaml.
 """
 
@@ -50,7 +50,7 @@ def _get(url: str) -> int:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stops the process group started for this test (dagster dev, its webserver, daemon, code server)."""
+    """Stops the process group started for this test (dg dev, its webserver, daemon, code server)."""
     for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)):
         if proc.poll() is not None:
             break
@@ -76,11 +76,11 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     warehouse = root / "warehouse"
     env = subprocess_env(home, warehouse, landing)
     port = free_port()
-    dagster = Path(sys.executable).parent / "dagster"
+    dg_cli = Path(sys.executable).parent / "dg"  # the README's command (`dagster dev` is deprecated for it)
     log = (root / "dagster_dev.log").open("wb")
     started = time.monotonic()
     proc = subprocess.Popen(
-        [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port)],
+        [str(dg_cli), "dev", "-h", "127.0.0.1", "-p", str(port)],
         cwd=REPO,
         env=env,
         stdout=log,
@@ -92,7 +92,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
         deadline = time.monotonic() + 120
         while _get(f"{url}/server_info") != 200:
             assert proc.poll() is None, (root / "dagster_dev.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "dagster dev did not answer within 120 s"
+            assert time.monotonic() < deadline, "dg dev did not answer within 120 s"
             time.sleep(0.5)
         yield DevServer(url, home, warehouse, env, time.monotonic() - started)
     finally:
@@ -113,7 +113,7 @@ def _graphql(url: str, query: str) -> dict[str, object]:
 
 
 def test_dagster_dev_lists_every_asset_over_graphql(dev: DevServer) -> None:
-    print(f"dagster dev answered after {dev.started_in:.1f} s")
+    print(f"dg dev answered after {dev.started_in:.1f} s")
     data = _graphql(dev.url, "{ assetNodes { assetKey { path } groupName jobNames isPartitioned } }")
     nodes = data["assetNodes"]
     assert isinstance(nodes, list)
