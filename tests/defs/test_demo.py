@@ -123,3 +123,15 @@ def test_the_ui_hint_starts_the_dagster_ui_as_printed(demo: Demo, tmp_path: Path
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(grace)
                 break
+
+
+def test_the_readme_query_command_runs_as_printed(demo: Demo) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", readme, flags=re.DOTALL) if "import duckdb" in b]
+    assert len(blocks) == 1
+    # "From the repository root", whose warehouse/ is the demo's here: uv is pointed at the repository.
+    env = {**_clean_env(), "UV_PROJECT": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(["bash", "-c", blocks[0]], cwd=demo.warehouse.parent, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "hallucination_mean" in done.stdout and "2026-11-24" in done.stdout

@@ -1,7 +1,10 @@
-"""`dg dev` on 127.0.0.1 answers GraphQL, and a backfill runs in parallel processes within the pool.
+"""`dagster dev` on 127.0.0.1 answers GraphQL, and a backfill runs in parallel processes within the pool.
 
-One `dg dev` (webserver + daemon) serves both tests: it starts from the repository root exactly as the
-README says, with a temporary DAGSTER_HOME holding the repository's dagster.yaml.
+One `dagster dev` (webserver + daemon) serves both tests: it starts from the repository root with a
+temporary DAGSTER_HOME holding the repository's dagster.yaml. The README's `dg dev` is started by
+tests/defs/test_demo.py; here the older command stays, because the backfill below is submitted with
+`dagster job backfill -m faithfulness_pipeline.definitions`, and under `dg dev` (whose code location is named
+after the project folder) the daemon did not launch that backfill's runs within the test's 180 s.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def _get(url: str) -> int:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stops the process group started for this test (dg dev, its webserver, daemon, code server)."""
+    """Stops the process group started for this test (dagster dev, its webserver, daemon, code server)."""
     for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 10.0)):
         if proc.poll() is not None:
             break
@@ -76,11 +79,11 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     warehouse = root / "warehouse"
     env = subprocess_env(home, warehouse, landing)
     port = free_port()
-    dg_cli = Path(sys.executable).parent / "dg"  # the README's command (`dagster dev` is deprecated for it)
+    dagster = Path(sys.executable).parent / "dagster"
     log = (root / "dagster_dev.log").open("wb")
     started = time.monotonic()
     proc = subprocess.Popen(
-        [str(dg_cli), "dev", "-h", "127.0.0.1", "-p", str(port)],
+        [str(dagster), "dev", "-h", "127.0.0.1", "-p", str(port)],
         cwd=REPO,
         env=env,
         stdout=log,
@@ -92,7 +95,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
         deadline = time.monotonic() + 120
         while _get(f"{url}/server_info") != 200:
             assert proc.poll() is None, (root / "dagster_dev.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "dg dev did not answer within 120 s"
+            assert time.monotonic() < deadline, "dagster dev did not answer within 120 s"
             time.sleep(0.5)
         yield DevServer(url, home, warehouse, env, time.monotonic() - started)
     finally:
@@ -113,7 +116,7 @@ def _graphql(url: str, query: str) -> dict[str, object]:
 
 
 def test_dagster_dev_lists_every_asset_over_graphql(dev: DevServer) -> None:
-    print(f"dg dev answered after {dev.started_in:.1f} s")
+    print(f"dagster dev answered after {dev.started_in:.1f} s")
     data = _graphql(dev.url, "{ assetNodes { assetKey { path } groupName jobNames isPartitioned } }")
     nodes = data["assetNodes"]
     assert isinstance(nodes, list)
