@@ -31,6 +31,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("offline_speed.py", []),
     ("memory.py", []),
     ("offline_agreement.py", []),
+    ("cold_start.py", ["--runs", "3"]),
 ]
 
 #: Benchmarks whose every figure is a count, a ratio of counts or a peak RSS, never a time: they may run

@@ -2,13 +2,16 @@
 
 Public API (everything else is internal)::
 
-    from faithfulness_pipeline import score_frame, ScoringConfig, ColumnMap, Judge
+    from faithfulness_pipeline import score_frame, score_frame_async, ScoringConfig, ColumnMap, Judge
+    from faithfulness_pipeline import JudgeSettings, make_judge      # the litellm judge from Python
 """
 
-from faithfulness_pipeline.api import default_judge, score_frame
+from faithfulness_pipeline.api import default_judge, score_frame, score_frame_async
 from faithfulness_pipeline.core.config import ColumnMap, ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError, InputError
 from faithfulness_pipeline.core.judge import Judge
+from faithfulness_pipeline.judges.factory import make_judge
+from faithfulness_pipeline.judges.settings import JudgeSettings
 
 __all__ = [
     "ColumnMap",
@@ -16,7 +19,10 @@ __all__ = [
     "FaithfulnessPipelineError",
     "InputError",
     "Judge",
+    "JudgeSettings",
     "ScoringConfig",
     "default_judge",
+    "make_judge",
     "score_frame",
+    "score_frame_async",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import itertools
 import json
 import os
 import signal
@@ -20,14 +21,15 @@ import click
 import polars as pl
 from pydantic import BaseModel
 
+from faithfulness_pipeline.core.combine import conform
 from faithfulness_pipeline.core.config import ContextHook, ScoringConfig, ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
-from faithfulness_pipeline.core.io import ParquetChunkWriter, count_rows, input_schema, iter_chunks, resolve_inputs
+from faithfulness_pipeline.core.io import ParquetChunkWriter, count_rows, file_schema, iter_chunks, resolve_inputs
 from faithfulness_pipeline.core.judge import Judge
 from faithfulness_pipeline.core.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
-from faithfulness_pipeline.core.pipeline import empty_scored_frame, prepay, score_chunks
-from faithfulness_pipeline.judges.factory import estimate_cost, make_judge, report_to
+from faithfulness_pipeline.core.pipeline import prepay, score_chunks, scored_schema
+from faithfulness_pipeline.judges.factory import check_key, estimate_cost, make_judge, report_to
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.process import freeze_loaded_objects
 from faithfulness_pipeline.settings import Setting, from_env, settings
@@ -139,7 +141,7 @@ class _Progress:
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.total = total
-        self.done = 0.0
+        self.done = 0.0  # rows finish in fractions (a row's share of a packed request): shown as whole rows
         self.enabled = enabled
         self._bar: Any = None
         self._last = time.monotonic()
@@ -151,7 +153,9 @@ class _Progress:
     def __call__(self, rows: float) -> None:
         self.done += rows
         if self._bar is not None:
-            self._bar.update(rows)
+            whole = min(int(self.done + 1e-9), self.total)
+            if whole > self._bar.n:
+                self._bar.update(whole - self._bar.n)
         elif self.enabled and time.monotonic() - self._last >= 5:
             self._last = time.monotonic()
             pct = 100 * self.done / self.total if self.total else 100.0
@@ -230,15 +234,17 @@ def resolve_settings(options: dict[str, Any], env: Mapping[str, str]) -> tuple[J
 
 async def _run(
     paths: list[str],
+    chunks: Iterator[pl.DataFrame],
+    out_schema: pl.Schema,
     judge: Judge,
     config: ScoringConfig,
     outputs: dict[str, str],
     progress: Callable[[float], None] | None,
     summary: Summary,
 ) -> None:
-    """Scores ``paths`` into ``outputs`` (option -> path: ``-o`` and optionally ``--claims-out``,
-    ``--mastra-out``), which appear together when the run is complete, or not at all."""
-    schema = input_schema(paths)
+    """Scores ``chunks`` (read from ``paths``, whose columns make ``out_schema``) into ``outputs`` (option ->
+    path: ``-o`` and optionally ``--claims-out``, ``--mastra-out``), which appear together when the run is
+    complete, or not at all. A judge that answers the whole run in bulk (batch mode) reads ``paths`` first."""
     with committed_together(outputs) as tmps, ExitStack() as stack:
         scored_writer = ParquetChunkWriter(tmps["-o"])
         claims_writer = ParquetChunkWriter(tmps["--claims-out"]) if "--claims-out" in tmps else None
@@ -248,8 +254,9 @@ async def _run(
         wrote_any = False
         try:
             await prepay(judge, lambda: iter_chunks(paths, config.chunk_rows), config)
-            async for scored in score_chunks(iter_chunks(paths, config.chunk_rows), judge, config, progress):
+            async for chunk in score_chunks(chunks, judge, config, progress):
                 wrote_any = True
+                scored = conform(chunk, out_schema)  # files of other shapes or columns: one table
                 summary.add(scored)
                 with _naming(tmps["-o"]):
                     scored_writer.write(scored)
@@ -260,7 +267,7 @@ async def _run(
                     with _naming(tmps["--mastra-out"]):
                         mastra_handle.writelines(mastra_jsonl_lines(scored))
             if not wrote_any:
-                empty = empty_scored_frame(schema, config)
+                empty = pl.DataFrame(schema=out_schema)
                 scored_writer.write(empty)
                 if claims_writer is not None:
                     claims_writer.write(claim_table(empty))
@@ -312,10 +319,16 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _read_ahead(chunks: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+    """``chunks`` with the first one read now (while litellm may still be importing)."""
+    first = next(chunks, None)
+    return chunks if first is None else itertools.chain([first], chunks)
+
+
 @click.group()
 @click.version_option(package_name="faithfulness-pipeline")
 def main() -> None:
-    """Hallucination and faithfulness scores (Mastra semantics) for Parquet tables of LLM answers."""
+    """Hallucination and faithfulness scores (Mastra semantics) for tables of LLM answers."""
 
 
 @main.command()
@@ -333,7 +346,8 @@ def main() -> None:
 def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str | None,
           static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None, dry_run: bool,
           quiet: bool, batch: bool, **options: Any) -> None:
-    """Score INPUT (a Parquet file, a directory of them, or a glob) and write the scored table.
+    """Score INPUT (a Parquet, JSON Lines or CSV file, a directory of them, or a glob) and write the scored
+    table. Files may differ in shape (flat and chat) and columns: each is normalised on its own.
 
     Every setting can also be given by its environment variable; a flag beats the variable.
     """
@@ -345,29 +359,40 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
                     raise ConfigError(f"--batch contradicts --mode {options['mode']}")
                 options["mode"] = "batch"
             judge_settings, scoring = resolve_settings(options, os.environ)
+            if judge_settings.model is not None:
+                # litellm takes seconds to import: it loads on a worker thread while the input is checked and
+                # read; building the judge below waits for it.
+                from faithfulness_pipeline.judges.litellm_config import import_litellm_in_background
+
+                import_litellm_in_background()
             config = scoring.config(
                 static_context=_static_context(static_texts, context_file),
                 context_hook=_load_hook(context_hook) if context_hook else None,
             )
             paths = resolve_inputs(input_spec)
-            input_schema(paths)  # schema disagreements fail before any call is paid for
-            outputs = {"-o": output, "--claims-out": claims_out, "--mastra-out": mastra_out}
-            if not dry_run:  # so do outputs that could not be written, or would overwrite each other or an input
-                check_outputs(outputs, paths)
-            judge = make_judge(judge_settings, check_connection=not dry_run)
-            freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
-            if dry_run:
+            # Every file's columns are validated before any call is paid for.
+            out_schema = scored_schema([(p, file_schema(p)) for p in paths], config)
+            if dry_run:  # a dry run sends nothing, so it needs no key and writes nothing
+                judge = make_judge(judge_settings, need_key=False)
+                freeze_loaded_objects()
                 click.echo(estimate_cost(judge, paths, config, batch=judge_settings.mode == "batch"))
                 asyncio.run(judge.aclose())
                 return
+            check_key(judge_settings)
+            # So do outputs that could not be written, or would overwrite each other or an input.
+            outputs = {"-o": output, "--claims-out": claims_out, "--mastra-out": mastra_out}
+            check_outputs(outputs, paths)
+            total = count_rows(paths)
+            chunks = _read_ahead(iter_chunks(paths, config.chunk_rows))
+            judge = make_judge(judge_settings, check_connection=True)
+            freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
             if not quiet:
                 report_to(judge, lambda line: click.echo(line, err=True))
-            total = count_rows(paths)
             progress = _Progress(total, enabled=not quiet)
             summary = Summary(model_column=scoring.model_column, threshold=scoring.hallucination_threshold)
             try:
                 given = {option: path for option, path in outputs.items() if path}
-                asyncio.run(_run(paths, judge, config, given, progress, summary))
+                asyncio.run(_run(paths, chunks, out_schema, judge, config, given, progress, summary))
             finally:
                 progress.close()
         except OutputError as exc:  # the machine's fault (a full disk, a read-only folder), not the command's

@@ -1,4 +1,4 @@
-"""The Dagster code location (``dagster dev``, ``dg``): the definitions built from ``FP_*`` environment variables.
+"""The Dagster code location (``dg dev``, ``dg launch``): the definitions built from ``FP_*`` environment variables.
 
 Everything lives in :mod:`faithfulness_pipeline.defs`; see its docstring for the variables.
 """

@@ -2,7 +2,8 @@
 
 ``python -m faithfulness_pipeline.demo`` (the CLI's ``faithfulness-pipeline demo``) materialises every asset
 and check of the ``score_conversations`` job, one run per day, records the runs in the local Dagster
-instance (so ``dagster dev`` shows them afterwards), then prints where the tables are and a summary.
+instance (so ``dg dev`` shows them afterwards), then prints where the tables are, a summary and the next
+commands to try, each runnable as printed (``tests/defs/test_demo.py`` runs them).
 
 Defaults, each overridable by its environment variable: ``DAGSTER_HOME`` = the repository's
 ``dagster_home`` (absolute), ``FP_WAREHOUSE`` = ``./warehouse``, ``FP_LANDING`` = the repository's
@@ -12,6 +13,7 @@ Defaults, each overridable by its environment variable: ``DAGSTER_HOME`` = the r
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -61,7 +63,7 @@ def run_demo(
     home = (dagster_home or Path(os.environ.get("DAGSTER_HOME") or _default_home())).resolve()
     home.mkdir(parents=True, exist_ok=True)
     _ensure_instance_config(home)
-    os.environ["DAGSTER_HOME"] = str(home)  # the instance must be found by this process and by `dagster dev`
+    os.environ["DAGSTER_HOME"] = str(home)  # the instance must be found by this process and by `dg dev`
 
     import dagster as dg  # after DAGSTER_HOME is set
 
@@ -127,9 +129,10 @@ def _summary(result: DemoResult) -> str:
     ok = scored.filter(pl.col("status") == "ok")
     span = f"{result.partitions[0]} .. {result.partitions[-1]}" if result.partitions else "no days"
     judge = ", ".join(sorted(scored.get_column("judge_model").unique().to_list()))
+    nothing = scored.filter(pl.col("result_source") == "none").height  # empty answers: no claims to judge
     lines = [
-        f"Scored {scored.height} answers over {len(result.partitions)} day(s) ({span}) with {judge} "
-        f"in {result.seconds:.1f} s.",
+        f"Scored {scored.height} rows ({scored.height - nothing} answers judged, {nothing} with no answer to judge) "
+        f"over {len(result.partitions)} day(s) ({span}) with {judge} in {result.seconds:.1f} s.",
         "",
         f"Tables (Parquet, one folder per day: <table>/ds=YYYY-MM-DD/data.parquet) under {result.warehouse}:",
     ]
@@ -154,13 +157,25 @@ def _summary(result: DemoResult) -> str:
         )
     if result.failed_checks:
         lines += ["", "Failed checks:"] + [f"  {c}" for c in result.failed_checks]
-    lines += [
-        "",
-        f"Query:  python -c \"import duckdb; print(duckdb.connect(r'{result.duckdb}', read_only=True)"
-        f".sql('SELECT * FROM daily_answer_quality ORDER BY day, model'))\"",
-        f'UI:     DAGSTER_HOME="{result.dagster_home}" dagster dev -h 127.0.0.1 -p 3000   (from the repository root)',
-    ]
+    lines += ["", "Next (each command runs as printed, from any directory):"]
+    lines += [f"  {label:<7} {command}" for label, command in hints(result)]
     return "\n".join(lines)
+
+
+def hints(result: DemoResult) -> list[tuple[str, str]]:
+    """The commands the demo suggests, as ``(label, shell command)``. They run through the project's own
+    environment (``uv run`` from the repository), since duckdb and dg are installed there, not system-wide."""
+    repo = shlex.quote(str(_REPO))
+    query = (
+        f"import duckdb; print(duckdb.connect(r'{result.duckdb}', read_only=True)"
+        f".sql('SELECT day, model, answers, hallucination_mean, faithfulness_mean FROM daily_answer_quality "
+        f"ORDER BY day, model'))"
+    )
+    home = shlex.quote(str(result.dagster_home))
+    return [
+        ("Query:", f'cd {repo} && python3 -m uv run --frozen python -c "{query}"'),
+        ("UI:", f"cd {repo} && DAGSTER_HOME={home} python3 -m uv run --frozen dg dev -h 127.0.0.1 -p 3000"),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,8 @@
-"""Reading Parquet inputs in bounded chunks and writing outputs atomically.
+"""Reading inputs in bounded chunks and writing outputs atomically.
 
-Inputs: a file, a directory (every ``*.parquet`` below it) or a glob, local or an object-store URI that
-pyarrow can open. Files must agree on their schema; a disagreement is an error naming both files.
+Inputs: a file, a directory (every ``*.parquet``, ``*.jsonl`` / ``*.ndjson`` and ``*.csv`` below it) or a glob,
+local or an object-store URI. The format follows the file's suffix (anything else is read as Parquet). Each
+file is read on its own, so files may differ in their columns (``core.combine`` unites them).
 Outputs appear only when complete: a temporary file in the target directory, then ``os.replace``.
 """
 
@@ -14,7 +15,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Final
 
 import polars as pl
 import pyarrow as pa
@@ -27,12 +28,26 @@ from faithfulness_pipeline.core.errors import InputError
 _TMP_COUNTER = itertools.count()
 
 
+#: Input formats by file suffix; a file named explicitly with another suffix is read as Parquet.
+FORMATS: Final = {".parquet": "Parquet", ".jsonl": "JSON Lines", ".ndjson": "JSON Lines", ".csv": "CSV"}
+PARQUET: Final = "Parquet"
+
+
+def input_format(path: str) -> str:
+    """``Parquet``, ``JSON Lines`` or ``CSV``, from the suffix of ``path``."""
+    return FORMATS.get(os.path.splitext(path)[1].lower(), PARQUET)
+
+
+def _is_input(name: str) -> bool:
+    return os.path.splitext(name)[1].lower() in FORMATS
+
+
 def is_uri(spec: str) -> bool:
     return "://" in spec and not spec.startswith("file://")
 
 
 def resolve_inputs(spec: str | os.PathLike[str]) -> list[str]:
-    """The Parquet files that ``spec`` names, sorted, so runs are reproducible."""
+    """The input files that ``spec`` names, sorted, so runs are reproducible."""
     text = os.fspath(spec)
     if is_uri(text):
         fs, path = pafs.FileSystem.from_uri(text)
@@ -41,14 +56,14 @@ def resolve_inputs(spec: str | os.PathLike[str]) -> list[str]:
             selector = pafs.FileSelector(path, recursive=True)
             scheme = text.split("://")[0]
             infos = fs.get_file_info(selector)
-            return sorted(f"{scheme}://{i.path}" for i in infos if i.path.endswith(".parquet"))
+            return sorted(f"{scheme}://{i.path}" for i in infos if _is_input(i.path))
         return [text]
     text = text.removeprefix("file://")
     path = Path(text)
     if path.is_dir():
-        files = sorted(str(p) for p in path.rglob("*.parquet") if p.is_file())
+        files = sorted(str(p) for p in path.rglob("*") if _is_input(p.name) and p.is_file())
         if not files:
-            raise InputError(f"directory {text!r} holds no *.parquet files")
+            raise InputError(f"directory {text!r} holds no *.parquet, *.jsonl, *.ndjson or *.csv files")
         return files
     if path.is_file():
         return [str(path)]
@@ -57,7 +72,20 @@ def resolve_inputs(spec: str | os.PathLike[str]) -> list[str]:
         if not files:
             raise InputError(f"the pattern {text!r} matches no files")
         return files
-    raise InputError(f"input {text!r} does not exist (give a Parquet file, a directory or a glob)")
+    raise InputError(
+        f"input {text!r} does not exist (give a Parquet, JSON Lines or CSV file, a directory or a glob)"
+    )
+
+
+#: What the readers raise for a file that is not what its suffix says (or is cut short).
+READ_ERRORS: Final = (pa.ArrowInvalid, OSError, pl.exceptions.PolarsError)
+
+
+def read_error(path: str, exc: BaseException) -> InputError:
+    """One line for an unreadable input file, the same for every format."""
+    fmt = input_format(path)
+    detail = " ".join(str(exc).split()).rstrip(". ")  # the reader's own sentence may end with a period
+    return InputError(f"cannot read {path!r} as {fmt}: {detail}. Is the file complete and really {fmt}?")
 
 
 def _open(path: str) -> pq.ParquetFile:
@@ -66,37 +94,45 @@ def _open(path: str) -> pq.ParquetFile:
             fs, inner = pafs.FileSystem.from_uri(path)
             return pq.ParquetFile(fs.open_input_file(inner))
         return pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise InputError(f"cannot read {path!r} as Parquet: {exc}. Is the file complete and really Parquet?") from exc
+    except READ_ERRORS as exc:
+        raise read_error(path, exc) from exc
 
 
-def _comparable(schema: pa.Schema) -> pa.Schema:
-    # polars writes large_string/large_list where other writers use string/list; both are the same column.
-    return pl.DataFrame(schema=pl.Schema(schema)).to_arrow().schema if len(schema) else schema
+def scan_input(path: str) -> pl.LazyFrame:
+    """A lazy frame over one input file, in the format its suffix names. Text formats infer their column
+    types from every row, so a value late in the file cannot contradict a type guessed from the first."""
+    fmt = input_format(path)
+    if fmt == "JSON Lines":
+        return pl.scan_ndjson(path, infer_schema_length=None)
+    if fmt == "CSV":
+        return pl.scan_csv(path, infer_schema_length=None)
+    return pl.scan_parquet(path)
 
 
-def input_schema(paths: list[str]) -> pl.Schema:
-    """The shared schema of all input files, or an error naming the first pair that disagrees."""
-    first: pa.Schema | None = None
-    for path in paths:
-        schema = _open(path).schema_arrow
-        if first is None:
-            first = schema
-            first_path = path
-            continue
-        if _comparable(schema) != _comparable(first):
-            a, b = dict(zip(first.names, first.types, strict=True)), dict(zip(schema.names, schema.types, strict=True))
-            diff = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
-            raise InputError(
-                f"input files disagree on their schema: {first_path!r} and {path!r} differ in columns {diff}. "
-                f"Score them separately, or rewrite them to one schema."
-            )
-    assert first is not None
-    return pl.Schema(first)
+def file_schema(path: str) -> pl.Schema:
+    """The columns of one input file (Parquet: from its footer; text formats: inferred)."""
+    fmt = input_format(path)
+    if fmt == PARQUET:
+        return pl.Schema(_open(path).schema_arrow)
+    if not is_uri(path) and os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise InputError(f"{path!r} is empty: a {fmt} file names its columns in its rows. Remove it, or write its rows")
+    try:
+        return scan_input(path).collect_schema()
+    except READ_ERRORS as exc:
+        raise read_error(path, exc) from exc
 
 
 def count_rows(paths: list[str]) -> int:
-    return sum(_open(p).metadata.num_rows for p in paths)
+    total = 0
+    for path in paths:
+        if input_format(path) == PARQUET:
+            total += _open(path).metadata.num_rows
+            continue
+        try:
+            total += int(scan_input(path).select(pl.len()).collect().item())
+        except READ_ERRORS as exc:
+            raise read_error(path, exc) from exc
+    return total
 
 
 def _holds_text(dtype: pa.DataType) -> bool:
@@ -138,19 +174,24 @@ def check_utf8(batch: pa.RecordBatch, path: str, first_row: int) -> None:
 
 
 def iter_chunks(paths: list[str], chunk_rows: int) -> Iterator[pl.DataFrame]:
-    """Input rows as polars frames of at most ``chunk_rows`` rows, file by file, in file order."""
+    """Input rows as polars frames of at most ``chunk_rows`` rows, file by file, in file order; a chunk never
+    spans two files."""
     for path in paths:
-        parquet = _open(path)
         try:
-            done = 0
-            for batch in parquet.iter_batches(batch_size=chunk_rows):
-                check_utf8(batch, path, done)
-                done += batch.num_rows
-                frame = pl.from_arrow(batch)
-                assert isinstance(frame, pl.DataFrame)
-                yield frame
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise InputError(f"cannot read {path!r}: {exc}") from exc
+            if input_format(path) == PARQUET:
+                done = 0
+                for batch in _open(path).iter_batches(batch_size=chunk_rows):
+                    check_utf8(batch, path, done)
+                    done += batch.num_rows
+                    frame = pl.from_arrow(batch)
+                    assert isinstance(frame, pl.DataFrame)
+                    yield frame
+            else:
+                yield from scan_input(path).collect_batches(chunk_size=chunk_rows)
+        except InputError:
+            raise
+        except READ_ERRORS as exc:
+            raise read_error(path, exc) from exc
 
 
 def _process_is_alive(pid: int) -> bool:

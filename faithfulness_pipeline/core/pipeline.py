@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
 
 from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.combine import union_schema
 from faithfulness_pipeline.core.config import ScoringConfig
+from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.flow import RowProgress, judge_chunk, overlap_rows, row_frame
 from faithfulness_pipeline.core.judge import Judge, Prepaying
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
@@ -63,6 +65,24 @@ def empty_scored_frame(input_schema: Mapping[str, pl.DataType], config: ScoringC
         pl.lit(None, dtype=pl.String).alias(S.RESULT_SOURCE),
     )
     return score_step(extracted, config, judge_model="", prompt_version="")
+
+
+def file_error(path: str, exc: InputError) -> InputError:
+    """An input error of one file among several, naming the file."""
+    return InputError(f"input file {path!r} cannot be scored: {exc}")
+
+
+def scored_schema(schemas: Sequence[tuple[str, Mapping[str, pl.DataType]]], config: ScoringConfig) -> pl.Schema:
+    """The scored table's columns for input files of these ``(file, schema)`` pairs, each file normalised on
+    its own (flat and chat files may be mixed). Validates every file's columns, naming the file, before a
+    row is read."""
+    per_file = []
+    for path, schema in schemas:
+        try:
+            per_file.append((path, empty_scored_frame(schema, config).schema))
+        except InputError as exc:
+            raise file_error(path, exc) from None
+    return union_schema(per_file, trailing=list(S.SCORED_COLUMNS))
 
 
 async def score_chunks(

@@ -25,13 +25,14 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.flow import V_USAGE, X_USAGE, RowProgress
+from faithfulness_pipeline.core.io import file_schema
 from faithfulness_pipeline.core.judge import Judge
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
 from faithfulness_pipeline.core.outputs import claim_table as build_claim_table
 from faithfulness_pipeline.core.pipeline import judge_frame, score_step
 from faithfulness_pipeline.defs import checks
 from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
-from faithfulness_pipeline.defs.landing import file_schema, list_landing, load_day, rows_before
+from faithfulness_pipeline.defs.landing import list_landing, load_day, rows_before
 from faithfulness_pipeline.defs.metadata import aggregates_md, judge_metadata, scored_metadata, usage_totals
 from faithfulness_pipeline.defs.resources import JudgeResource, LandingResource, ScoringResource, WarehouseResource
 from faithfulness_pipeline.judges.factory import report_to
@@ -122,7 +123,9 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         config = scoring.config()
         files = list_landing(landing.path)
         if not files:
-            raise InputError(f"the landing location {landing.path!r} holds no Parquet files yet")
+            raise InputError(
+                f"the landing location {landing.path!r} holds no Parquet, JSON Lines or CSV files yet"
+            )
         prepared: list[pl.DataFrame] = []
         schemas = []
         keyed = []
@@ -139,6 +142,8 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
             prepared.append(table)
             schemas.append((file, file_schema(file.path), frame.height))
             keyed.append((file, table.get_column(S.ROW_KEY)))
+        # Columns of different types across files are united here and reported by the blocking input_schema
+        # check below (the raw table is kept for inspection); the CLI refuses them by the same rule.
         raw = pl.concat(prepared, how="diagonal_relaxed")
         contributing = sum(1 for _, _, rows in schemas if rows)
         first = partitions.get_first_partition_key()

@@ -17,6 +17,7 @@ import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.combine import column_types
 from faithfulness_pipeline.defs.landing import LandingFile
 from faithfulness_pipeline.defs.resources import ScoringResource
 
@@ -96,11 +97,9 @@ def input_schema_result(
     """``files`` = (file, its schema, its rows of this day); files without rows that day are ignored."""
     used = [(f, schema) for f, schema, rows in files if rows]
     problems: list[str] = []
-    seen: dict[str, dict[str, list[str]]] = {}
+    # The rule the CLI applies to its input files too (core.combine): one type per column across files.
+    seen = column_types([(f.path, schema) for f, schema in used])
     for file, schema in used:
-        for name, dtype in schema.items():
-            if dtype != pl.Null:  # an all-null column fits any type
-                seen.setdefault(name, {}).setdefault(str(dtype), []).append(file.path)
         missing = [c for c in required if c not in schema]
         if missing:
             problems.append(f"`{file.path}` lacks required column(s) {missing}; it has {list(schema.names())}")

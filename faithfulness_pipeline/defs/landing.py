@@ -1,11 +1,12 @@
-"""The landing location: which Parquet files are there, which days they hold, and one day's rows.
+"""The landing location: which input files (Parquet, JSON Lines, CSV) are there, their days, one day's rows.
 
 A row belongs to the UTC calendar day of its timestamp column. A row without a timestamp (the table
 has no such column, or the cell is null) belongs to its file's *arrival day*: the UTC date of the
 file's modification time, like ingestion-time partitioning in a warehouse. ``undated_day`` pins all
 such rows to one fixed day instead (for a one-off import of an old, undated table).
 
-Files may have different schemas (flat and chat shapes side by side): each is read on its own.
+Files may have different schemas (flat and chat shapes side by side): each is read on its own, as the CLI
+reads them (``core.io``, ``core.combine``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.core.io import check_utf8, resolve_inputs
+from faithfulness_pipeline.core.io import (
+    READ_ERRORS,
+    check_utf8,
+    file_schema,
+    input_format,
+    read_error,
+    resolve_inputs,
+    scan_input,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +58,7 @@ def _stat(path: str) -> LandingFile:
 
 
 def list_landing(spec: str) -> list[LandingFile]:
-    """Every Parquet file of the landing location, sorted by path; empty when there are none yet."""
+    """Every input file of the landing location, sorted by path; empty when there are none yet."""
     try:
         paths = resolve_inputs(spec)
     except InputError:
@@ -61,13 +70,6 @@ def list_landing(spec: str) -> list[LandingFile]:
 
 def _exists(spec: str) -> bool:
     return "://" not in spec and os.path.isdir(spec)
-
-
-def file_schema(path: str) -> pl.Schema:
-    try:
-        return pl.scan_parquet(path).collect_schema()
-    except (OSError, pl.exceptions.ComputeError) as exc:
-        raise InputError(f"cannot read {path!r} as Parquet: {exc}") from exc
 
 
 def day_expr(schema: pl.Schema, column: str, path: str) -> pl.Expr | None:
@@ -93,7 +95,7 @@ def _row_days(file: LandingFile, timestamp_column: str, undated_day: date | None
     schema = file_schema(file.path)
     fallback = pl.lit(undated_day or file.arrival_day, dtype=pl.Date)
     expr = day_expr(schema, timestamp_column, file.path)
-    return pl.scan_parquet(file.path).with_columns(
+    return scan_input(file.path).with_columns(
         (fallback if expr is None else expr.fill_null(fallback)).alias("__fp_day")
     )
 
@@ -115,7 +117,7 @@ def _timestamp_error(path: str, column: str, exc: Exception) -> InputError:
     """A clear error for a file whose day cannot be computed, naming bad timestamp values when there are some."""
     examples: list[str] = []
     try:
-        text = pl.scan_parquet(path).select(pl.col(column).cast(pl.String)).drop_nulls()
+        text = scan_input(path).select(pl.col(column).cast(pl.String)).drop_nulls()
         bad = text.filter(pl.col(column).str.to_datetime(time_zone="UTC", strict=False).is_null())
         examples = bad.head(3).collect().get_column(column).to_list()
     except Exception:  # the examples only decorate the message: the error itself must get out
@@ -124,7 +126,8 @@ def _timestamp_error(path: str, column: str, exc: Exception) -> InputError:
     if not examples and "utf-8" in str(exc).lower():  # name the column, as the CLI does
         return _utf8_error(path) or InputError(f"{path!r} holds text that is not valid UTF-8 {detail}")
     if not examples:  # not the timestamps' fault: the rows themselves cannot be read
-        return InputError(f"cannot read the rows of {path!r}: is the file complete and really Parquet? {detail}")
+        fmt = input_format(path)
+        return InputError(f"cannot read the rows of {path!r}: is the file complete and really {fmt}? {detail}")
     return InputError(
         f"cannot read the timestamps of {path!r}: column {column!r} holds values that are not ISO-8601 dates or "
         f"times (e.g. {examples}). Write them like 2026-11-25T12:00:00Z, or point the landing resource's "
@@ -175,5 +178,7 @@ def load_day(
             )
         except _TIMESTAMP_ERRORS as exc:
             raise _timestamp_error(file.path, timestamp_column, exc) from None
+        except READ_ERRORS as exc:
+            raise read_error(file.path, exc) from None
         out.append((file, frame))
     return out

@@ -16,11 +16,14 @@ from faithfulness_pipeline.judges.estimates import Estimating
 from faithfulness_pipeline.judges.settings import JudgeSettings
 
 
-def make_judge(settings: JudgeSettings, api_key: str | None = None, *, check_connection: bool = False) -> Judge:
+def make_judge(
+    settings: JudgeSettings, api_key: str | None = None, *, need_key: bool = True, check_connection: bool = False
+) -> Judge:
     """The offline judge when ``settings.model`` is unset; otherwise the litellm judge; either one behind
     the stored-judge wrapper (identical items asked once per run, and the result store when
     ``settings.store`` is set). A missing API key or an unusable store fails here, before any row is read;
-    ``api_key`` beats the environment variable the settings name. ``check_connection`` (a run that will
+    ``api_key`` beats the environment variable the settings name. ``need_key=False`` builds a judge that
+    only estimates (the dry run): a missing key is then no error. ``check_connection`` (a run that will
     send requests, not a dry run) also fails here when the endpoint accepts no connection."""
     from faithfulness_pipeline.judges.stored import StoredJudge, open_store
 
@@ -38,7 +41,7 @@ def make_judge(settings: JudgeSettings, api_key: str | None = None, *, check_con
             BatchJudge(settings, None)  # says why a store is needed
         batch_store = open_store(settings.store or "")
         try:
-            judge = BatchJudge(settings, batch_store, api_key=api_key)
+            judge = BatchJudge(settings, batch_store, api_key=api_key, need_key=need_key)
             if check_connection:
                 from faithfulness_pipeline.judges.reachability import check_reachable
 
@@ -50,7 +53,7 @@ def make_judge(settings: JudgeSettings, api_key: str | None = None, *, check_con
     else:
         from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 
-        judge = LiteLLMJudge(settings, api_key=api_key)
+        judge = LiteLLMJudge(settings, api_key=api_key, need_key=need_key)
         if check_connection:
             from faithfulness_pipeline.judges.reachability import check_reachable
 
@@ -66,6 +69,15 @@ def report_to(judge: Judge, report: Callable[[str], None]) -> None:
     inner = getattr(judge, "inner", judge)
     if hasattr(inner, "report"):
         inner.report = report
+
+
+def check_key(settings: JudgeSettings) -> None:
+    """Fails now, naming the variable, when the model needs an API key that is not set: what building the
+    judge would say, without waiting for litellm's import for the providers whose key variable is known."""
+    if settings.model is not None and settings.model.strip():
+        from faithfulness_pipeline.judges.litellm_secrets import resolve_api_key
+
+        resolve_api_key(settings.model, settings.api_key_env)
 
 
 def estimate_cost(judge: Judge, paths: list[str], config: ScoringConfig, *, batch: bool = False) -> str:

@@ -53,7 +53,7 @@ from faithfulness_pipeline.judges.estimates import CostEstimate
 from faithfulness_pipeline.judges.litellm_batch_api import TERMINAL, BatchAPI, BatchAPIError, BatchView, request_line
 from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 from faithfulness_pipeline.judges.litellm_plans import ExtractPlan, Plan, VerdictPlan, repair_messages, share_usage
-from faithfulness_pipeline.judges.litellm_secrets import resolve_api_key
+from faithfulness_pipeline.judges.litellm_secrets import MissingAPIKeyError, resolve_api_key
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.judges.store import (
     ResultStore,
@@ -113,6 +113,7 @@ class BatchJudge:
         store: Store | None,
         *,
         api_key: str | None = None,
+        need_key: bool = True,
         limits: BatchLimits = BatchLimits(),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -124,8 +125,12 @@ class BatchJudge:
             raise ConfigError(f"batch mode keeps its batches in a SQLite result store; {store.location} is not one "
                               "(use a file path for --store, or the interactive mode)")
         if not api_key:
-            _, api_key = resolve_api_key(config.model or "", config.api_key_env)
-        self.interactive = LiteLLMJudge(config, api_key=api_key)
+            try:
+                _, api_key = resolve_api_key(config.model or "", config.api_key_env)
+            except MissingAPIKeyError:
+                if need_key:  # a judge that only estimates (the dry run) sends nothing
+                    raise
+        self.interactive = LiteLLMJudge(config, api_key=api_key, need_key=need_key)
         self.config = config
         self.model_name: str = self.interactive.model_name
         self.prompt_version: str = self.interactive.prompt_version

@@ -7,6 +7,7 @@ no state. litellm is imported inside the functions only.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final
@@ -75,6 +76,23 @@ def import_litellm() -> Any:
     import litellm
 
     return litellm
+
+
+def import_litellm_in_background() -> threading.Thread:
+    """Starts :func:`import_litellm` on a daemon thread and returns it; a later ``import_litellm()`` waits
+    for it (the import lock) instead of importing again. For a program that knows early it will need
+    litellm (the CLI with a model) and has input to read meanwhile; an import error is left for that later
+    call to raise where it can be reported."""
+
+    def run() -> None:
+        try:
+            import_litellm()
+        except BaseException:  # reported by the caller's own import_litellm()
+            return
+
+    thread = threading.Thread(target=run, name="import-litellm", daemon=True)
+    thread.start()
+    return thread
 
 
 def model_card(config: JudgeSettings, model: str) -> ModelCard:

@@ -84,7 +84,12 @@ from faithfulness_pipeline.judges.litellm_requests import (
     Tries,
     Turns,
 )
-from faithfulness_pipeline.judges.litellm_secrets import Redactor, model_provider, resolve_api_key
+from faithfulness_pipeline.judges.litellm_secrets import (
+    MissingAPIKeyError,
+    Redactor,
+    model_provider,
+    resolve_api_key,
+)
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.judges.stored import ResultScope
 
@@ -120,6 +125,7 @@ class LiteLLMJudge:
         config: JudgeSettings,
         *,
         api_key: str | None = None,
+        need_key: bool = True,
         clock: Clock | None = None,
         sleep: Sleep | None = None,
     ) -> None:
@@ -132,7 +138,13 @@ class LiteLLMJudge:
         if api_key:
             self.api_key_env: str | None = config.api_key_env
         else:
-            self.api_key_env, api_key = resolve_api_key(self.model_name, config.api_key_env)
+            try:
+                self.api_key_env, api_key = resolve_api_key(self.model_name, config.api_key_env)
+            except MissingAPIKeyError:
+                # A judge that only estimates (the dry run) never sends a request, so it needs no key.
+                if need_key:
+                    raise
+                self.api_key_env, api_key = None, None
         #: where requests go: the configured base, else the provider's default where litellm knows one
         self.endpoint: str | None = config.api_base or model_provider(self.model_name)[1]
         self.redact = Redactor(api_key)

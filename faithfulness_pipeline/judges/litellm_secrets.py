@@ -72,7 +72,9 @@ def resolve_api_key(model: str, api_key_env: str | None) -> tuple[str | None, st
 
     Raises :class:`MissingAPIKeyError` naming the variable when the key is not in the environment.
     """
-    provider = model_provider(model)[0]
+    prefix = model.split("/", 1)[0] if "/" in model else ""
+    # A provider prefix we know names the provider: no need to wait for litellm's import to find it.
+    provider = prefix if prefix in _KEYLESS or prefix in _KEY_ENV else model_provider(model)[0]
     if api_key_env is not None:
         name = api_key_env.strip()
         if not name:

@@ -147,7 +147,8 @@ def test_directory_whose_files_disagree(tmp_path: Path) -> None:
     pl.DataFrame({"output": ["a"], "context": [["x"]]}).write_parquet(tmp_path / "d" / "1.parquet")
     pl.DataFrame({"output": ["a"], "context": ["x"]}).write_parquet(tmp_path / "d" / "2.parquet")
     result = CliRunner().invoke(main, ["score", str(tmp_path / "d"), "-o", str(tmp_path / "o.parquet")])
-    assert result.exit_code == 2 and "disagree on their schema" in result.output and "['context']" in result.output
+    assert result.exit_code == 2 and "disagree on column 'context'" in result.output
+    assert "1.parquet" in result.output and "2.parquet" in result.output
     assert not (tmp_path / "o.parquet").exists()
 
 

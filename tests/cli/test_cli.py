@@ -164,13 +164,14 @@ def test_corrupt_parquet_is_a_clear_error(tmp_path: Path) -> None:
     assert "cannot read" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_files_that_disagree_on_schema(tmp_path: Path) -> None:
+def test_a_file_among_several_that_cannot_be_scored_is_named(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     pl.DataFrame({"output": ["a"]}).write_parquet(tmp_path / "d" / "a.parquet")
     pl.DataFrame({"output": [1]}).write_parquet(tmp_path / "d" / "b.parquet")
     result = run_cli("score", str(tmp_path / "d"), "-o", str(tmp_path / "o.parquet"))
-    assert result.returncode == 2
-    assert "disagree on their schema" in result.stderr and "['output']" in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "b.parquet" in result.stderr and "'output'" in result.stderr and "Int64" in result.stderr
+    assert not (tmp_path / "o.parquet").exists()
 
 
 def test_bad_scale(tmp_path: Path) -> None:

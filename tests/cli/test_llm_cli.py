@@ -162,3 +162,16 @@ def test_missing_key_fails_before_any_row(server: FakeLLMServer, tmp_path: Path)
     assert result.returncode == 2
     assert "FP_TEST_KEY" in result.stderr and "Traceback" not in result.stderr
     assert server.stats().requests == 0 and not (tmp_path / "o.parquet").exists()
+
+
+def test_a_dry_run_needs_no_key(server: FakeLLMServer, tmp_path: Path) -> None:
+    src = tmp_path / "in.parquet"
+    _rows(12).write_parquet(src)
+    env = {k: v for k, v in os.environ.items() if k not in ("FP_TEST_KEY", "OPENAI_API_KEY")}
+    for extra in ((), ("--api-key-env", "FP_TEST_KEY")):  # the provider's usual variable, and a named one
+        cmd = [sys.executable, "-m", "faithfulness_pipeline.cli", "score", str(src), "-o", str(tmp_path / "o.parquet"),
+               "--model", "openai/gpt-4o-mini", "--api-base", server.base_url, "--dry-run", *extra]
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
+        assert result.returncode == 0, result.stderr
+        assert "dry run with openai/gpt-4o-mini" in result.stdout and "estimated cost, interactive: $" in result.stdout
+    assert server.stats().requests == 0 and not (tmp_path / "o.parquet").exists()

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from faithfulness_pipeline import InputError, score_frame
-from faithfulness_pipeline.core.io import ParquetChunkWriter, atomic_path, input_schema, iter_chunks, resolve_inputs
+from faithfulness_pipeline.core.io import ParquetChunkWriter, atomic_path, file_schema, iter_chunks, resolve_inputs
 from faithfulness_pipeline.core.outputs import claim_table, mastra_records
 from tests.script_judge import ScriptedJudge
 
@@ -62,7 +62,7 @@ def test_string_and_large_string_files_agree(tmp_path: Path) -> None:
     pq.write_table(pa.table({"output": pa.array(["a"], pa.string())}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"output": pa.array(["b"], pa.large_string())}), tmp_path / "b.parquet")
     paths = resolve_inputs(tmp_path)
-    assert input_schema(paths)["output"] == pl.String
+    assert [file_schema(p)["output"] for p in paths] == [pl.String, pl.String]
     assert [f.height for f in iter_chunks(paths, 10)] == [1, 1]
 
 

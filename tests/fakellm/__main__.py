@@ -1,4 +1,4 @@
-"""Run the fake LLM server as its own process (client-overhead benchmarks, crash tests).
+"""Run the fake LLM server as its own process (client-overhead benchmarks, crash tests, trying the LLM path).
 
     python -m tests.fakellm --port 0 --responder pkg.module:attr --base-ms 200 --per-token-ms 2
 
@@ -6,6 +6,15 @@ Prints ``READY http://127.0.0.1:PORT/v1`` once it accepts connections; SIGTERM o
 after which it prints ``STATS {json}`` (the counters) and exits 0. ``GET /fakellm/stats`` gives the
 same counters while it runs. The Files and Batches endpoints are served too (``--batch-*-s`` set how
 long a batch's phases last).
+
+    python -m tests.fakellm --responder scripted -- faithfulness-pipeline score sample_data -o out/fake.parquet \
+        --model openai/fake-judge
+
+runs the command after ``--`` against the server instead (``FP_JUDGE_API_BASE`` set to it, and a made-up
+key in ``FP_JUDGE_API_KEY_ENV``), then stops the server and exits with the command's status: the LLM path,
+end to end over real HTTP, with no key and no network. The ``scripted`` responder judges a claim found
+word for word in a passage supported, one that differs from a passage sentence only in its numbers
+contradicted, anything else unsupported.
 """
 
 from __future__ import annotations
@@ -13,7 +22,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
@@ -21,9 +32,12 @@ from types import FrameType
 from typing import cast
 
 from tests.fakellm.batches import BatchTiming
+from tests.fakellm.scripted import ScriptedJudge
 from tests.fakellm.server import FakeLLMServer, FaultPlan, Latency, Responder, echo_json, stats_to_dict
 
-_BUILTIN_RESPONDERS: dict[str, Responder] = {"echo_json": echo_json}
+_BUILTIN_RESPONDERS: dict[str, Responder] = {"echo_json": echo_json, "scripted": ScriptedJudge(grounded=True)}
+#: The made-up key a command run against the server gets (the server does not ask for one).
+_RUN_KEY_ENV = "FAKELLM_API_KEY"
 
 
 def load_responder(spec: str) -> Responder:
@@ -44,7 +58,7 @@ def load_responder(spec: str) -> Responder:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tests.fakellm", description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
-    p.add_argument("--responder", default="echo_json", help="echo_json or package.module:attribute")
+    p.add_argument("--responder", default="echo_json", help="echo_json, scripted or package.module:attribute")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer <key>'")
     p.add_argument("--base-ms", type=float, default=0.0, help="service time per request")
     p.add_argument("--per-token-ms", type=float, default=0.0, help="service time per completion token")
@@ -63,7 +77,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-per-line-s", type=float, default=default.per_line_s)
     p.add_argument("--batch-finalizing-s", type=float, default=default.finalizing_s)
     p.add_argument("--batch-cancelling-s", type=float, default=default.cancelling_s)
+    p.add_argument("command", nargs=argparse.REMAINDER, help="after --: a command to run against the server")
     return p
+
+
+def _run_against(server: FakeLLMServer, command: list[str]) -> int:
+    env = {**os.environ, "FP_JUDGE_API_BASE": server.base_url, "FP_JUDGE_API_KEY_ENV": _RUN_KEY_ENV,
+           _RUN_KEY_ENV: "fake-key-for-the-fake-server"}
+    try:
+        code = subprocess.run(command, env=env, check=False).returncode
+    except FileNotFoundError:
+        print(f"fakellm: no such command: {command[0]}", file=sys.stderr)
+        return 127
+    stats = server.stats()
+    print(f"fakellm: the command sent {stats.requests} request(s) to {server.base_url}", file=sys.stderr)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,6 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         api_key=args.api_key,
         batch_timing=batch_timing,
     )
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if command:
+        with server:
+            return _run_against(server, command)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -65,3 +65,33 @@ def test_a_user_who_wants_the_newest_price_map_still_gets_it_fetched(price_map_u
     _import_with({"LITELLM_MODEL_COST_MAP_URL": price_map_url, "LITELLM_OFFLINE_MODE": "false",
                   "LITELLM_LOCAL_MODEL_COST_MAP": "False"})
     assert _PriceMapServer.hits == ["/prices.json"]
+
+
+# Runs the CLI in this process after noting which thread first looks for litellm (None: nobody did).
+_CLI_PROBE = """
+import atexit, sys, threading
+seen = []
+class Probe:
+    def find_spec(self, name, path=None, target=None):
+        if name == "litellm" and not seen:
+            seen.append(threading.current_thread().name)
+sys.meta_path.insert(0, Probe())
+atexit.register(lambda: print("LITELLM_IMPORTED_ON", seen[0] if seen else None))
+from faithfulness_pipeline.cli import main
+main(sys.argv[1:])
+"""
+
+
+def _cli_import_thread(*args: str) -> str:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("FP_", "OPENAI_"))}
+    done = subprocess.run([sys.executable, "-c", _CLI_PROBE, "score", str(ROOT / "sample_data"), "-o",
+                           "/nonexistent/never-written.parquet", *args], cwd=ROOT, env=base, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_the_cli_imports_litellm_on_a_worker_thread_only_when_a_model_is_used() -> None:
+    # A dry run reads and prepares the input like a real run (and needs neither key nor server).
+    assert _cli_import_thread("--model", "openai/gpt-4o-mini", "--dry-run") == "LITELLM_IMPORTED_ON import-litellm"
+    assert _cli_import_thread("--dry-run") == "LITELLM_IMPORTED_ON None"
