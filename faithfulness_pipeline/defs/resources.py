@@ -19,6 +19,7 @@ from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.io import atomic_path
 from faithfulness_pipeline.core.judge import Judge
+from faithfulness_pipeline.core.labels import CalibrationSettings
 from faithfulness_pipeline.judges.factory import make_judge
 from faithfulness_pipeline.judges.settings import JudgeSettings
 
@@ -63,6 +64,11 @@ def judge_identity(model: str | None) -> tuple[str, str]:
 class ScoringResource(dg.ConfigurableResource, ScoringSettings):  # type: ignore[type-arg]
     """How rows are read and scored, and the thresholds of the checks and BI aggregates: the
     ``ScoringSettings`` fields (described there, and in the README's table)."""
+
+
+class CalibrationResource(dg.ConfigurableResource, CalibrationSettings):  # type: ignore[type-arg]
+    """Where the labelled rows are and how calibration reports: the ``CalibrationSettings`` fields
+    (described there, and in the README's table)."""
 
 
 class LandingResource(dg.ConfigurableResource):  # type: ignore[type-arg]

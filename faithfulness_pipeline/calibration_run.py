@@ -1,0 +1,162 @@
+"""``faithfulness-pipeline calibrate``: the labelled rows, scored here or taken from scored tables, measured.
+
+With no scored table the labelled rows are scored by the judge the settings name (the same flags and
+variables as ``score``). With one or more scored tables (``--scored``, repeatable) their rows of the
+labelled keys are compared with the labels; two or more are compared with each other too: one
+calibration table holds every judge, and the rows where the judges' predictions differ are listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from faithfulness_pipeline.api import score_frame
+from faithfulness_pipeline.core.calibration import (
+    CalibrationConfig,
+    below_floor,
+    calibrate,
+    calibration_markdown,
+    disagreements,
+    missing_groups,
+)
+from faithfulness_pipeline.core.config import ScoringSettings
+from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.core.io import atomic_path, input_schema, iter_chunks, resolve_inputs
+from faithfulness_pipeline.core.labels import JUDGE, CalibrationSettings, attach_labels, check_labels, key_columns
+from faithfulness_pipeline.judges.factory import make_judge
+from faithfulness_pipeline.judges.offline import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
+from faithfulness_pipeline.judges.settings import JudgeSettings
+from faithfulness_pipeline.settings import from_env, settings
+
+_SHOWN_DISAGREEMENTS = 10
+
+
+def calibration_settings(options: Mapping[str, Any], env: Mapping[str, str]) -> CalibrationSettings:
+    """The calibration settings of a run: the flags given, then the ``FP_CALIBRATION_*`` variables, then the
+    defaults; the labelled rows must be named."""
+    given = {s.name: options[s.name] for s in settings(CalibrationSettings) if options.get(s.name) is not None}
+    chosen = from_env(CalibrationSettings, env, given)
+    if not chosen.labelled:
+        raise ConfigError("calibrate needs labelled rows: give --labelled PATH (or set FP_CALIBRATION_LABELLED)")
+    return chosen
+
+
+def write(frame: pl.DataFrame, path: str) -> None:
+    with atomic_path(path, suffix=".parquet") as tmp:
+        frame.write_parquet(tmp)
+
+
+def read_table(spec: str) -> pl.DataFrame:
+    """Every row of a Parquet file, folder or glob (files must share one schema)."""
+    paths = resolve_inputs(spec)
+    input_schema(paths)
+    frames = list(iter_chunks(paths, 1_000_000))
+    return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
+
+
+@dataclass(frozen=True)
+class CalibrationRun:
+    table: pl.DataFrame  # the calibration table (core.calibration.CALIBRATION_SCHEMA)
+    disagreements: pl.DataFrame  # rows where judges predict differently (empty with one judge)
+    keys: list[str]
+    judges: list[str]
+    skipped_groups: list[str]
+    labelled_rows: int
+    offline_judges: list[str]  # judges among them that are the offline baseline
+    floor: float
+    problems: list[str]  # judges below the agreement floor
+
+
+def _names(scored: list[tuple[str, pl.DataFrame]]) -> list[str]:
+    """A judge's name is its model (and prompt version where two share a model); the table's path where two
+    tables have the same judge (two settings of one model)."""
+    identities = [
+        " + ".join(sorted({f"{m} ({p})" for m, p in frame.select("judge_model", "prompt_version").unique().rows()}))
+        for _, frame in scored
+    ]
+    models = [" + ".join(sorted(set(frame.get_column("judge_model").drop_nulls().to_list()))) for _, frame in scored]
+    if len(set(models)) == len(models):
+        return models
+    if len(set(identities)) == len(identities):
+        return identities
+    return [path for path, _ in scored]
+
+
+def run(
+    labelled: pl.DataFrame,
+    scored: list[tuple[str, pl.DataFrame]],
+    scoring: ScoringSettings,
+    calibration: CalibrationSettings,
+    judge: JudgeSettings | None = None,
+) -> CalibrationRun:
+    """Calibrate the judges of ``scored`` (name, table) against ``labelled``; with no scored table, score the
+    labelled rows with ``judge`` first."""
+    check_labels(labelled)
+    if not scored:
+        made = make_judge(judge or JudgeSettings())
+        scored = [(made.model_name, score_frame(labelled, made, scoring.config()))]
+    first = scored[0][1]
+    keys = key_columns(labelled, first, id_column=scoring.id_column, turn_column=scoring.turn_column,
+                       key_column=scoring.key_column)
+    names = _names(scored)
+    joined = pl.concat(
+        [attach_labels(frame, labelled, keys).with_columns(pl.lit(name, dtype=pl.String).alias(JUDGE))
+         for name, (_, frame) in zip(names, scored, strict=True)],
+        how="diagonal_relaxed",
+    )
+    config = CalibrationConfig(
+        threshold=scoring.hallucination_threshold, scale=scoring.scale, group_columns=calibration.groups(),
+        bootstrap=calibration.bootstrap, seed=calibration.bootstrap_seed,
+    )
+    table = calibrate(joined, config)
+    offline = sorted({n for n, m in joined.select(JUDGE, "judge_model").unique().rows() if m == OFFLINE_MODEL_NAME})
+    return CalibrationRun(
+        table=table,
+        disagreements=disagreements(joined, keys, config) if len(names) > 1 else joined.clear().select(keys),
+        keys=keys,
+        judges=names,
+        skipped_groups=missing_groups(joined, config),
+        labelled_rows=labelled.height,
+        offline_judges=offline,
+        floor=calibration.agreement_floor,
+        problems=below_floor(table, calibration.agreement_floor),
+    )
+
+
+def report(result: CalibrationRun) -> str:
+    """What ``calibrate`` prints: the calibration table, the judges' disagreements and the floor."""
+    lines = [f"calibration on {result.labelled_rows} labelled rows (key {', '.join(result.keys)}), "
+             f"judges: {', '.join(result.judges)}", "", calibration_markdown(result.table)]
+    if result.skipped_groups:
+        lines.append(f"grouping columns not in the labelled rows (skipped): {', '.join(result.skipped_groups)}")
+    if len(result.judges) > 1:
+        rows = result.disagreements.select(result.keys).unique().height
+        lines += ["", f"the judges disagree on {rows} of {result.labelled_rows} labelled rows"]
+        if rows:
+            right = (
+                result.disagreements.filter(pl.col("agrees_with_label"))
+                .group_by(JUDGE).len().sort(JUDGE).rows()
+            )
+            lines.append("  right on those rows: " + ", ".join(f"{j} {n}" for j, n in right) if right else
+                         "  right on those rows: none of the judges")
+            shown = result.disagreements.select(result.keys).unique(maintain_order=True).head(_SHOWN_DISAGREEMENTS)
+            for key in shown.rows():
+                mine = result.disagreements.join(
+                    pl.DataFrame([key], schema=result.keys, orient="row"), on=result.keys, how="semi"
+                )
+                views = ", ".join(
+                    f"{j}: {'hallucinated' if p else 'faithful'} ({s:g})" if s is not None else f"{j}: no score"
+                    for j, p, s in mine.select(JUDGE, "predicted_hallucinated", "hallucination_score").rows()
+                )
+                label = mine.get_column("label").item(0)
+                lines.append(f"  {' / '.join(str(k) for k in key)}: label {'hallucinated' if label else 'faithful'}"
+                             f"; {views}")
+    for name in result.offline_judges:
+        lines += ["", f"note: {name}: {OFFLINE_FALLBACK_NOTE}"]
+    lines += [""] + ([f"below the agreement floor: {p}" for p in result.problems] or
+                     [f"every judge is at or above the agreement floor {result.floor:g}"])
+    return "\n".join(lines)
