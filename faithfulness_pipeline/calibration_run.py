@@ -24,7 +24,7 @@ from faithfulness_pipeline.core.calibration import (
     missing_groups,
 )
 from faithfulness_pipeline.core.config import ScoringSettings
-from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.core.errors import ConfigError, InputError
 from faithfulness_pipeline.core.io import atomic_path, input_schema, iter_chunks, resolve_inputs
 from faithfulness_pipeline.core.labels import JUDGE, CalibrationSettings, attach_labels, check_labels, key_columns
 from faithfulness_pipeline.judges.factory import make_judge
@@ -33,6 +33,7 @@ from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.settings import from_env, settings
 
 _SHOWN_DISAGREEMENTS = 10
+_SCORED_COLUMNS = ("hallucination_score", "faithfulness_score", "status", "judge_model", "prompt_version")
 
 
 def calibration_settings(options: Mapping[str, Any], env: Mapping[str, str]) -> CalibrationSettings:
@@ -48,6 +49,10 @@ def calibration_settings(options: Mapping[str, Any], env: Mapping[str, str]) -> 
 def write(frame: pl.DataFrame, path: str) -> None:
     with atomic_path(path, suffix=".parquet") as tmp:
         frame.write_parquet(tmp)
+
+
+def read_claim_labels(calibration: CalibrationSettings) -> pl.DataFrame | None:
+    return read_table(calibration.claim_labelled) if calibration.claim_labelled else None
 
 
 def read_table(spec: str) -> pl.DataFrame:
@@ -92,10 +97,16 @@ def run(
     scoring: ScoringSettings,
     calibration: CalibrationSettings,
     judge: JudgeSettings | None = None,
+    claim_labels: pl.DataFrame | None = None,
 ) -> CalibrationRun:
-    """Calibrate the judges of ``scored`` (name, table) against ``labelled``; with no scored table, score the
-    labelled rows with ``judge`` first."""
+    """Calibrate the judges of ``scored`` (name, table) against ``labelled`` (and per-claim labels, when
+    given); with no scored table, score the labelled rows with ``judge`` first."""
     check_labels(labelled)
+    for name, frame in scored:
+        missing = [c for c in _SCORED_COLUMNS if c not in frame.columns]
+        if missing:
+            raise InputError(f"{name} is not a scored table (it lacks {missing}): give the output of "
+                             f"`faithfulness-pipeline score` or a scored_conversations table")
     if not scored:
         made = make_judge(judge or JudgeSettings())
         scored = [(made.model_name, score_frame(labelled, made, scoring.config()))]
@@ -112,7 +123,7 @@ def run(
         threshold=scoring.hallucination_threshold, scale=scoring.scale, group_columns=calibration.groups(),
         bootstrap=calibration.bootstrap, seed=calibration.bootstrap_seed,
     )
-    table = calibrate(joined, config)
+    table = calibrate(joined, config, claim_labels, keys)
     offline = sorted({n for n, m in joined.select(JUDGE, "judge_model").unique().rows() if m == OFFLINE_MODEL_NAME})
     return CalibrationRun(
         table=table,

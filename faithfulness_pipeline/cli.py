@@ -354,7 +354,7 @@ def calibrate(scored_specs: tuple[str, ...], output: str | None, disagreements_o
         calibration = cal.calibration_settings(options, os.environ)
         labelled = cal.read_table(str(calibration.labelled))
         scored = [(spec, cal.read_table(spec)) for spec in scored_specs]
-        result = cal.run(labelled, scored, scoring, calibration, judge_settings)
+        result = cal.run(labelled, scored, scoring, calibration, judge_settings, cal.read_claim_labels(calibration))
         for frame, path in ((result.table, output), (result.disagreements, disagreements_out)):
             if path:
                 cal.write(frame, path)

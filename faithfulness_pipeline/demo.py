@@ -1,8 +1,10 @@
 """The quickstart: run the Dagster job for every day of the sample data with the offline judge.
 
 ``python -m faithfulness_pipeline.demo`` (the CLI's ``faithfulness-pipeline demo``) materialises every asset
-and check of the ``score_conversations`` job, one run per day, records the runs in the local Dagster
-instance (so ``dagster dev`` shows them afterwards), then prints where the tables are and a summary.
+and check of the ``score_conversations`` job, one run per day, after one run of ``calibrate_judge`` on the
+hand-labelled sample (``sample_labelled/``, or ``FP_CALIBRATION_LABELLED``), records the runs in the local
+Dagster instance (so ``dagster dev`` shows them afterwards), then prints where the tables are, a summary, the
+judge's agreement with the labels and that the offline baseline did the scoring.
 
 Defaults, each overridable by its environment variable: ``DAGSTER_HOME`` = the repository's
 ``dagster_home`` (absolute), ``FP_WAREHOUSE`` = ``./warehouse``, ``FP_LANDING`` = the repository's

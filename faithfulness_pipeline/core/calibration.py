@@ -30,7 +30,14 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
-from faithfulness_pipeline.core.labels import JUDGE, LABEL_FAITHFULNESS, binary_label
+from faithfulness_pipeline.core.labels import (
+    JUDGE,
+    LABEL_FAITHFULNESS,
+    LABEL_VERDICT,
+    binary_label,
+    check_claim_labels,
+    normalise_claim,
+)
 
 _Y = "__fp_label"
 
@@ -163,14 +170,50 @@ CALIBRATION_SCHEMA: Final[dict[str, pl.DataType]] = {
     "tp": pl.Int64(), "fp": pl.Int64(), "fn": pl.Int64(), "tn": pl.Int64(),
     "best_threshold": pl.Float64(), "best_balanced_accuracy": pl.Float64(),
     "faithfulness_labelled": pl.Int64(), "faithfulness_mae": pl.Float64(),
+    "claims_labelled": pl.Int64(), "claims_matched": pl.Int64(), "claim_verdict_accuracy": pl.Float64(),
+    "claim_balanced_accuracy": pl.Float64(),
     "bootstrap": pl.Int64(), "bootstrap_seed": pl.Int64(), "calibrated_at": pl.Datetime("us", "UTC"),
 }
 
 
-def calibrate(joined: pl.DataFrame, config: CalibrationConfig) -> pl.DataFrame:
+def _claim_verdicts(rows: pl.DataFrame, labels: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Each labelled claim of ``rows`` with the verdict the judge gave the claim of the same (normalised)
+    text in the same row; null where the judge extracted no such claim."""
+    judged = (
+        rows.select(*[pl.col(k).cast(pl.String) for k in keys], pl.col("verdicts"))
+        .explode("verdicts")
+        .drop_nulls("verdicts")
+        .select(*keys, normalise_claim(pl.col("verdicts").struct.field("claim")).alias("__fp_claim"),
+                pl.col("verdicts").struct.field("verdict").alias("__fp_verdict"))
+        .unique([*keys, "__fp_claim"], keep="first", maintain_order=True)
+    )
+    mine = labels.join(rows.select(*[pl.col(k).cast(pl.String) for k in keys]), on=keys, how="semi")
+    return mine.join(judged, on=[*keys, "__fp_claim"], how="left")
+
+
+def _claim_metrics(claims: pl.DataFrame) -> dict[str, object]:
+    matched = claims.filter(pl.col("__fp_verdict").is_not_null())
+    out: dict[str, object] = {"claims_labelled": claims.height, "claims_matched": matched.height}
+    if matched.height:
+        truth = matched.get_column(LABEL_VERDICT).to_numpy()
+        given = matched.get_column("__fp_verdict").to_numpy()
+        out["claim_verdict_accuracy"] = float((truth == given).mean())
+        bad_truth, bad_given = truth != "supported", given != "supported"
+        if bad_truth.any() and not bad_truth.all():
+            out["claim_balanced_accuracy"] = float(balanced_accuracy_score(bad_truth, bad_given))
+    return out
+
+
+def calibrate(joined: pl.DataFrame, config: CalibrationConfig, claim_labels: pl.DataFrame | None = None,
+              keys: Sequence[str] = ()) -> pl.DataFrame:
     """The calibration table of a joined table (:func:`attach_labels`; several judges' rows may be stacked,
     told apart by the ``judge`` column): per judge x prompt version, overall, then per value of each
-    grouping column. Grouping columns the table lacks are skipped (see :func:`missing_groups`)."""
+    grouping column. Grouping columns the table lacks are skipped (see :func:`missing_groups`).
+
+    With ``claim_labels`` (the row ``keys``, ``claim``, ``label_verdict``) each labelled claim is matched to
+    the judge's claim of the same text in that row: how many matched, and on those the share of equal
+    verdicts and the balanced accuracy of "not supported"."""
+    claims = check_claim_labels(claim_labels, keys) if claim_labels is not None else None
     frame = joined.with_columns(binary_label(joined).alias(_Y))
     if JUDGE not in frame.columns:
         frame = frame.with_columns(pl.col("judge_model").alias(JUDGE))
@@ -198,6 +241,8 @@ def calibrate(joined: pl.DataFrame, config: CalibrationConfig) -> pl.DataFrame:
                 "calibrated_at": now,
             }
             record.update(_metrics(part, config, rng))
+            if claims is not None:
+                record.update(_claim_metrics(_claim_verdicts(part, claims, list(keys))))
             records.append(record)
     return pl.DataFrame(records, schema=CALIBRATION_SCHEMA)
 
@@ -271,6 +316,14 @@ def calibration_markdown(table: pl.DataFrame) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     first = table.row(0, named=True)
+    for row in table.filter((pl.col("group_by") == "all") & pl.col("claims_labelled").is_not_null()).iter_rows(
+            named=True):
+        lines.append("")
+        lines.append(
+            f"Claims of {row[JUDGE]}: {row['claims_matched']} of {row['claims_labelled']} labelled claims found "
+            f"among the judge's claims; on those, equal verdicts {_num(row['claim_verdict_accuracy'])}, balanced "
+            f"accuracy of 'not supported' {_num(row['claim_balanced_accuracy'])}."
+        )
     lines.append("")
     lines.append(
         f"Predicted hallucinated when hallucination_score > {first['threshold']:g}; intervals: 95 % percentile "

@@ -21,6 +21,9 @@ from faithfulness_pipeline.core.errors import InputError
 LABEL_HALLUCINATED: Final = "label_hallucinated"
 LABEL_FAITHFULNESS: Final = "label_faithfulness"
 LABEL_COLUMNS: Final = (LABEL_HALLUCINATED, LABEL_FAITHFULNESS)
+CLAIM: Final = "claim"
+LABEL_VERDICT: Final = "label_verdict"
+VERDICT_VALUES: Final = ("supported", "contradicted", "unsupported")
 #: Which judge a row of a joined table was scored by: the name the caller gave the scored table.
 JUDGE: Final = "judge"
 _EXAMPLES = 5
@@ -36,6 +39,10 @@ class CalibrationSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    claim_labelled: str | None = Field(
+        default=None, description="optional per-claim labels (Parquet file, folder or glob): the row key columns, "
+        "claim and label_verdict (supported, contradicted or unsupported)",
+    )
     labelled: str | None = Field(
         default=None, description="labelled rows (Parquet file, folder or glob) with label_hallucinated and/or "
         "label_faithfulness; in Dagster the labelled_conversations asset reads it",
@@ -147,3 +154,36 @@ def binary_label(frame: pl.DataFrame) -> pl.Expr:
             expr = expr.fill_null(pl.col(LABEL_FAITHFULNESS).cast(pl.Float64) < 1)
         return expr
     return pl.col(LABEL_FAITHFULNESS).cast(pl.Float64) < 1
+
+
+def normalise_claim(text: pl.Expr) -> pl.Expr:
+    """Claim text as it is matched between people's labels and a judge's claims: case, surrounding spaces
+    and punctuation, and runs of whitespace do not count."""
+    return (
+        text.str.to_lowercase()
+        .str.replace_all(r"\s+", " ")
+        .str.strip_chars()
+        .str.strip_chars(" .!?;:,。！？；：，、")
+    )
+
+
+def check_claim_labels(claims: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """The per-claim labels, validated, with a normalised claim column for matching (one clear error otherwise)."""
+    missing = [c for c in (*keys, CLAIM, LABEL_VERDICT) if c not in claims.columns]
+    if missing:
+        raise InputError(
+            f"the per-claim labels lack {missing}; they need the row key columns {list(keys)}, {CLAIM!r} and "
+            f"{LABEL_VERDICT!r} ({', '.join(VERDICT_VALUES)})"
+        )
+    verdict = pl.col(LABEL_VERDICT).cast(pl.String).str.to_lowercase().str.strip_chars()
+    bad = claims.filter(~verdict.is_in(VERDICT_VALUES) | verdict.is_null())
+    if bad.height:
+        raise InputError(
+            f"{LABEL_VERDICT!r} must be one of {', '.join(VERDICT_VALUES)}; {bad.height} claim label(s) are not, "
+            f"e.g. {bad.get_column(LABEL_VERDICT).head(_EXAMPLES).to_list()}"
+        )
+    return claims.select(
+        *[pl.col(k).cast(pl.String) for k in keys],
+        normalise_claim(pl.col(CLAIM).cast(pl.String)).alias("__fp_claim"),
+        verdict.alias(LABEL_VERDICT),
+    )

@@ -20,7 +20,7 @@ import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.api import score_frame
-from faithfulness_pipeline.calibration_run import read_table, run
+from faithfulness_pipeline.calibration_run import read_claim_labels, read_table, run
 from faithfulness_pipeline.core.calibration import calibration_markdown, overall
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.labels import LABEL_COLUMNS, check_labels
@@ -101,7 +101,8 @@ def build_calibration_assets(judge_version: str, pool: str) -> list[dg.AssetsDef
     ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
         made = judge.make(warehouse.judge_store())
         scored = score_frame(labelled_conversations, made, scoring.config())
-        result = run(labelled_conversations, [(made.model_name, scored)], scoring, calibration)
+        result = run(labelled_conversations, [(made.model_name, scored)], scoring, calibration,
+                     claim_labels=read_claim_labels(calibration))
         head = overall(result.table).row(0, named=True)
         ba = head["balanced_accuracy"]
         meta: dict[str, Any] = {

@@ -174,3 +174,36 @@ def test_best_threshold_prefers_the_lowest_of_equal_thresholds() -> None:
     score = np.array([0.5, 0.0, 0.5, 0.0])
     assert best_threshold(y, score) == (0.0, 1.0)
     assert best_threshold(np.array([True, True]), np.array([0.1, 0.2])) == (None, None)
+
+
+def test_claim_labels_are_matched_to_the_judges_claims_by_text_and_scored() -> None:
+    verdict = pl.Struct({"claim": pl.String, "verdict": pl.String, "speculative": pl.Boolean, "reason": pl.String,
+                         "evidence": pl.String})
+
+    def v(claim: str, code: str) -> dict[str, object]:
+        return {"claim": claim, "verdict": code, "speculative": False, "reason": "", "evidence": None}
+
+    scored = _scored(["a", "b"], [0.5, 0.0], language=["en", "zh"]).with_columns(pl.Series("verdicts", [
+        [v("Paris is in France.", "supported"), v("It has 9 million people.", "contradicted")],
+        [v("长城很长。", "supported")],
+    ], dtype=pl.List(verdict)))
+    labels = pl.DataFrame({"conversation_id": ["a", "b"], "label_hallucinated": [True, False]})
+    claims = pl.DataFrame({
+        "conversation_id": ["a", "a", "a", "b"],
+        # case, spacing and the final full stop do not count; a claim the judge never made is unmatched
+        "claim": ["paris is in  France", "It has 9 million people.", "It is old.", "长城很长"],
+        "label_verdict": ["supported", "Unsupported", "supported", "contradicted"],
+    })
+    joined = attach_labels(scored, labels, ["conversation_id"])
+    table = calibrate(joined, CalibrationConfig(bootstrap=0, group_columns=("language",)), claims, ["conversation_id"])
+    overall = table.filter(pl.col("group_by") == "all").row(0, named=True)
+    assert (overall["claims_labelled"], overall["claims_matched"]) == (4, 3)
+    assert overall["claim_verdict_accuracy"] == pytest.approx(1 / 3)  # only the Paris claim has the same verdict
+    # not-supported vs supported: a right, a's second right (contradicted vs unsupported), b wrong
+    assert overall["claim_balanced_accuracy"] == pytest.approx((1 / 2 + 1) / 2)
+    zh = table.filter(pl.col("group") == "zh").row(0, named=True)
+    assert (zh["claims_labelled"], zh["claims_matched"], zh["claim_verdict_accuracy"]) == (1, 1, 0.0)
+    assert "3 of 4 labelled claims found" in calibration_markdown(table)
+    with pytest.raises(InputError, match="label_verdict"):
+        calibrate(joined, CalibrationConfig(), claims.with_columns(pl.lit("maybe").alias("label_verdict")),
+                  ["conversation_id"])

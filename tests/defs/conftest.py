@@ -100,7 +100,8 @@ class Lake:
             tags=tags,
             instance=instance,
             resources={**(self.defs.resources or {}), **(resources or {})},
-            selection=selection,
+            # the daily graph; the unpartitioned calibration assets have their own job and tests
+            selection=selection or dg.AssetSelection.groups("answer_quality"),
             raise_on_error=False,
         )
 
