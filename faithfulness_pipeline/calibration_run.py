@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from faithfulness_pipeline.api import score_frame
+from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.calibration import (
     CalibrationConfig,
     below_floor,
@@ -25,8 +26,15 @@ from faithfulness_pipeline.core.calibration import (
 )
 from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError, InputError
-from faithfulness_pipeline.core.io import atomic_path, input_schema, iter_chunks, resolve_inputs
-from faithfulness_pipeline.core.labels import JUDGE, CalibrationSettings, attach_labels, check_labels, key_columns
+from faithfulness_pipeline.core.io import atomic_path, read_all
+from faithfulness_pipeline.core.labels import (
+    JUDGE,
+    LABEL_COLUMNS,
+    CalibrationSettings,
+    attach_labels,
+    check_labels,
+    key_columns,
+)
 from faithfulness_pipeline.judges.factory import make_judge
 from faithfulness_pipeline.judges.offline import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
 from faithfulness_pipeline.judges.settings import JudgeSettings
@@ -57,10 +65,7 @@ def read_claim_labels(calibration: CalibrationSettings) -> pl.DataFrame | None:
 
 def read_table(spec: str) -> pl.DataFrame:
     """Every row of a Parquet file, folder or glob (files must share one schema)."""
-    paths = resolve_inputs(spec)
-    input_schema(paths)
-    frames = list(iter_chunks(paths, 1_000_000))
-    return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()
+    return read_all(spec)
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,11 @@ def _names(scored: list[tuple[str, pl.DataFrame]]) -> list[str]:
     return [path for path, _ in scored]
 
 
+def _has_keys(labelled: pl.DataFrame, scoring: ScoringSettings) -> bool:
+    wanted = scoring.key_column or scoring.id_column
+    return S.ROW_KEY in labelled.columns or wanted in labelled.columns
+
+
 def run(
     labelled: pl.DataFrame,
     scored: list[tuple[str, pl.DataFrame]],
@@ -109,9 +119,13 @@ def run(
                              f"`faithfulness-pipeline score` or a scored_conversations table")
     if not scored:
         made = make_judge(judge or JudgeSettings())
-        scored = [(made.model_name, score_frame(labelled, made, scoring.config()))]
-    first = scored[0][1]
-    keys = key_columns(labelled, first, id_column=scoring.id_column, turn_column=scoring.turn_column,
+        rows = score_frame(labelled, made, scoring.config())
+        scored = [(made.model_name, rows)]
+        if not _has_keys(labelled, scoring):
+            # Scored here, every row carries its own labels: the scorer's row key (a content hash when the
+            # rows have no id) ties them.
+            labelled = rows.select(S.ROW_KEY, *[c for c in LABEL_COLUMNS if c in rows.columns])
+    keys = key_columns(labelled, scored[0][1], id_column=scoring.id_column, turn_column=scoring.turn_column,
                        key_column=scoring.key_column)
     names = _names(scored)
     joined = pl.concat(
@@ -131,7 +145,7 @@ def run(
         keys=keys,
         judges=names,
         skipped_groups=missing_groups(joined, config),
-        labelled_rows=labelled.height,
+        labelled_rows=joined.select(keys).n_unique(),
         offline_judges=offline,
         floor=calibration.agreement_floor,
         problems=below_floor(table, calibration.agreement_floor),

@@ -112,6 +112,14 @@ def iter_chunks(paths: list[str], chunk_rows: int) -> Iterator[pl.DataFrame]:
             raise InputError(f"cannot read {path!r}: {exc}") from exc
 
 
+def read_all(spec: str) -> pl.DataFrame:
+    """Every row of a Parquet file, folder or glob at once (files must share one schema): for small tables
+    such as labelled rows."""
+    paths = resolve_inputs(spec)
+    input_schema(paths)
+    return pl.concat(list(iter_chunks(paths, 1_000_000)), how="vertical_relaxed")
+
+
 def _process_is_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

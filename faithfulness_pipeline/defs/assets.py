@@ -268,7 +268,12 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
             model_column=scoring.model_column,
             hallucination_threshold=scoring.hallucination_threshold,
         )
-        return dg.Output(table, metadata={"preview": dg.MetadataValue.md(aggregates_md(table))})
+        models = " + ".join(sorted({m for m in scored_conversations.get_column("judge_model").unique() if m}))
+        prompts = " + ".join(sorted({p for p in scored_conversations.get_column("prompt_version").unique() if p}))
+        return dg.Output(table, metadata={
+            "preview": dg.MetadataValue.md(aggregates_md(table)),
+            "calibration": latest_calibration(context.instance, models, prompts),
+        })
 
     @dg.asset(
         name=DUCKDB,

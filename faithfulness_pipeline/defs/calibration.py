@@ -20,9 +20,8 @@ import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.api import score_frame
-from faithfulness_pipeline.calibration_run import read_claim_labels, read_table, run
-from faithfulness_pipeline.core.calibration import calibration_markdown, overall
 from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.core.io import read_all
 from faithfulness_pipeline.core.labels import LABEL_COLUMNS, check_labels
 from faithfulness_pipeline.defs.resources import (
     CalibrationResource,
@@ -63,7 +62,7 @@ def build_calibration_assets(judge_version: str, pool: str) -> list[dg.AssetsDef
                 "no labelled rows configured: set FP_CALIBRATION_LABELLED (calibration.labelled) to a Parquet "
                 "file, folder or glob of labelled rows"
             )
-        frame = read_table(calibration.labelled)
+        frame = read_all(calibration.labelled)
         check_labels(frame)
         meta: dict[str, Any] = {
             "labelled": calibration.labelled,
@@ -99,6 +98,11 @@ def build_calibration_assets(judge_version: str, pool: str) -> list[dg.AssetsDef
         calibration: CalibrationResource,
         warehouse: WarehouseResource,
     ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
+        # Imported here: scikit-learn loads only for a calibration (the code location and the daily scoring
+        # never pay for it, and its import-time settings stay out of their processes).
+        from faithfulness_pipeline.calibration_run import read_claim_labels, run
+        from faithfulness_pipeline.core.calibration import calibration_markdown, overall
+
         made = judge.make(warehouse.judge_store())
         scored = score_frame(labelled_conversations, made, scoring.config())
         result = run(labelled_conversations, [(made.model_name, scored)], scoring, calibration,

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from faithfulness_pipeline.defs import DefsSettings, build_defs
+from faithfulness_pipeline.defs.calibration import latest_calibration
 from faithfulness_pipeline.defs.resources import CalibrationResource, LandingResource, WarehouseResource
 from tests.defs.conftest import REPO
 
@@ -68,8 +69,14 @@ def test_the_calibration_job_measures_the_judge_and_the_scored_day_names_it(
     assert dg.AssetKey("labelled_conversations") in graph.get(dg.AssetKey("judge_calibration")).parent_keys
 
     again = _run_job(defs, "score_conversations", instance, DAY)
-    named = again.asset_materializations_for_node("scored_conversations")[0].metadata["calibration"].value
-    assert named.startswith("judge_calibration of ") and f"{overall['balanced_accuracy']:.3f}" in named
+    for asset in ("scored_conversations", "daily_answer_quality"):
+        named = again.asset_materializations_for_node(asset)[0].metadata["calibration"].value
+        assert named.startswith("judge_calibration of ") and f"{overall['balanced_accuracy']:.3f}" in named
+
+    # a calibration of another judge is not this judge's: a day scored by another judge says so
+    named = latest_calibration(instance, "openai/other-judge", "v9")
+    assert named.startswith("none for openai/other-judge (v9): the latest judge_calibration measured "
+                            "offline-lexical-v1")
 
 
 @pytest.mark.parametrize(("below", "severity"), [("warn", dg.AssetCheckSeverity.WARN),
