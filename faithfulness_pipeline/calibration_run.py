@@ -23,6 +23,7 @@ from faithfulness_pipeline.core.calibration import (
     calibration_markdown,
     disagreements,
     missing_groups,
+    paired_differences,
 )
 from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError, InputError
@@ -72,6 +73,7 @@ def read_table(spec: str) -> pl.DataFrame:
 class CalibrationRun:
     table: pl.DataFrame  # the calibration table (core.calibration.CALIBRATION_SCHEMA)
     disagreements: pl.DataFrame  # rows where judges predict differently (empty with one judge)
+    differences: pl.DataFrame  # each judge's balanced accuracy minus the first judge's, paired bootstrap
     keys: list[str]
     judges: list[str]
     skipped_groups: list[str]
@@ -137,11 +139,22 @@ def run(
         threshold=scoring.hallucination_threshold, scale=scoring.scale, group_columns=calibration.groups(),
         bootstrap=calibration.bootstrap, seed=calibration.bootstrap_seed,
     )
-    table = calibrate(joined, config, claim_labels, keys)
+    differences = paired_differences(joined, keys, config)
+    # One table holds every judge: its overall rows also carry the difference to the first judge.
+    table = calibrate(joined, config, claim_labels, keys).join(
+        differences.select(
+            "judge", pl.lit("all").alias("group_by"),
+            pl.col("balanced_accuracy_difference").alias("balanced_accuracy_vs_first"),
+            pl.col("low").alias("balanced_accuracy_vs_first_low"),
+            pl.col("high").alias("balanced_accuracy_vs_first_high"),
+        ),
+        on=["judge", "group_by"], how="left", maintain_order="left",
+    )
     offline = sorted({n for n, m in joined.select(JUDGE, "judge_model").unique().rows() if m == OFFLINE_MODEL_NAME})
     return CalibrationRun(
         table=table,
         disagreements=disagreements(joined, keys, config) if len(names) > 1 else joined.clear().select(keys),
+        differences=differences,
         keys=keys,
         judges=names,
         skipped_groups=missing_groups(joined, config),
@@ -160,7 +173,14 @@ def report(result: CalibrationRun) -> str:
         lines.append(f"grouping columns not in the labelled rows (skipped): {', '.join(result.skipped_groups)}")
     if len(result.judges) > 1:
         rows = result.disagreements.select(result.keys).unique().height
-        lines += ["", f"the judges disagree on {rows} of {result.labelled_rows} labelled rows"]
+        lines.append("")
+        for d in result.differences.iter_rows(named=True):
+            diff = d["balanced_accuracy_difference"]
+            interval = "" if d["low"] is None else f" [{d['low']:+.3f}, {d['high']:+.3f}] (paired bootstrap)"
+            diff_text = "not measurable" if diff is None else f"{diff:+.3f}"
+            lines.append(f"balanced accuracy of {d['judge']} minus {d['reference']}: {diff_text}{interval} on "
+                         f"{d['n']} rows both scored")
+        lines += [f"the judges disagree on {rows} of {result.labelled_rows} labelled rows"]
         if rows:
             right = (
                 result.disagreements.filter(pl.col("agrees_with_label"))

@@ -279,6 +279,42 @@ def disagreements(joined: pl.DataFrame, keys: Sequence[str], config: Calibration
     )
 
 
+def paired_differences(joined: pl.DataFrame, keys: Sequence[str], config: CalibrationConfig) -> pl.DataFrame:
+    """Balanced accuracy of each judge minus the first judge's, on the labelled rows both scored, with a
+    paired bootstrap interval (the same resampled rows for both judges): whether a difference is more than
+    the luck of the labelled sample."""
+    frame = joined.with_columns(binary_label(joined).alias(_Y))
+    if JUDGE not in frame.columns:
+        frame = frame.with_columns(pl.col("judge_model").alias(JUDGE))
+    keys = list(keys)
+    judges = frame.get_column(JUDGE).unique(maintain_order=True).to_list()
+    records: list[dict[str, object]] = []
+    for other in judges[1:]:
+        pair = [
+            frame.filter((pl.col(JUDGE) == j) & pl.col(_Y).is_not_null() & pl.col("hallucination_score").is_not_null())
+            .select(*keys, pl.col(_Y), (pl.col("hallucination_score") > config.threshold).alias(f"__fp_p{i}"))
+            for i, j in enumerate((judges[0], other))
+        ]
+        both = pair[0].join(pair[1].drop(_Y), on=keys, how="inner").sort(keys)
+        record: dict[str, object] = {"judge": other, "reference": judges[0], "n": both.height}
+        y = both.get_column(_Y).to_numpy().astype(bool)
+        if y.any() and not y.all():
+            p0, p1 = (both.get_column(f"__fp_p{i}").to_numpy().astype(bool) for i in (0, 1))
+            record["balanced_accuracy_difference"] = float(
+                balanced_accuracy_score(y, p1) - balanced_accuracy_score(y, p0))
+            if config.bootstrap:
+                rng = np.random.default_rng(config.seed)
+                idx = rng.integers(0, y.size, size=(config.bootstrap, y.size))
+                scores = np.zeros(idx.shape)  # AUC is not compared here; the batch needs a score
+                diff = (_batch(y[idx], p1[idx], scores)["balanced_accuracy"]
+                        - _batch(y[idx], p0[idx], scores)["balanced_accuracy"])
+                record["low"], record["high"] = _interval(diff)
+        records.append(record)
+    return pl.DataFrame(records, schema={"judge": pl.String, "reference": pl.String, "n": pl.Int64,
+                                         "balanced_accuracy_difference": pl.Float64, "low": pl.Float64,
+                                         "high": pl.Float64})
+
+
 # --- what people read ------------------------------------------------------------------------------------
 
 
@@ -303,7 +339,7 @@ def calibration_markdown(table: pl.DataFrame) -> str:
         "|---|---|---|---:|---:|---|---|---:|---:|---|---|---:|---|---|",
     ]
     for row in table.iter_rows(named=True):
-        group = "**all**" if row["group_by"] == "all" else f"{row['group_by']}={row['group']}"
+        group = "**all**" if row["group_by"] == "all" else f"{row['group_by']}={row['group']}".replace("|", "\\|")
         confusion = "-" if row["tp"] is None else f"{row['tp']} / {row['fp']} / {row['fn']} / {row['tn']}"
         best = "-" if row["best_threshold"] is None else (
             f"{row['best_threshold']:g} ({_num(row['best_balanced_accuracy'])})"

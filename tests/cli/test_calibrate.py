@@ -88,6 +88,14 @@ def test_two_judges_on_the_same_labelled_rows_side_by_side_with_the_rows_where_t
     split = pl.read_parquet(split_path)
     assert set(split.get_column("conversation_id")) == expected and split.height == 2 * len(expected)
     assert f"the judges disagree on {len(expected)} of 21 labelled rows" in result.stdout
+    # and the difference in balanced accuracy, paired on the same rows, is in the same table
+    first, second = table.filter(pl.col("group_by") == "all").iter_rows(named=True)
+    assert first["balanced_accuracy_vs_first"] is None
+    assert second["balanced_accuracy_vs_first"] == pytest.approx(
+        second["balanced_accuracy"] - first["balanced_accuracy"])
+    assert second["balanced_accuracy_vs_first_low"] <= second["balanced_accuracy_vs_first"] <= second[
+        "balanced_accuracy_vs_first_high"]
+    assert "balanced accuracy of openai/fake-judge minus offline-lexical-v1:" in result.stdout
 
 
 def test_a_judge_below_the_floor_fails_when_asked_to(tmp_path: Path) -> None:

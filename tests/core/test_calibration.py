@@ -16,6 +16,7 @@ from faithfulness_pipeline.core.calibration import (
     calibrate,
     calibration_markdown,
     disagreements,
+    paired_differences,
 )
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.labels import attach_labels, check_labels, key_columns
@@ -207,3 +208,26 @@ def test_claim_labels_are_matched_to_the_judges_claims_by_text_and_scored() -> N
     with pytest.raises(InputError, match="label_verdict"):
         calibrate(joined, CalibrationConfig(), claims.with_columns(pl.lit("maybe").alias("label_verdict")),
                   ["conversation_id"])
+
+
+def test_the_paired_difference_uses_the_rows_both_judges_scored_and_the_same_resamples() -> None:
+    keys = [f"r{i}" for i in range(40)]
+    rng = np.random.default_rng(5)
+    truth = (rng.random(40) < 0.5).tolist()
+    labels = pl.DataFrame({"conversation_id": keys, "label_hallucinated": truth})
+    good = [0.9 if t else 0.0 for t in truth]
+    bad = [0.9 if (t if i % 3 else not t) else 0.0 for i, t in enumerate(truth)]
+    bad[0] = None  # an error row of the second judge: compared on the 39 rows both scored
+    a = attach_labels(_scored(keys, good, "judge-a"), labels, ["conversation_id"])
+    b = attach_labels(_scored(keys, bad, "judge-b"), labels, ["conversation_id"])
+    both = pl.concat([a, b]).with_columns(pl.col("judge_model").alias("judge"))
+    same = paired_differences(pl.concat([a, a.with_columns(pl.lit("judge-a2").alias("judge_model"))])
+                              .with_columns(pl.col("judge_model").alias("judge")), ["conversation_id"],
+                              CalibrationConfig(bootstrap=200)).row(0, named=True)
+    assert (same["balanced_accuracy_difference"], same["low"], same["high"]) == (0.0, 0.0, 0.0)  # paired: no noise
+    row = paired_differences(both, ["conversation_id"], CalibrationConfig(bootstrap=200)).row(0, named=True)
+    assert row["n"] == 39 and row["judge"] == "judge-b" and row["reference"] == "judge-a"
+    y = np.array(truth[1:])
+    predicted = np.array(bad[1:]) > 0.5
+    assert row["balanced_accuracy_difference"] == pytest.approx(balanced_accuracy_score(y, predicted) - 1.0)
+    assert row["low"] <= row["balanced_accuracy_difference"] <= row["high"] < 0
