@@ -151,3 +151,18 @@ def test_calibrate_on_the_shared_dev_set_reports_every_language_and_source(tmp_p
     assert overall["hallucinated"] == int(dev.get_column("label_hallucinated").sum())
     assert 0.5 < overall["balanced_accuracy"] < 1
     assert overall["claims_labelled"] == claims.height and 0 < overall["claims_matched"] <= claims.height
+
+
+def test_calibrate_scores_the_labelled_rows_with_the_llm_judge_the_flags_name(
+    server: FakeLLMServer, tmp_path: Path
+) -> None:
+    out = tmp_path / "llm.parquet"
+    result = _run("calibrate", "--labelled", str(LABELLED), "-o", str(out), "--bootstrap", "0", "--model",
+                  "openai/fake-judge", "--api-base", server.base_url, "--api-key-env", "FP_TEST_KEY",
+                  env={"FP_TEST_KEY": KEY})
+    assert result.returncode == 0, result.stderr
+    assert server.stats().requests > 0
+    assert "judges: openai/fake-judge" in result.stdout and "offline baseline" not in result.stdout
+    assert KEY not in result.stdout + result.stderr
+    overall = pl.read_parquet(out).filter(pl.col("group_by") == "all").row(0, named=True)
+    assert overall["judge_model"] == "openai/fake-judge" and overall["n"] == 21

@@ -34,6 +34,7 @@ TABLES = (
     "daily_answer_quality",
 )  # one Parquet table per day each
 ASSETS = {*TABLES, "answer_quality_duckdb"}
+CALIBRATION_ASSETS = {"labelled_conversations", "judge_calibration"}  # unpartitioned, job calibrate_judge
 
 
 def sample_ids() -> dict[str, set[str]]:
