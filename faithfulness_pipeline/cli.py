@@ -26,10 +26,12 @@ from faithfulness_pipeline.core.config import ContextHook, ScoringConfig, Scorin
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
 from faithfulness_pipeline.core.io import ParquetChunkWriter, count_rows, file_schema, iter_chunks, resolve_inputs
 from faithfulness_pipeline.core.judge import Judge
+from faithfulness_pipeline.core.labels import CalibrationSettings
 from faithfulness_pipeline.core.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
 from faithfulness_pipeline.core.pipeline import prepay, score_chunks, scored_schema
 from faithfulness_pipeline.judges.factory import check_key, estimate_cost, make_judge, report_to
+from faithfulness_pipeline.judges.offline import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.process import freeze_loaded_objects
 from faithfulness_pipeline.settings import Setting, from_env, settings
@@ -122,6 +124,8 @@ class Summary:
         for model, (rows, n, total) in sorted(self.by_model.items()):
             lines.append(f"  {self.model_column} {model}: {rows} rows, mean hallucination {mean(total, n)}")
         lines += [f"  note: {note}" for note in stats.notes]
+        if judge.model_name == OFFLINE_MODEL_NAME:
+            lines.append(f"  note: {OFFLINE_FALLBACK_NOTE}")
         if self.rows and self.errors / self.rows > max_error_rate:
             lines.append(f"  warning: {self.errors / self.rows:.1%} of the rows are errors, more than max_error_rate "
                          f"{max_error_rate:g}")
@@ -208,18 +212,22 @@ def _help(setting: Setting) -> str:
     return f"{setting.description}.{default} [env {setting.env}]"
 
 
-def _setting_options(command: Callable[..., None]) -> Callable[..., None]:
-    """One option per setting of ``JudgeSettings`` and ``ScoringSettings`` (``faithfulness_pipeline.settings``):
-    the flags are derived, never declared here. Unset (None) means the variable, then the default."""
-    for setting in reversed(settings()):
-        if setting.kind is bool:
-            option = click.option(setting.flag, setting.name, is_flag=True, default=None, help=_help(setting))
-        else:
-            metavar = {int: "INTEGER", float: "NUMBER"}.get(setting.kind, "TEXT")
-            option = click.option(setting.flag, setting.name, type=_click_type(setting), default=None,
-                                  metavar=metavar if setting.choices is None else None, help=_help(setting))
-        command = option(command)
-    return command
+def _setting_options(*models: type[BaseModel]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """One option per setting of ``models`` (``faithfulness_pipeline.settings``): the flags are derived, never
+    declared here. Unset (None) means the variable, then the default."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        for setting in reversed([s for s in settings() if s.model in models]):
+            if setting.kind is bool:
+                option = click.option(setting.flag, setting.name, is_flag=True, default=None, help=_help(setting))
+            else:
+                metavar = {int: "INTEGER", float: "NUMBER"}.get(setting.kind, "TEXT")
+                option = click.option(setting.flag, setting.name, type=_click_type(setting), default=None,
+                                      metavar=metavar if setting.choices is None else None, help=_help(setting))
+            command = option(command)
+        return command
+
+    return decorate
 
 
 def resolve_settings(options: dict[str, Any], env: Mapping[str, str]) -> tuple[JudgeSettings, ScoringSettings]:
@@ -342,7 +350,7 @@ def main() -> None:
 @click.option("--dry-run", is_flag=True, help="Print requests, tokens and estimated cost; call nothing.")
 @click.option("--quiet", is_flag=True, help="No progress and no summary.")
 @click.option("--batch", is_flag=True, help="Same as --mode batch: the provider's Batch API, at its batch price.")
-@_setting_options
+@_setting_options(JudgeSettings, ScoringSettings)
 def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str | None,
           static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None, dry_run: bool,
           quiet: bool, batch: bool, **options: Any) -> None:
@@ -408,6 +416,38 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
         if not quiet:
             written = [output] + [p for p in (claims_out, mastra_out) if p]
             click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate), err=True)
+
+
+@main.command()
+@click.option("--scored", "scored_specs", multiple=True,
+              help="A scored table holding the labelled rows (repeatable: two or more compare judges). "
+              "None: the labelled rows are scored here with the judge the settings name.")
+@click.option("-o", "--output", default=None, help="Write the calibration table (Parquet).")
+@click.option("--disagreements-out", default=None, help="Write the rows where the judges disagree (Parquet).")
+@_setting_options(JudgeSettings, ScoringSettings, CalibrationSettings)
+def calibrate(scored_specs: tuple[str, ...], output: str | None, disagreements_out: str | None,
+              **options: Any) -> None:
+    """How far the judge agrees with people: score --labelled rows (or take --scored tables) and compare.
+
+    Prints the calibration table; exits 1 when a judge is below --agreement-floor and --below-floor is fail.
+    """
+    from faithfulness_pipeline import calibration_run as cal
+
+    try:
+        judge_settings, scoring = resolve_settings(options, os.environ)
+        calibration = cal.calibration_settings(options, os.environ)
+        labelled = cal.read_table(str(calibration.labelled))
+        scored = [(spec, cal.read_table(spec)) for spec in scored_specs]
+        result = cal.run(labelled, scored, scoring, calibration, judge_settings, cal.read_claim_labels(calibration))
+        for frame, path in ((result.table, output), (result.disagreements, disagreements_out)):
+            if path:
+                cal.write(frame, path)
+    except FaithfulnessPipelineError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    click.echo(cal.report(result))
+    if result.problems and calibration.below_floor == "fail":
+        sys.exit(1)
 
 
 @main.command()

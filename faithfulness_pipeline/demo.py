@@ -1,9 +1,11 @@
 """The quickstart: run the Dagster job for every day of the sample data with the offline judge.
 
 ``python -m faithfulness_pipeline.demo`` (the CLI's ``faithfulness-pipeline demo``) materialises every asset
-and check of the ``score_conversations`` job, one run per day, records the runs in the local Dagster
-instance (so ``dg dev`` shows them afterwards), then prints where the tables are, a summary and the next
-commands to try, each runnable as printed (``tests/defs/test_demo.py`` runs them).
+and check of the ``score_conversations`` job, one run per day, after one run of ``calibrate_judge`` on the
+hand-labelled sample (``sample_labelled/``, or ``FP_CALIBRATION_LABELLED``), records the runs in the local
+Dagster instance (so ``dg dev`` shows them afterwards), then prints where the tables are, a summary, the
+judge's agreement with the labels, that the offline baseline did the scoring, and the next commands to try,
+each runnable as printed (``tests/defs/test_demo.py`` runs them).
 
 Defaults, each overridable by its environment variable: ``DAGSTER_HOME`` = the repository's
 ``dagster_home`` (absolute), ``FP_WAREHOUSE`` = ``./warehouse``, ``FP_LANDING`` = the repository's
@@ -19,8 +21,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
+
+from faithfulness_pipeline.judges.offline import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
+
+if TYPE_CHECKING:  # dagster is imported once DAGSTER_HOME is set (run_demo)
+    from dagster import DagsterInstance
 
 _REPO = Path(__file__).resolve().parent.parent
 
@@ -34,11 +42,17 @@ class DemoResult:
     rows: dict[str, int]
     failed_checks: list[str]
     seconds: float
+    warnings: list[str]  # WARN check results: the run still counts as passed
+    calibration: str | None  # the judge_calibration summary line, when labelled rows were calibrated
 
 
 def _default_home() -> Path:
     bundled = _REPO / "dagster_home"
     return bundled if (bundled / "dagster.yaml").exists() else Path.cwd() / "dagster_home"
+
+
+def _default_labelled() -> Path:
+    return _REPO / "sample_labelled"
 
 
 def _default_landing() -> Path:
@@ -68,6 +82,7 @@ def run_demo(
     import dagster as dg  # after DAGSTER_HOME is set
 
     from faithfulness_pipeline.defs import DefsSettings, build_defs
+    from faithfulness_pipeline.defs.calibration import JOB as CALIBRATION_JOB
     from faithfulness_pipeline.defs.landing import file_days, list_landing
     from faithfulness_pipeline.defs.partitions import daily_partitions
     from faithfulness_pipeline.defs.schedules import JOB
@@ -76,6 +91,8 @@ def run_demo(
     source = (landing or Path(os.environ.get("FP_LANDING") or _default_landing())).resolve()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FP_JUDGE_")}  # the offline judge
     env.update(FP_WAREHOUSE=str(root), FP_LANDING=str(source))
+    if not env.get("FP_CALIBRATION_LABELLED") and _default_labelled().is_dir():
+        env["FP_CALIBRATION_LABELLED"] = str(_default_labelled())
     settings = DefsSettings.from_env(env)
     defs = build_defs(settings)
     keys = set(daily_partitions(settings.partitions_start).get_partition_keys())
@@ -90,18 +107,41 @@ def run_demo(
     job = defs.resolve_job_def(JOB)
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     failed: list[str] = []
+    warned: list[str] = []
+    calibration: str | None = None
     started = time.monotonic()
     with dg.DagsterInstance.get() as instance:
-        for day in days:
-            result = job.execute_in_process(partition_key=day, instance=instance, run_config=quiet)
-            failed += [
-                f"{day} {e.asset_key.to_user_string()}.{e.check_name}: {e.description or 'failed'}"
-                for e in result.get_asset_check_evaluations()
-                if not e.passed
-            ]
+        # Calibration first: each day's scored table then names the calibration of its judge.
+        runs: list[tuple[str, dg.JobDefinition, str | None]] = []
+        if settings.calibration.labelled:
+            runs.append(("calibration", defs.resolve_job_def(CALIBRATION_JOB), None))
+        runs += [(day, job, day) for day in days]
+        for name, to_run, partition in runs:
+            result = to_run.execute_in_process(partition_key=partition, instance=instance, run_config=quiet)
+            for e in result.get_asset_check_evaluations():
+                if not e.passed:
+                    line = f"{name} {e.asset_key.to_user_string()}.{e.check_name}: {e.description or 'failed'}"
+                    (warned if e.severity == dg.AssetCheckSeverity.WARN else failed).append(line)
+            if partition is None:
+                calibration = _calibration_line(instance)
     elapsed = time.monotonic() - started
     rows = {table: _rows(root / table) for table in _TABLES}
-    return DemoResult(root, settings.warehouse.duckdb_file(), home, days, rows, failed, elapsed)
+    return DemoResult(root, settings.warehouse.duckdb_file(), home, days, rows, failed, elapsed, warned, calibration)
+
+
+def _calibration_line(instance: DagsterInstance) -> str | None:
+    """The judge's agreement with the labelled rows, from the latest calibration's metadata."""
+    from dagster import AssetKey
+
+    event = instance.get_latest_materialization_event(AssetKey("judge_calibration"))
+    materialization = event.asset_materialization if event is not None else None
+    if materialization is None:
+        return None
+    meta = {k: v.value for k, v in materialization.metadata.items()}
+    ba = meta.get("balanced_accuracy")
+    ba_text = f"{ba:.3f} {meta.get('balanced_accuracy_95', '')}" if isinstance(ba, float) else str(ba)
+    return (f"Calibration ({meta.get('labelled_rows')} labelled rows): {meta.get('judge_model')} agrees with "
+            f"people at balanced accuracy {ba_text}; table: judge_calibration/data.parquet")
 
 
 _TABLES = (
@@ -155,8 +195,14 @@ def _summary(result: DemoResult) -> str:
             "By language:  "
             + "   ".join(f"{lang} n={n} h={h:.2f} f={f:.2f}" for lang, n, h, f in by_language.iter_rows())
         )
+    if OFFLINE_MODEL_NAME in judge:
+        lines.append(f"Judge: {OFFLINE_FALLBACK_NOTE}.")
+    if result.calibration:
+        lines.append(result.calibration)
     if result.failed_checks:
         lines += ["", "Failed checks:"] + [f"  {c}" for c in result.failed_checks]
+    if result.warnings:
+        lines += ["", "Warnings (checks with severity WARN):"] + [f"  {c}" for c in result.warnings]
     lines += ["", "Next (each command runs as printed, from any directory):"]
     lines += [f"  {label:<7} {command}" for label, command in hints(result)]
     return "\n".join(lines)

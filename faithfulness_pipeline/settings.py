@@ -4,7 +4,8 @@
 :class:`~faithfulness_pipeline.core.config.ScoringSettings` declare each setting once (name, type, default,
 range, description). From them come:
 
-- the CLI flags (``faithfulness-pipeline score --timeout ...``), built by ``cli.py`` from :func:`settings`;
+- the CLI flags (``faithfulness-pipeline score --timeout ...``), built by ``cli.py`` from :func:`settings`
+  (``calibrate`` also takes the :class:`~faithfulness_pipeline.core.labels.CalibrationSettings`);
 - the Dagster resource fields: ``JudgeResource`` and ``ScoringResource`` inherit the models' fields;
 - the environment variables: ``FP_JUDGE_<FIELD>`` for the judge, ``FP_<FIELD>`` for scoring, read by the
   Dagster code location and, as the flags' defaults, by the CLI (:func:`from_env`);
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.core.labels import CalibrationSettings
 from faithfulness_pipeline.judges.settings import JudgeSettings
 
 M = TypeVar("M", bound=BaseModel)
@@ -33,6 +35,7 @@ M = TypeVar("M", bound=BaseModel)
 MODELS: Final[tuple[tuple[type[BaseModel], str, str], ...]] = (
     (JudgeSettings, "FP_JUDGE_", "judge"),
     (ScoringSettings, "FP_", "scoring"),
+    (CalibrationSettings, "FP_CALIBRATION_", "calibration"),
 )
 
 

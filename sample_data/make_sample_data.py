@@ -4,6 +4,9 @@ Run from the repo root: ``python sample_data/make_sample_data.py``. Output:
 - ``flat/conversations.parquet``: output / input / context columns (English, zh-TW, zh-CN, Korean);
 - ``chat/conversations.parquet``: OpenAI chat ``messages``, some grounded only in tool results.
 Both have ``conversation_id``, ``created_at`` (three days), ``model`` and ``language``.
+- ``../sample_labelled/conversations_labelled.parquet``: answers labelled by hand (``label_hallucinated``,
+  ``label_faithfulness`` = share of the answer's statements the context supports) for ``calibrate`` and the
+  demo's ``judge_calibration``. Kept outside this folder: the landing location must not score it daily.
 """
 
 from __future__ import annotations
@@ -135,6 +138,59 @@ CHAT: list[tuple[str, list[dict[str, object]], list[str] | None]] = [
 ]
 
 
+# (language, source, question, context, answer, hallucinated, share of the answer's statements supported)
+LABELLED: list[tuple[str, str, str, list[str], str, bool, float]] = [
+    ("en", "support", "How long is the warranty?", ["The warranty lasts two years from the date of purchase."],
+     "The warranty lasts two years from the date of purchase.", False, 1.0),
+    ("en", "support", "How long is the warranty?", ["The warranty lasts two years from the date of purchase."],
+     "The warranty lasts five years and covers accidental damage.", True, 0.0),
+    ("en", "support", "Can I pay by invoice?",
+     ["Business customers can pay by invoice.", "Private customers pay by card or bank transfer."],
+     "Business customers can pay by invoice. Private customers pay by card or bank transfer.", False, 1.0),
+    ("en", "support", "Can I pay by invoice?",
+     ["Business customers can pay by invoice.", "Private customers pay by card or bank transfer."],
+     "Anyone can pay by invoice. Invoices are due within 60 days.", True, 0.0),
+    ("en", "support", "Where is the nearest store?", ["Our Berlin store is at Alexanderplatz 3."],
+     "The Berlin store is at Alexanderplatz 3. It opens at 8 am on Sundays.", True, 0.5),
+    ("en", "facts", "When did Apollo 11 land?",
+     ["Apollo 11 landed on the Moon on July 20, 1969.", "Neil Armstrong and Buzz Aldrin walked on the surface."],
+     "Apollo 11 landed on July 20, 1969. Neil Armstrong and Buzz Aldrin walked on the surface.", False, 1.0),
+    ("en", "facts", "When did Apollo 11 land?",
+     ["Apollo 11 landed on the Moon on July 20, 1969.", "Neil Armstrong and Buzz Aldrin walked on the surface."],
+     "Apollo 11 landed in 1971. Michael Collins walked on the surface.", True, 0.0),
+    ("en", "facts", "What is the boiling point of water?",
+     ["At sea level, water boils at 100 degrees Celsius."],
+     "At sea level, water boils at 100 degrees Celsius.", False, 1.0),
+    ("en", "facts", "What is the boiling point of water?",
+     ["At sea level, water boils at 100 degrees Celsius."],
+     "Water boils at 100 degrees Celsius at sea level. On Mount Everest it boils at 50 degrees.", True, 0.5),
+    ("zh", "support", "退货期限是多久？", ["商品签收后十五天内可以申请退货。"],
+     "商品签收后十五天内可以申请退货。", False, 1.0),
+    ("zh", "support", "退货期限是多久？", ["商品签收后十五天内可以申请退货。"],
+     "商品签收后三十天内可以申请退货。运费由商家承担。", True, 0.0),
+    ("zh", "support", "客服几点上班？", ["客服工作时间为每天早上九点到晚上六点。"],
+     "客服工作时间为每天早上九点到晚上六点。", False, 1.0),
+    ("zh", "facts", "珠穆朗玛峰有多高？", ["珠穆朗玛峰海拔约8849米。", "它位于中国与尼泊尔边境。"],
+     "珠穆朗玛峰海拔约8849米。它位于中国与尼泊尔边境。", False, 1.0),
+    ("zh", "facts", "珠穆朗玛峰有多高？", ["珠穆朗玛峰海拔约8849米。", "它位于中国与尼泊尔边境。"],
+     "珠穆朗玛峰海拔约9000米。它是由火山喷发形成的。", True, 0.0),
+    ("zh", "facts", "黄河有多长？", ["黄河全长约5464千米。"],
+     "黄河全长约5464千米。黄河是世界上最长的河流。", True, 0.5),
+    ("ko", "support", "주차가 가능한가요?", ["건물 지하에 2시간 무료 주차가 가능하다."],
+     "건물 지하에 2시간 무료 주차가 가능합니다.", False, 1.0),
+    ("ko", "support", "주차가 가능한가요?", ["건물 지하에 2시간 무료 주차가 가능하다."],
+     "건물 옆 공영 주차장에서 하루 종일 무료로 주차할 수 있습니다.", True, 0.0),
+    ("ko", "support", "회원 가입비가 있나요?", ["회원 가입은 무료이다.", "연회비도 없다."],
+     "회원 가입은 무료입니다. 연회비도 없습니다.", False, 1.0),
+    ("ko", "facts", "한라산의 높이는?", ["한라산의 높이는 1947미터이다.", "한라산은 제주도에 있다."],
+     "한라산의 높이는 1947미터입니다. 한라산은 제주도에 있습니다.", False, 1.0),
+    ("ko", "facts", "한라산의 높이는?", ["한라산의 높이는 1947미터이다.", "한라산은 제주도에 있다."],
+     "한라산의 높이는 2500미터입니다. 한라산은 강원도에 있습니다.", True, 0.0),
+    ("ko", "facts", "세종대왕은 무엇을 만들었나?", ["세종대왕은 1443년에 훈민정음을 창제하였다."],
+     "세종대왕은 1443년에 훈민정음을 창제하였습니다. 그는 거북선도 발명했습니다.", True, 0.5),
+]
+
+
 def build() -> None:
     models = ["gpt-4o-mini", "claude-3-5-haiku"]
     flat_rows = []
@@ -162,6 +218,19 @@ def build() -> None:
         (HERE / name).mkdir(exist_ok=True)
         frame.write_parquet(HERE / name / "conversations.parquet")
         print(f"wrote {HERE / name / 'conversations.parquet'}: {frame.height} rows")
+    labelled = pl.DataFrame(
+        [{"conversation_id": f"labelled-{i:03d}", "model": models[i % 2], "language": lang, "source": source,
+          "input": question, "output": answer, "context": context, "label_hallucinated": hallucinated,
+          "label_faithfulness": supported}
+         for i, (lang, source, question, context, answer, hallucinated, supported) in enumerate(LABELLED)],
+        schema={"conversation_id": pl.String, "model": pl.String, "language": pl.String, "source": pl.String,
+                "input": pl.String, "output": pl.String, "context": pl.List(pl.String),
+                "label_hallucinated": pl.Boolean, "label_faithfulness": pl.Float64},
+    )
+    target = HERE.parent / "sample_labelled"
+    target.mkdir(exist_ok=True)
+    labelled.write_parquet(target / "conversations_labelled.parquet")
+    print(f"wrote {target / 'conversations_labelled.parquet'}: {labelled.height} rows")
 
 
 if __name__ == "__main__":

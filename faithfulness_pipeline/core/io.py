@@ -194,6 +194,16 @@ def iter_chunks(paths: list[str], chunk_rows: int) -> Iterator[pl.DataFrame]:
             raise read_error(path, exc) from exc
 
 
+def read_all(spec: str) -> pl.DataFrame:
+    """Every row of an input file, folder or glob at once, as one table (a column must have one type in
+    every file that has it): for small tables such as labelled rows."""
+    from faithfulness_pipeline.core.combine import conform, union_schema
+
+    paths = resolve_inputs(spec)
+    schema = union_schema([(p, file_schema(p)) for p in paths])
+    return pl.concat([conform(chunk, schema) for chunk in iter_chunks(paths, 1_000_000)], how="vertical")
+
+
 def _process_is_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -3,7 +3,8 @@
 ``build_defs(DefsSettings.from_env())`` is what ``faithfulness_pipeline.definitions`` loads. Every judge and
 scoring setting is read from its ``FP_JUDGE_*`` / ``FP_*`` variable (``faithfulness_pipeline.settings``);
 the Dagster layer's own variables are ``FP_LANDING``, ``FP_TIMESTAMP_COLUMN``, ``FP_UNDATED_DAY``,
-``FP_WAREHOUSE``, ``FP_DUCKDB`` and ``FP_PARTITIONS_START`` (README, "Configuration"). Relative paths
+``FP_WAREHOUSE``, ``FP_DUCKDB`` and ``FP_PARTITIONS_START`` (README, "Configuration"); the calibration's are
+the ``FP_CALIBRATION_*`` settings (``core.labels.CalibrationSettings``). Relative paths
 resolve from the working directory: run Dagster from the repository root or give absolute paths.
 """
 
@@ -19,10 +20,13 @@ import dagster as dg
 from pydantic import BaseModel
 
 from faithfulness_pipeline.core.config import ScoringSettings
-from faithfulness_pipeline.defs.assets import build_assets, build_checks
+from faithfulness_pipeline.core.labels import CalibrationSettings
+from faithfulness_pipeline.defs.assets import LLM_POOL, build_assets, build_checks
+from faithfulness_pipeline.defs.calibration import build_calibration_assets, build_calibration_job
 from faithfulness_pipeline.defs.io import WarehouseIOManager
 from faithfulness_pipeline.defs.partitions import DEFAULT_START, daily_partitions
 from faithfulness_pipeline.defs.resources import (
+    CalibrationResource,
     JudgeResource,
     LandingResource,
     ScoringResource,
@@ -43,6 +47,7 @@ class DefsSettings:
     scoring: ScoringResource = field(default_factory=ScoringResource)
     landing: LandingResource = field(default_factory=LandingResource)
     warehouse: WarehouseResource = field(default_factory=WarehouseResource)
+    calibration: CalibrationResource = field(default_factory=CalibrationResource)
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> DefsSettings:
@@ -59,12 +64,14 @@ class DefsSettings:
             undated_day=env.get("FP_UNDATED_DAY") or None,
         )
         warehouse = WarehouseResource(root=env.get("FP_WAREHOUSE") or "warehouse", duckdb_path=env.get("FP_DUCKDB"))
+        calibration = CalibrationResource(**_given(from_env(CalibrationSettings, env)))
         return DefsSettings(
             partitions_start=env.get("FP_PARTITIONS_START") or DEFAULT_START,
             judge=judge,
             scoring=scoring,
             landing=landing,
             warehouse=warehouse,
+            calibration=calibration,
         )
 
 
@@ -81,11 +88,12 @@ def build_defs(settings: DefsSettings | None = None, executor: dg.ExecutorDefini
     partitions = daily_partitions(settings.partitions_start)
     model, prompt_version = judge_identity(settings.judge.model)
     assets = build_assets(partitions, judge_version=f"{model}:{prompt_version}")
+    assets += build_calibration_assets(f"{model}:{prompt_version}", LLM_POOL)
     job = build_job()
     return dg.Definitions(
         assets=assets,
         asset_checks=build_checks(partitions),
-        jobs=[job],
+        jobs=[job, build_calibration_job()],
         schedules=[build_schedule(job)],
         sensors=[build_sensor(job, partitions)],
         resources={
@@ -93,6 +101,7 @@ def build_defs(settings: DefsSettings | None = None, executor: dg.ExecutorDefini
             "scoring": settings.scoring,
             "landing": settings.landing,
             "warehouse": settings.warehouse,
+            "calibration": settings.calibration,
             "io_manager": WarehouseIOManager(warehouse=settings.warehouse),
         },
         executor=executor or _executor(),
@@ -116,6 +125,7 @@ def _executor() -> dg.ExecutorDefinition:
 
 
 __all__ = [
+    "CalibrationResource",
     "DefsSettings",
     "JudgeResource",
     "LandingResource",

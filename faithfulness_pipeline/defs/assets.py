@@ -31,6 +31,7 @@ from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
 from faithfulness_pipeline.core.outputs import claim_table as build_claim_table
 from faithfulness_pipeline.core.pipeline import judge_frame, score_step
 from faithfulness_pipeline.defs import checks
+from faithfulness_pipeline.defs.calibration import latest_calibration
 from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
 from faithfulness_pipeline.defs.landing import list_landing, load_day, rows_before
 from faithfulness_pipeline.defs.metadata import aggregates_md, judge_metadata, scored_metadata, usage_totals
@@ -240,15 +241,17 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         "counts, hallucination and faithfulness scores with reasons, status/error, judge model, prompt "
         "version and usage. Scores are Mastra's; error rows have null scores, never 0.",
     )
-    def scored_conversations(judged_claims: pl.DataFrame, scoring: ScoringResource) -> dg.Output[pl.DataFrame]:
+    def scored_conversations(
+        context: dg.AssetExecutionContext, judged_claims: pl.DataFrame, scoring: ScoringResource
+    ) -> dg.Output[pl.DataFrame]:
         config = scoring.config()
         model, prompt = _judge_identity(judged_claims)
         staged = judged_claims.drop([c for c in (_JUDGE, "_fp_extract_judge", "_fp_verdict_judge")
                                      if c in judged_claims.columns])
         scored = score_step(staged, config, judge_model=model, prompt_version=prompt)
-        return dg.Output(
-            scored, metadata=scored_metadata(scored, scale=config.scale, answer_column=config.columns.output)
-        )
+        metadata = scored_metadata(scored, scale=config.scale, answer_column=config.columns.output)
+        metadata["calibration"] = latest_calibration(context.instance, model, prompt)
+        return dg.Output(scored, metadata=metadata)
 
     @dg.asset(
         name=CLAIM_TABLE,
@@ -284,7 +287,12 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
             model_column=scoring.model_column,
             hallucination_threshold=scoring.hallucination_threshold,
         )
-        return dg.Output(table, metadata={"preview": dg.MetadataValue.md(aggregates_md(table))})
+        models = " + ".join(sorted({m for m in scored_conversations.get_column("judge_model").unique() if m}))
+        prompts = " + ".join(sorted({p for p in scored_conversations.get_column("prompt_version").unique() if p}))
+        return dg.Output(table, metadata={
+            "preview": dg.MetadataValue.md(aggregates_md(table)),
+            "calibration": latest_calibration(context.instance, models, prompts),
+        })
 
     @dg.asset(
         name=DUCKDB,
@@ -333,4 +341,5 @@ def _checks(partitions: dg.PartitionsDefinition[str]) -> list[dg.AssetChecksDefi
         checks.aggregates_preserved_check(DAILY, SCORED, partitions),
         checks.scores_in_range_check(SCORED, partitions),
         checks.error_rate_check(SCORED, partitions),
+        checks.offline_fallback_check(SCORED, partitions),
     ]

@@ -4,7 +4,8 @@
   when every landing file's own schema is at hand) and are *blocking*: a failure stops the LLM steps
   of the run, so a bad delivery costs nothing.
 - every later asset: ``no_rows_lost`` compares its rows with its upstream partition.
-- ``scored_conversations``: ``scores_in_range`` and ``error_rate``.
+- ``scored_conversations``: ``scores_in_range``, ``error_rate`` and ``llm_judge_used`` (a WARN when the rows were
+  scored by the offline baseline because no model is set).
 
 The later checks load the stored partitions, so they can be re-run on their own from the UI.
 """
@@ -20,6 +21,7 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.combine import column_types
 from faithfulness_pipeline.defs.landing import LandingFile
 from faithfulness_pipeline.defs.resources import ScoringResource
+from faithfulness_pipeline.judges.offline import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
 
 _EXAMPLES = 10
 
@@ -29,6 +31,7 @@ BEFORE_START = "rows_before_partitions_start"
 NO_ROWS_LOST = "no_rows_lost"
 SCORES_IN_RANGE = "scores_in_range"
 ERROR_RATE = "error_rate"
+LLM_JUDGE_USED = "llm_judge_used"
 
 
 def input_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
@@ -310,6 +313,29 @@ def error_rate_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg
             if passed
             else f"{errors.height} of {table.height} rows failed ({rate:.1%} > {scoring.max_error_rate:.1%}), "
             f"e.g. {examples[0]}",
+        )
+
+    return _check
+
+
+def offline_fallback_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg.AssetChecksDefinition:
+    """A deployment without a model scores its schedule with the offline baseline: say so where people look."""
+
+    @dg.asset_check(
+        asset=asset,
+        name=LLM_JUDGE_USED,
+        partitions_def=partitions,
+        description="The rows were scored by an LLM judge, not by the offline baseline the pipeline falls back to "
+        "when no model is set (FP_JUDGE_MODEL). Warns only: the baseline's scores are still written.",
+    )
+    def _check(table: pl.DataFrame) -> dg.AssetCheckResult:
+        offline = table.filter(pl.col("judge_model").str.contains(OFFLINE_MODEL_NAME, literal=True)).height
+        return dg.AssetCheckResult(
+            passed=offline == 0,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"offline_rows": offline, "rows": table.height, "reason": OFFLINE_FALLBACK_NOTE},
+            description=f"{offline} of {table.height} row(s) scored by the offline baseline judge: no model is set "
+            f"(FP_JUDGE_MODEL); see the reason in the metadata" if offline else None,
         )
 
     return _check

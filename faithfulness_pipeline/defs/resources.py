@@ -21,6 +21,7 @@ from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.io import atomic_path
 from faithfulness_pipeline.core.judge import Judge
+from faithfulness_pipeline.core.labels import CalibrationSettings
 from faithfulness_pipeline.judges.factory import make_judge
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.settings import config_error
@@ -81,6 +82,11 @@ def _validated(init: Callable[..., None], model: type[BaseModel], data: dict[str
         init(**data)
     except ValidationError as exc:
         raise config_error(model, exc) from None
+
+
+class CalibrationResource(dg.ConfigurableResource, CalibrationSettings):  # type: ignore[type-arg]
+    """Where the labelled rows are and how calibration reports: the ``CalibrationSettings`` fields
+    (described there, and in the README's table)."""
 
 
 class LandingResource(dg.ConfigurableResource):  # type: ignore[type-arg]

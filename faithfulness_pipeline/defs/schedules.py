@@ -28,7 +28,8 @@ def build_job() -> "UnresolvedAssetJobDefinition":
     # Partitioned like its assets (daily): Dagster infers it from the selection.
     return dg.define_asset_job(
         JOB,
-        selection=dg.AssetSelection.all(),
+        # The daily group only: the calibration assets are unpartitioned and have their own job.
+        selection=dg.AssetSelection.groups("answer_quality"),
         description="Every asset and check for one day: load, claims, verdicts, scores, claim table, BI "
         "aggregates, DuckDB views.",
     )

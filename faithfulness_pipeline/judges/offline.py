@@ -68,6 +68,13 @@ from faithfulness_pipeline.judges.stored import ResultScope
 OFFLINE_MODEL_NAME = "offline-lexical-v1"
 #: Bump whenever the algorithm or its constants change: stored results are keyed by it.
 OFFLINE_PROMPT_VERSION = "offline-lexical-1"
+#: What a run scored by this judge says about it (CLI summary, calibrate, the Dagster check and the demo):
+#: it is the fallback when no model is set, and its agreement with people is a baseline, not the product's.
+OFFLINE_FALLBACK_NOTE = (
+    "scored by the offline baseline judge (lexical rules, no LLM) because no model is set (--model / "
+    "FP_JUDGE_MODEL); it agrees with human labels only as a baseline (balanced accuracy about 0.6 on rows its "
+    "rules were not fitted to; README, 'The offline baseline'): set a model for the product's scores"
+)
 
 #: Share of a claim's weighted content units the best passage must contain to support it (words).
 SUPPORT_COVERAGE = 0.7

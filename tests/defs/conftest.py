@@ -34,6 +34,7 @@ TABLES = (
     "daily_answer_quality",
 )  # one Parquet table per day each
 ASSETS = {*TABLES, "answer_quality_duckdb"}
+CALIBRATION_ASSETS = {"labelled_conversations", "judge_calibration"}  # unpartitioned, job calibrate_judge
 
 
 def sample_ids() -> dict[str, set[str]]:
@@ -100,7 +101,8 @@ class Lake:
             tags=tags,
             instance=instance,
             resources={**(self.defs.resources or {}), **(resources or {})},
-            selection=selection,
+            # the daily graph; the unpartitioned calibration assets have their own job and tests
+            selection=selection or dg.AssetSelection.groups("answer_quality"),
             raise_on_error=False,
         )
 

@@ -25,7 +25,7 @@ def test_dg_launch_materialises_every_asset_of_a_day(tmp_path: Path, monkeypatch
     dg_cli = Path(sys.executable).parent / "dg"
     # cwd = the repository root: `dg` finds the project through pyproject.toml's [tool.dg]
     proc = subprocess.run(
-        [str(dg_cli), "launch", "--assets", "*", "--partition", DAY],
+        [str(dg_cli), "launch", "--assets", "group:answer_quality", "--partition", DAY],
         cwd=REPO,
         env=subprocess_env(home, warehouse, landing),
         capture_output=True,
@@ -60,4 +60,6 @@ def test_dg_launch_materialises_every_asset_of_a_day(tmp_path: Path, monkeypatch
             for e in events
             if e.dagster_event and e.dagster_event_type == DagsterEventType.ASSET_CHECK_EVALUATION
         ]
-        assert len(checks) == 10 and all(c.passed for c in checks)  # type: ignore[union-attr]
+        assert len(checks) == 11  # the ten rules, and the WARN that the offline baseline scored the day
+        failed = {c.check_name for c in checks if not c.passed}  # type: ignore[union-attr]
+        assert failed == {"llm_judge_used"}

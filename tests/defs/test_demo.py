@@ -59,6 +59,11 @@ def test_demo_scores_every_sample_row_and_says_where_the_tables_are(demo: Demo) 
     for line in ("scored_conversations       26 rows", "claim_table", "daily_answer_quality"):
         assert line in out
     assert "By language:" in out and "ko n=" in out and "zh-TW n=" in out
+    # the fallback is said, and the demo calibrated the judge on the project's own labelled sample
+    assert "Judge: scored by the offline baseline judge" in out
+    assert "Calibration (21 labelled rows): offline-lexical-v1 agrees with people at balanced accuracy 0." in out
+    assert "scored_conversations.llm_judge_used: 9 of 9 row(s) scored by the offline baseline judge" in out
+    assert (demo.warehouse / "judge_calibration" / "data.parquet").exists()
     con = duckdb.connect(str(demo.warehouse / "answer_quality.duckdb"), read_only=True)
     try:
         assert con.execute("SELECT count(DISTINCT row_key) FROM scored_conversations").fetchone() == (26,)
@@ -67,8 +72,9 @@ def test_demo_scores_every_sample_row_and_says_where_the_tables_are(demo: Demo) 
     # the runs are recorded in the instance, so `dg dev` shows them afterwards
     with dg.DagsterInstance.from_config(str(demo.home)) as instance:
         runs = instance.get_runs()
-    assert sorted(r.tags["dagster/partition"] for r in runs) == ["2026-11-24", "2026-11-25", "2026-11-26"]
-    assert {r.job_name for r in runs} == {"score_conversations"}
+    scoring_runs = [r for r in runs if r.job_name == "score_conversations"]
+    assert sorted(r.tags["dagster/partition"] for r in scoring_runs) == ["2026-11-24", "2026-11-25", "2026-11-26"]
+    assert {r.job_name for r in runs} == {"score_conversations", "calibrate_judge"} and len(runs) == 4
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
 
 

@@ -29,7 +29,17 @@ import pytest
 import yaml
 from dagster import DagsterEventType
 
-from tests.defs.conftest import ASSETS, DAYS, REPO, SAMPLE, free_port, make_home, sample_ids, subprocess_env
+from tests.defs.conftest import (
+    ASSETS,
+    CALIBRATION_ASSETS,
+    DAYS,
+    REPO,
+    SAMPLE,
+    free_port,
+    make_home,
+    sample_ids,
+    subprocess_env,
+)
 
 POOL = "llm_judge"
 LLM_STEPS = {"claims_and_verdicts"}  # the one step that materialises extracted_claims and judged_claims
@@ -120,8 +130,12 @@ def test_dagster_dev_lists_every_asset_over_graphql(dev: DevServer) -> None:
     data = _graphql(dev.url, "{ assetNodes { assetKey { path } groupName jobNames isPartitioned } }")
     nodes = data["assetNodes"]
     assert isinstance(nodes, list)
-    assert {"/".join(n["assetKey"]["path"]) for n in nodes} == ASSETS
-    assert all(n["isPartitioned"] and "score_conversations" in n["jobNames"] for n in nodes)
+    assert {"/".join(n["assetKey"]["path"]) for n in nodes} == ASSETS | CALIBRATION_ASSETS
+    daily = [n for n in nodes if "/".join(n["assetKey"]["path"]) in ASSETS]
+    assert all(n["isPartitioned"] and "score_conversations" in n["jobNames"] for n in daily)
+    calibration = [n for n in nodes if "/".join(n["assetKey"]["path"]) in CALIBRATION_ASSETS]
+    assert calibration and all(not n["isPartitioned"] and "calibrate_judge" in n["jobNames"]
+                               and "score_conversations" not in n["jobNames"] for n in calibration)
     automation = _graphql(
         dev.url,
         "{ repositoriesOrError { ... on RepositoryConnection { nodes { schedules { name } sensors { name } } } } }",

@@ -59,8 +59,10 @@ def test_litellm_judge_scores_through_dagster_without_leaking_the_key(
     )
     defs = build_defs(settings)
     everything = [*(defs.assets or []), *(defs.asset_checks or [])]
+    day_graph = dg.AssetSelection.groups("answer_quality")  # the unpartitioned calibration has its own job
 
-    first = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources)  # type: ignore[arg-type]
+    first = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources,  # type: ignore[arg-type]
+                           selection=day_graph)
     assert first.success
     assert all(e.passed for e in first.get_asset_check_evaluations())
     claims = _meta(first, "extracted_claims")
@@ -84,7 +86,8 @@ def test_litellm_judge_scores_through_dagster_without_leaking_the_key(
     assert 1 <= claims["extraction_llm_requests"] < sent  # type: ignore[operator]
 
     # a re-run is served by the result store under the warehouse: no request at all
-    second = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources)  # type: ignore[arg-type]
+    second = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources,  # type: ignore[arg-type]
+                           selection=day_graph)
     assert second.success
     again = _meta(second, "judged_claims")
     assert again["llm_requests"] == 0 and isinstance(again["cached_items"], int) and again["cached_items"] > 0

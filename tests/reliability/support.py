@@ -161,7 +161,7 @@ def dagster_env(server: FakeLLMServer, home: Path, landing: Path, warehouse: Pat
 TO_SCORED = "raw_conversations,extracted_claims,judged_claims,scored_conversations"
 
 
-def dg_launch(day: str = DAY, assets: str = "*") -> list[str]:
+def dg_launch(day: str = DAY, assets: str = "group:answer_quality") -> list[str]:
     return [str(Path(sys.executable).parent / "dg"), "launch", "--assets", assets, "--partition", day]
 
 

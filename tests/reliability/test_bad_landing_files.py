@@ -110,7 +110,8 @@ def test_one_landing_file_per_day_loads_each_day(tmp_path: Path, instance: dg.Da
     lake = make_lake(landing, tmp_path / "warehouse")
     result = lake.materialize(DAY, instance)
     assert result.success, _failure(result)
-    assert all(e.passed for e in result.get_asset_check_evaluations())
+    # every rule holds; only the WARN that the offline baseline scored the day (no model set) is raised
+    assert [e.check_name for e in result.get_asset_check_evaluations() if not e.passed] == ["llm_judge_used"]
     assert lake.read("scored_conversations", DAY).height == sample.filter(days == DAY).height
 
 
@@ -139,7 +140,8 @@ def test_odd_text_in_a_landing_file_is_scored_without_losing_a_row(tmp_path: Pat
     lake = make_lake(landing, tmp_path / "warehouse")
     result = lake.materialize(DAY, instance)
     assert result.success, _failure(result)
-    assert all(e.passed for e in result.get_asset_check_evaluations())
+    # every rule holds; only the WARN that the offline baseline scored the day (no model set) is raised
+    assert [e.check_name for e in result.get_asset_check_evaluations() if not e.passed] == ["llm_judge_used"]
     scored = lake.read("scored_conversations", DAY).sort("row_key")
     assert scored.get_column("row_key").to_list() == [f"odd-{i}" for i in range(n)]
     assert scored.get_column("output").to_list() == ODD  # passthrough exactly as delivered
