@@ -35,6 +35,7 @@ from faithfulness_pipeline.core.pipeline import empty_scored_frame, score_chunks
 from faithfulness_pipeline.judges.factory import estimate_cost, make_judge
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.process import freeze_loaded_objects
+from faithfulness_pipeline.report_cli import report as report_command
 from faithfulness_pipeline.settings import Setting, from_env, settings
 
 
@@ -324,6 +325,9 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
     if not quiet:
         written = [output] + [p for p in (claims_out, mastra_out) if p]
         click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate), err=True)
+
+
+main.add_command(report_command)
 
 
 @main.command()
