@@ -3,7 +3,7 @@
 ``build_defs(DefsSettings.from_env())`` is what ``faithfulness_pipeline.definitions`` loads. Every judge and
 scoring setting is read from its ``FP_JUDGE_*`` / ``FP_*`` variable (``faithfulness_pipeline.settings``);
 the Dagster layer's own variables are ``FP_LANDING``, ``FP_TIMESTAMP_COLUMN``, ``FP_UNDATED_DAY``,
-``FP_WAREHOUSE``, ``FP_DUCKDB`` and ``FP_PARTITIONS_START`` (README, "Configuration"). Relative paths
+``FP_WAREHOUSE``, ``FP_DUCKDB``, ``FP_REPORT`` and ``FP_PARTITIONS_START`` (README, "Configuration"). Relative paths
 resolve from the working directory: run Dagster from the repository root or give absolute paths.
 """
 
@@ -58,7 +58,11 @@ class DefsSettings:
             timestamp_column=env.get("FP_TIMESTAMP_COLUMN") or "created_at",
             undated_day=env.get("FP_UNDATED_DAY") or None,
         )
-        warehouse = WarehouseResource(root=env.get("FP_WAREHOUSE") or "warehouse", duckdb_path=env.get("FP_DUCKDB"))
+        warehouse = WarehouseResource(
+            root=env.get("FP_WAREHOUSE") or "warehouse",
+            duckdb_path=env.get("FP_DUCKDB"),
+            report_path=env.get("FP_REPORT"),
+        )
         return DefsSettings(
             partitions_start=env.get("FP_PARTITIONS_START") or DEFAULT_START,
             judge=judge,

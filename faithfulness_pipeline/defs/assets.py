@@ -32,7 +32,13 @@ from faithfulness_pipeline.core.pipeline import judge_frame, score_step
 from faithfulness_pipeline.defs import checks
 from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
 from faithfulness_pipeline.defs.landing import file_schema, list_landing, load_day
-from faithfulness_pipeline.defs.metadata import aggregates_md, judge_metadata, scored_metadata, usage_totals
+from faithfulness_pipeline.defs.metadata import (
+    aggregates_md,
+    judge_metadata,
+    report_metadata,
+    scored_metadata,
+    usage_totals,
+)
 from faithfulness_pipeline.defs.resources import JudgeResource, LandingResource, ScoringResource, WarehouseResource
 
 GROUP = "answer_quality"
@@ -45,6 +51,7 @@ SCORED = "scored_conversations"
 CLAIM_TABLE = "claim_table"
 DAILY = "daily_answer_quality"
 DUCKDB = "answer_quality_duckdb"
+REPORT = "answer_quality_report"
 
 # Bump a revision when an asset's own code changes what it writes.
 _RAW_REVISION = "raw-1"
@@ -53,7 +60,8 @@ _VERDICTS_REVISION = "verdicts-2"
 _SCORED_REVISION = "scored-1"
 _CLAIM_TABLE_REVISION = "claim-table-1"
 _DAILY_REVISION = "daily-1"
-_DUCKDB_REVISION = "duckdb-1"
+_DUCKDB_REVISION = "duckdb-2"
+_REPORT_REVISION = "report-1"
 
 # Staging column: which judge produced the claims and verdicts ("model|prompt version"); dropped before scoring.
 _JUDGE = "_fp_judge"
@@ -270,7 +278,6 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
     @dg.asset(
         name=DUCKDB,
         group_name=GROUP,
-        partitions_def=partitions,
         code_version=_DUCKDB_REVISION,
         kinds={"duckdb"},
         deps=list(BI_TABLES),
@@ -287,6 +294,32 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
             }
         )
 
+    @dg.asset(
+        name=REPORT,
+        group_name=GROUP,
+        code_version=_REPORT_REVISION,
+        kinds={"html"},
+        deps=[SCORED, CLAIM_TABLE, DAILY],
+        description="The answer-quality report over every day of the warehouse: one self-contained HTML file "
+        "(charts, per day x model table, the worst answers with their claims marked, the judge and its "
+        "calibration when the warehouse has one). Opens offline; small enough to mail.",
+    )
+    def answer_quality_report(warehouse: WarehouseResource, scoring: ScoringResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
+        from faithfulness_pipeline.judges.offline import OFFLINE_MODEL_NAME
+        from faithfulness_pipeline.report import build_report, headline
+
+        path, data = build_report(
+            str(warehouse.root_path()),
+            warehouse.report_file(),
+            baseline_judges=frozenset({OFFLINE_MODEL_NAME}),
+            model_column=scoring.model_column,
+            answer_column=scoring.output_column,
+            question_column=scoring.input_column,
+            threshold=scoring.hallucination_threshold,
+            scale=scoring.scale,
+        )
+        return dg.MaterializeResult(metadata=report_metadata(path, headline(data), data.threshold))
+
     return [
         raw_conversations,
         claims_and_verdicts,
@@ -294,6 +327,7 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         claim_table,
         daily_answer_quality,
         answer_quality_duckdb,
+        answer_quality_report,
     ]
 
 

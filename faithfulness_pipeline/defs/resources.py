@@ -121,6 +121,9 @@ class WarehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     duckdb_path: str | None = Field(
         default=None, description="DuckDB file with the BI views. Default: <root>/answer_quality.duckdb."
     )
+    report_path: str | None = Field(
+        default=None, description="The HTML answer-quality report. Default: <root>/answer_quality_report.html."
+    )
 
     def root_path(self) -> Path:
         return Path(self.root).expanduser().resolve()
@@ -129,6 +132,11 @@ class WarehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         if self.duckdb_path:
             return Path(self.duckdb_path).expanduser().resolve()
         return self.root_path() / "answer_quality.duckdb"
+
+    def report_file(self) -> Path:
+        if self.report_path:
+            return Path(self.report_path).expanduser().resolve()
+        return self.root_path() / "answer_quality_report.html"
 
     def judge_store(self) -> str:
         return str(self.root_path() / "_judge_store.sqlite")

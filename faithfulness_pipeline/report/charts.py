@@ -9,6 +9,7 @@ so a model or language name holding markup is drawn as text. Settings are applie
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from faithfulness_pipeline.report.data import MARKS
 _COLORS = {"contradicted": "#c0392b", "unsupported": "#e67e22", "speculative": "#8e6fbf", "supported": "#2e8b57"}
 _WIDTH_IN = 10.0
 _HEIGHT_IN = 2.9
+_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
 
 
 def _svg(name: str, draw: Callable[[Any], None], height: float = _HEIGHT_IN) -> str:
@@ -37,7 +39,7 @@ def _svg(name: str, draw: Callable[[Any], None], height: float = _HEIGHT_IN) -> 
         draw(figure)
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
-    text = buffer.getvalue()
+    text = _METADATA.sub("", buffer.getvalue())  # an RDF block of namespaces: bytes no reader needs
     start = text.index("<svg")
     return text[start:].replace("<svg ", f'<svg data-chart="{name}" role="img" ', 1)
 
@@ -51,11 +53,17 @@ def _by_model(daily: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     return [(str(key[0]), part.sort("day")) for key, part in labelled.group_by("model", maintain_order=True)]
 
 
-def _date_axis(axes: Any, days: int) -> None:
-    """Ticks on whole days only (never the hours between them), at most about eight."""
+def _date_axis(axes: Any, days: list[Any]) -> None:
+    """Ticks on whole days only (never the hours between them), at most about eight; half a day of margin."""
+    import datetime as dt
+
     import matplotlib.dates as mdates
 
-    locator = mdates.DayLocator(interval=max(1, -(-days // 8)))  # type: ignore[no-untyped-call]
+    if days:
+        first, last = (dt.datetime.combine(d, dt.time()) for d in (min(days), max(days)))
+        axes.set_xlim(first - dt.timedelta(hours=12), last + dt.timedelta(hours=12))
+    span = (max(days) - min(days)).days + 1 if days else 1
+    locator = mdates.DayLocator(interval=max(1, -(-span // 8)))  # type: ignore[no-untyped-call]
     axes.xaxis.set_major_locator(locator)
     axes.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
 
@@ -78,7 +86,7 @@ def trend_chart(daily: pl.DataFrame, threshold: float, scale: float) -> str:
         for axes, top in ((halluc, scale), (faith, scale), (share, 1.0)):
             axes.set_ylim(-0.02 * top, 1.02 * top)
             axes.grid(alpha=0.3)
-            _date_axis(axes, daily.get_column("day").n_unique())
+            _date_axis(axes, [d for d in daily.get_column("day").to_list() if d is not None])
         if len(daily):
             share.legend(fontsize=8, loc="best")
 
