@@ -30,6 +30,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("offline_speed.py", []),
     ("memory.py", []),
     ("offline_agreement.py", []),
+    ("report_size.py", []),
 ]
 
 #: Benchmarks whose every figure is a count, a ratio of counts or a peak RSS, never a time: they may run

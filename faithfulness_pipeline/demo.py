@@ -76,12 +76,13 @@ def run_demo(
     env.update(FP_WAREHOUSE=str(root), FP_LANDING=str(source))
     settings = DefsSettings.from_env(env)
     defs = build_defs(settings)
-    keys = set(daily_partitions(settings.partitions_start).get_partition_keys())
+    keys = set(daily_partitions(settings.partitions_start, settings.landing.zone()).get_partition_keys())
+    landing = settings.landing
     days = sorted(
         {
             d.isoformat()
-            for f in list_landing(settings.landing.path)
-            for d in file_days(f, settings.landing.timestamp_column, settings.landing.undated())
+            for f in list_landing(landing.path)
+            for d in file_days(f, landing.timestamp_column, landing.undated(), landing.zone())
         }
         & keys
     )
@@ -156,8 +157,9 @@ def _summary(result: DemoResult) -> str:
         lines += ["", "Failed checks:"] + [f"  {c}" for c in result.failed_checks]
     lines += [
         "",
-        f"Query:  python -c \"import duckdb; print(duckdb.connect(r'{result.duckdb}', read_only=True)"
-        f".sql('SELECT * FROM daily_answer_quality ORDER BY day, model'))\"",
+        f"Query:  python -c \"import duckdb; print(duckdb.connect(r'{result.duckdb}', read_only=True, "
+        f"config={{'file_search_path': r'{result.warehouse}'}}).sql('SELECT * FROM daily_answer_quality "
+        f"ORDER BY day, model'))\"",
         f'UI:     DAGSTER_HOME="{result.dagster_home}" dagster dev -h 127.0.0.1 -p 3000   (from the repository root)',
     ]
     return "\n".join(lines)

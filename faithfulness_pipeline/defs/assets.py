@@ -58,7 +58,7 @@ _RAW_REVISION = "raw-1"
 _CLAIMS_REVISION = "claims-2"
 _VERDICTS_REVISION = "verdicts-2"
 _SCORED_REVISION = "scored-1"
-_CLAIM_TABLE_REVISION = "claim-table-1"
+_CLAIM_TABLE_REVISION = "claim-table-2"
 _DAILY_REVISION = "daily-1"
 _DUCKDB_REVISION = "duckdb-2"
 _REPORT_REVISION = "report-1"
@@ -132,7 +132,7 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         prepared: list[pl.DataFrame] = []
         schemas = []
         keyed = []
-        for file, frame in load_day(files, day, landing.timestamp_column, landing.undated()):
+        for file, frame in load_day(files, day, landing.timestamp_column, landing.undated(), landing.zone()):
             # One registry per file: duplicates across files are reported by the unique-keys check, which
             # can name the files; duplicates inside one file are refused here with examples.
             try:
@@ -245,11 +245,21 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         partitions_def=partitions,
         code_version=versioned(_CLAIM_TABLE_REVISION),
         kinds={"parquet", "polars"},
-        description="One row per claim with its verdict, reason and evidence, keyed by the answer's row_key "
-        "(join to scored_conversations on ds, row_key).",
+        description="One row per claim with its verdict, reason and evidence, keyed by the answer's row_key, "
+        "with the answer's day, model and conversation id (drill-downs need no join).",
     )
-    def claim_table(scored_conversations: pl.DataFrame) -> dg.Output[pl.DataFrame]:
-        table = build_claim_table(scored_conversations)
+    def claim_table(
+        context: dg.AssetExecutionContext, scored_conversations: pl.DataFrame, scoring: ScoringResource
+    ) -> dg.Output[pl.DataFrame]:
+        columns = scored_conversations.columns
+        carry = {
+            "day": pl.lit(date.fromisoformat(context.partition_key), dtype=pl.Date),
+            "model": pl.col(scoring.model_column).cast(pl.String) if scoring.model_column in columns
+            else pl.lit(None, dtype=pl.String),
+            "conversation_id": pl.col(scoring.id_column).cast(pl.String) if scoring.id_column in columns
+            else pl.lit(None, dtype=pl.String),
+        }
+        table = build_claim_table(scored_conversations, carry)
         by_verdict = dict(table.group_by("verdict").len().sort("verdict").rows())
         return dg.Output(table, metadata={f"{v}_claims": int(n) for v, n in by_verdict.items()})
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 import polars as pl
 
+from faithfulness_pipeline.core.descriptions import describe
 from faithfulness_pipeline.core.judge import JudgeStats
 
 if TYPE_CHECKING:
@@ -17,8 +18,11 @@ _BINS = 5
 _TEXT_LIMIT = 160
 
 
-def table_metadata(frame: pl.DataFrame) -> dict[str, Any]:
-    schema = dg.TableSchema(columns=[dg.TableColumn(name, str(dtype)) for name, dtype in frame.schema.items()])
+def table_metadata(frame: pl.DataFrame, table: str) -> dict[str, Any]:
+    """Row count and column schema, each column described (``core/descriptions.py``, as in DuckDB)."""
+    schema = dg.TableSchema(columns=[
+        dg.TableColumn(name, str(dtype), description=describe(table, name)) for name, dtype in frame.schema.items()
+    ])
     return {"dagster/row_count": frame.height, "dagster/column_schema": schema}
 
 

@@ -43,7 +43,8 @@ def build_schedule(
         name=SCHEDULE,
         hour_of_day=1,
         minute_of_hour=30,
-        description="Scores yesterday's conversations (UTC) every day at 01:30 UTC.",
+        description="Scores yesterday's conversations every day at 01:30, both in the partitions' time zone "
+        "(FP_TIMEZONE, UTC by default).",
     )
 
 
@@ -83,7 +84,7 @@ def build_sensor(job: "UnresolvedAssetJobDefinition", partitions: dg.PartitionsD
         existing = set(partitions.get_partition_keys())
         by_day: dict[str, list[str]] = {}
         for file in fresh:
-            for day in file_days(file, landing.timestamp_column, landing.undated()):
+            for day in file_days(file, landing.timestamp_column, landing.undated(), landing.zone()):
                 key = day.isoformat()
                 if key in existing:
                     by_day.setdefault(key, []).append(file.fingerprint)

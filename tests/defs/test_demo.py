@@ -31,7 +31,8 @@ def test_demo_scores_every_sample_row_and_says_where_the_tables_are(
     for line in ("scored_conversations       26 rows", "claim_table", "daily_answer_quality"):
         assert line in out
     assert "By language:" in out and "ko n=" in out and "zh-TW n=" in out
-    con = duckdb.connect(str(warehouse / "answer_quality.duckdb"), read_only=True)
+    con = duckdb.connect(str(warehouse / "answer_quality.duckdb"), read_only=True,
+                         config={"file_search_path": str(warehouse)})
     try:
         assert con.execute("SELECT count(DISTINCT row_key) FROM scored_conversations").fetchone() == (26,)
     finally:
