@@ -77,12 +77,12 @@ def run_demo(
     settings = DefsSettings.from_env(env)
     defs = build_defs(settings)
     keys = set(daily_partitions(settings.partitions_start, settings.landing.zone()).get_partition_keys())
-    landing = settings.landing
+    resource = settings.landing
     days = sorted(
         {
             d.isoformat()
-            for f in list_landing(landing.path)
-            for d in file_days(f, landing.timestamp_column, landing.undated(), landing.zone())
+            for f in list_landing(resource.path)
+            for d in file_days(f, resource.timestamp_column, resource.undated(), resource.zone())
         }
         & keys
     )
