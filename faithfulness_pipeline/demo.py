@@ -32,6 +32,7 @@ class DemoResult:
     rows: dict[str, int]
     failed_checks: list[str]
     seconds: float
+    report: Path | None = None
 
 
 def _default_home() -> Path:
@@ -100,7 +101,8 @@ def run_demo(
             ]
     elapsed = time.monotonic() - started
     rows = {table: _rows(root / table) for table in _TABLES}
-    return DemoResult(root, settings.warehouse.duckdb_file(), home, days, rows, failed, elapsed)
+    return DemoResult(root, settings.warehouse.duckdb_file(), home, days, rows, failed, elapsed,
+                      settings.warehouse.report_file())
 
 
 _TABLES = (
@@ -137,6 +139,7 @@ def _summary(result: DemoResult) -> str:
     lines += [f"  {table:<22} {rows:>6} rows" for table, rows in result.rows.items()]
     lines += [
         f"BI database (DuckDB views over the tables): {result.duckdb}",
+        f"Report (self-contained HTML, open it in a browser): {result.report}",
         f"Dagster instance (runs, checks, metadata):  {result.dagster_home}",
         "",
         f"Mean hallucination score {_mean(ok, 'hallucination_score'):.3f}, mean faithfulness "

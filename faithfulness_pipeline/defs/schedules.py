@@ -30,7 +30,7 @@ def build_job() -> "UnresolvedAssetJobDefinition":
         JOB,
         selection=dg.AssetSelection.all(),
         description="Every asset and check for one day: load, claims, verdicts, scores, claim table, BI "
-        "aggregates, DuckDB views.",
+        "aggregates; then the DuckDB views and the HTML report over every day.",
     )
 
 

@@ -30,7 +30,8 @@ def build_report(
     worst: int = 20,
 ) -> tuple[Path, ReportData]:
     """Write the report of ``source`` (a warehouse folder, or a scored Parquet file / folder / glob)."""
-    scored = load_scored(source, timestamp_column=timestamp_column, timezone=timezone)
+    scored = load_scored(source, timestamp_column=timestamp_column, timezone=timezone,
+                         columns=(model_column, answer_column, question_column, "language"))
     warehouse = Path(source) if is_warehouse(Path(source)) else None
     data = summarise(
         scored,

@@ -55,22 +55,42 @@ def is_warehouse(path: Path) -> bool:
     return path.is_dir() and (path / "scored_conversations").is_dir()
 
 
-def load_scored(spec: str, *, timestamp_column: str = "created_at", timezone: str = "UTC") -> pl.DataFrame:
-    """The scored rows of a warehouse or a scored table, with a ``day`` (Date) column."""
+#: The scored table's columns the report reads (besides the model, language, answer, question and time columns).
+SCORED_NEEDS = (
+    "row_key", "status", "verdicts", "n_claims", "n_supported", "n_contradicted", "n_unsupported", "n_speculative",
+    "hallucination_score", "faithfulness_score", "judge_model", "prompt_version", "scored_at", "llm_calls",
+    "prompt_tokens", "completion_tokens", "cost_usd", "result_source", "billed_llm_calls", "billed_prompt_tokens",
+    "billed_completion_tokens", "billed_cost_usd",
+)
+
+
+def _read(file: str, wanted: set[str] | None) -> pl.DataFrame:
+    """One Parquet file, only the ``wanted`` columns it has (contexts and other passthrough stay unread)."""
+    if wanted is None:
+        return pl.read_parquet(file)
+    present = [c for c in pl.read_parquet_schema(file) if c in wanted]
+    return pl.read_parquet(file, columns=present)
+
+
+def load_scored(spec: str, *, timestamp_column: str = "created_at", timezone: str = "UTC",
+                columns: tuple[str, ...] | None = None) -> pl.DataFrame:
+    """The scored rows of a warehouse or a scored table, with a ``day`` (Date) column; with ``columns``,
+    only those (and the report's own) are read."""
+    wanted = None if columns is None else {*SCORED_NEEDS, *columns, timestamp_column}
     path = Path(spec)
     if is_warehouse(path):
         files = _warehouse_files(path, "scored_conversations")
         if not files:
             raise InputError(f"warehouse {spec!r} has no scored_conversations partitions yet: materialise them first")
         frames = [
-            pl.read_parquet(f).with_columns(pl.lit(Path(f).parent.name.removeprefix("ds=")).alias("__ds"))
+            _read(f, wanted).with_columns(pl.lit(Path(f).parent.name.removeprefix("ds=")).alias("__ds"))
             for f in files
         ]
         frame = pl.concat(frames, how="diagonal_relaxed")
         day = pl.col("__ds").str.to_date("%Y-%m-%d", strict=False)
         return frame.with_columns(day.alias(DAY)).drop("__ds")
     files = resolve_inputs(spec)
-    frame = pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+    frame = pl.concat([_read(f, wanted) for f in files], how="diagonal_relaxed")
     missing = [c for c in ("row_key", "status", "verdicts", "hallucination_score", "faithfulness_score")
                if c not in frame.columns]
     if missing:

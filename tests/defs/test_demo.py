@@ -31,6 +31,8 @@ def test_demo_scores_every_sample_row_and_says_where_the_tables_are(
     for line in ("scored_conversations       26 rows", "claim_table", "daily_answer_quality"):
         assert line in out
     assert "By language:" in out and "ko n=" in out and "zh-TW n=" in out
+    report = warehouse / "answer_quality_report.html"
+    assert f"Report (self-contained HTML, open it in a browser): {report}" in out and report.is_file()
     con = duckdb.connect(str(warehouse / "answer_quality.duckdb"), read_only=True,
                          config={"file_search_path": str(warehouse)})
     try:

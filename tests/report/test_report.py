@@ -153,3 +153,20 @@ def test_report_command(tmp_path: Path) -> None:
     assert "Traceback" not in not_scored.stderr and not (tmp_path / "x.html").exists()
     bad_zone = _cli(str(GOLDEN), "-o", str(tmp_path / "x.html"), "--timezone", "Mars/Olympus")
     assert bad_zone.returncode == 2 and "FP_TIMEZONE" in bad_zone.stderr
+
+
+@pytest.mark.parametrize("case", ["empty", "all errors"])
+def test_a_table_without_scores_still_gives_a_page(tmp_path: Path, case: str) -> None:
+    golden = pl.read_parquet(GOLDEN)
+    table = golden.head(0) if case == "empty" else golden.with_columns(
+        pl.lit("error").alias("status"), pl.lit("judge failed").alias("error"),
+        pl.lit(None, dtype=pl.Float64).alias("hallucination_score"),
+        pl.lit(None, dtype=pl.Float64).alias("faithfulness_score"),
+        pl.lit(None, dtype=golden.schema["verdicts"]).alias("verdicts"),
+    )
+    table.write_parquet(tmp_path / "s.parquet")
+    path, data = build_report(str(tmp_path / "s.parquet"), tmp_path / "r.html")
+    html = path.read_text(encoding="utf-8")
+    assert html.count("<svg ") == 4 and data.worst == [] and "No scored answers." in html
+    errors = 0 if case == "empty" else golden.height
+    assert f'<div class="value">{errors}</div><div class="label">error rows</div>' in html
