@@ -246,3 +246,19 @@ def test_the_readmes_bi_queries_run(built: Built) -> None:
     finally:
         con.close()
     assert results[0] and results[3] and results[4]  # the trend, the worst answers, the contradicted claims
+
+
+def test_the_report_command_reads_a_warehouse_like_the_asset(built: Built, tmp_path: Path) -> None:
+    target = tmp_path / "report.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "faithfulness_pipeline.cli", "report", str(built.lake.warehouse), "-o", str(target)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "26 answers over 2026-11-24 .. 2026-11-26" in done.stderr
+
+    def rows(html: str) -> list[str]:
+        return [part.split('"', 1)[0] for part in html.split('data-row-key="')[1:]]
+
+    asset_page = (built.lake.warehouse / "answer_quality_report.html").read_text(encoding="utf-8")
+    assert rows(target.read_text(encoding="utf-8")) == rows(asset_page) and len(rows(asset_page)) == 20
