@@ -32,6 +32,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("memory.py", []),
     ("offline_agreement.py", []),
     ("cold_start.py", ["--runs", "3"]),
+    ("report_size.py", []),
 ]
 
 #: Benchmarks whose every figure is a count, a ratio of counts or a peak RSS, never a time: they may run

@@ -34,6 +34,7 @@ from faithfulness_pipeline.judges.factory import check_key, estimate_cost, make_
 from faithfulness_pipeline.judges.offline import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.process import freeze_loaded_objects
+from faithfulness_pipeline.report_cli import report as report_command
 from faithfulness_pipeline.settings import Setting, from_env, settings
 
 
@@ -448,6 +449,9 @@ def calibrate(scored_specs: tuple[str, ...], output: str | None, disagreements_o
     click.echo(cal.report(result))
     if result.problems and calibration.below_floor == "fail":
         sys.exit(1)
+
+
+main.add_command(report_command)
 
 
 @main.command()

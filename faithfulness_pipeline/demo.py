@@ -44,6 +44,7 @@ class DemoResult:
     seconds: float
     warnings: list[str]  # WARN check results: the run still counts as passed
     calibration: str | None  # the judge_calibration summary line, when labelled rows were calibrated
+    report: Path | None = None
 
 
 def _default_home() -> Path:
@@ -95,12 +96,13 @@ def run_demo(
         env["FP_CALIBRATION_LABELLED"] = str(_default_labelled())
     settings = DefsSettings.from_env(env)
     defs = build_defs(settings)
-    keys = set(daily_partitions(settings.partitions_start).get_partition_keys())
+    keys = set(daily_partitions(settings.partitions_start, settings.landing.zone()).get_partition_keys())
+    resource = settings.landing
     days = sorted(
         {
             d.isoformat()
-            for f in list_landing(settings.landing.path)
-            for d in file_days(f, settings.landing.timestamp_column, settings.landing.undated())
+            for f in list_landing(resource.path)
+            for d in file_days(f, resource.timestamp_column, resource.undated(), resource.zone())
         }
         & keys
     )
@@ -126,7 +128,8 @@ def run_demo(
                 calibration = _calibration_line(instance)
     elapsed = time.monotonic() - started
     rows = {table: _rows(root / table) for table in _TABLES}
-    return DemoResult(root, settings.warehouse.duckdb_file(), home, days, rows, failed, elapsed, warned, calibration)
+    return DemoResult(root, settings.warehouse.duckdb_file(), home, days, rows, failed, elapsed, warned, calibration,
+                      settings.warehouse.report_file())
 
 
 def _calibration_line(instance: DagsterInstance) -> str | None:
@@ -179,6 +182,7 @@ def _summary(result: DemoResult) -> str:
     lines += [f"  {table:<22} {rows:>6} rows" for table, rows in result.rows.items()]
     lines += [
         f"BI database (DuckDB views over the tables): {result.duckdb}",
+        f"Report (self-contained HTML, open it in a browser): {result.report}",
         f"Dagster instance (runs, checks, metadata):  {result.dagster_home}",
         "",
         f"Mean hallucination score {_mean(ok, 'hallucination_score'):.3f}, mean faithfulness "
@@ -213,7 +217,8 @@ def hints(result: DemoResult) -> list[tuple[str, str]]:
     environment (``uv run`` from the repository), since duckdb and dg are installed there, not system-wide."""
     repo = shlex.quote(str(_REPO))
     query = (
-        f"import duckdb; print(duckdb.connect(r'{result.duckdb}', read_only=True)"
+        f"import duckdb; print(duckdb.connect(r'{result.duckdb}', read_only=True, "
+        f"config={{'file_search_path': r'{result.warehouse}'}})"
         f".sql('SELECT day, model, answers, hallucination_mean, faithfulness_mean FROM daily_answer_quality "
         f"ORDER BY day, model'))"
     )

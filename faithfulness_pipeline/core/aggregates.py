@@ -5,7 +5,9 @@ Conventions (the README repeats them):
 - ``answers`` counts every scored row; the score statistics use only rows with a score (``status = ok``
   and, under the ``zero_claims = "null"`` policy, at least one claim). Error rows are counted in
   ``error_answers``, never averaged in as 0.
-- Percentiles are linear-interpolated (the same as SQL ``quantile_cont`` / ``percentile_cont``).
+- Percentiles are linear-interpolated (the same as SQL ``quantile_cont`` / ``percentile_cont``), then
+  rounded like the scores (two decimals, half up): an interpolated p90 of two-decimal scores never shows
+  float noise such as 0.9339999999999999.
 - ``over_threshold_share`` = answers with ``hallucination_score > hallucination_threshold`` divided by
   answers with a hallucination score. The threshold is in score units (0..scale).
 - Claim counts are summed, so a claim-weighted rate is exact: ``contradicted_claims / claims``.
@@ -22,6 +24,8 @@ Conventions (the README repeats them):
 from __future__ import annotations
 
 import polars as pl
+
+from faithfulness_pipeline.core.scoring import round_expr
 
 AGGREGATE_SCHEMA: dict[str, pl.DataType] = {
     "day": pl.Date(),
@@ -61,6 +65,7 @@ AGGREGATE_SCHEMA: dict[str, pl.DataType] = {
     "duplicate_share": pl.Float64(),
 }
 
+_PERCENTILES = ("hallucination_p50", "hallucination_p90", "faithfulness_p50", "faithfulness_p90")
 _BILLED = ("billed_llm_calls", "billed_prompt_tokens", "billed_completion_tokens", "billed_cost_usd")
 
 
@@ -150,6 +155,7 @@ def daily_aggregates(
         .alias("over_threshold_share"),
         (pl.col("prompt_tokens") + pl.col("completion_tokens")).alias("total_tokens"),
         (pl.col("store_answers") / pl.col("answers")).alias("store_share"),
+        *[round_expr(pl.col(c)).alias(c) for c in _PERCENTILES],
         (pl.col("duplicate_answers") / pl.col("answers")).alias("duplicate_share"),
     )
     return result.select([pl.col(n).cast(d) for n, d in AGGREGATE_SCHEMA.items()]).sort("day", "model", nulls_last=True)

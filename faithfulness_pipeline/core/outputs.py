@@ -15,9 +15,15 @@ HALLUCINATION_SCORER_ID = "hallucination-scorer"
 FAITHFULNESS_SCORER_ID = "faithfulness-scorer"
 
 
-def claim_table(scored: pl.DataFrame) -> pl.DataFrame:
-    """One row per claim with the row key; rows without verdicts (errors, no claims) contribute none."""
-    base = scored.select(S.ROW_KEY, "verdicts", "judge_model", "prompt_version", "scored_at").filter(
+def claim_table(scored: pl.DataFrame, carry: dict[str, pl.Expr] | None = None) -> pl.DataFrame:
+    """One row per claim with the row key; rows without verdicts (errors, no claims) contribute none.
+
+    ``carry`` adds columns of the answer after ``row_key`` (name -> expression over the scored table), e.g.
+    its model, day and conversation id, so a drill-down into the claims needs no join.
+    """
+    carry = carry or {}
+    extra = [expr.alias(name) for name, expr in carry.items()]
+    base = scored.select(S.ROW_KEY, *extra, "verdicts", "judge_model", "prompt_version", "scored_at").filter(
         pl.col("verdicts").list.len() > 0
     )
     exploded = (
@@ -36,7 +42,8 @@ def claim_table(scored: pl.DataFrame) -> pl.DataFrame:
         .alias("faithfulness_verdict"),
         pl.when(verdict == "supported").then(pl.lit("no")).otherwise(pl.lit("yes")).alias("hallucination_verdict"),
     )
-    return exploded.select([pl.col(n).cast(d) for n, d in S.CLAIM_TABLE_SCHEMA.items()])
+    columns = [pl.col(n).cast(d) for n, d in S.CLAIM_TABLE_SCHEMA.items()]
+    return exploded.select(columns[0], *carry, *columns[1:])
 
 
 def mastra_records(scored: pl.DataFrame) -> Iterator[dict[str, Any]]:

@@ -27,7 +27,8 @@ def round_half_up(x: float) -> float:
     return math.floor((x + _EPS) * 100 + 0.5) / 100
 
 
-def _round_expr(x: pl.Expr) -> pl.Expr:
+def round_expr(x: pl.Expr) -> pl.Expr:
+    """``round_half_up`` as a polars expression: how scores (and the BI percentiles of scores) are rounded."""
     return ((x + _EPS) * 100 + 0.5).floor() / 100
 
 
@@ -71,7 +72,7 @@ def add_counts_and_scores(df: pl.DataFrame, config: ScoringConfig) -> pl.DataFra
 
     def score(yes: pl.Expr) -> pl.Expr:
         ratio = yes.cast(pl.Float64) / n.cast(pl.Float64)
-        return pl.when(failed).then(None).when(n == 0).then(zero_value).otherwise(_round_expr(ratio * config.scale))
+        return pl.when(failed).then(None).when(n == 0).then(zero_value).otherwise(round_expr(ratio * config.scale))
 
     return df.with_columns(
         score(hallucinated).alias("hallucination_score"),

@@ -3,9 +3,10 @@
 ``build_defs(DefsSettings.from_env())`` is what ``faithfulness_pipeline.definitions`` loads. Every judge and
 scoring setting is read from its ``FP_JUDGE_*`` / ``FP_*`` variable (``faithfulness_pipeline.settings``);
 the Dagster layer's own variables are ``FP_LANDING``, ``FP_TIMESTAMP_COLUMN``, ``FP_UNDATED_DAY``,
-``FP_WAREHOUSE``, ``FP_DUCKDB`` and ``FP_PARTITIONS_START`` (README, "Configuration"); the calibration's are
-the ``FP_CALIBRATION_*`` settings (``core.labels.CalibrationSettings``). Relative paths
-resolve from the working directory: run Dagster from the repository root or give absolute paths.
+``FP_TIMEZONE``, ``FP_WAREHOUSE``, ``FP_DUCKDB``, ``FP_REPORT`` and ``FP_PARTITIONS_START`` (README,
+"Configuration"); the calibration's are the ``FP_CALIBRATION_*`` settings
+(``core.labels.CalibrationSettings``). Relative paths resolve from the working directory: run Dagster from
+the repository root or give absolute paths.
 """
 
 from __future__ import annotations
@@ -62,8 +63,14 @@ class DefsSettings:
             path=env.get("FP_LANDING") or "sample_data",
             timestamp_column=env.get("FP_TIMESTAMP_COLUMN") or "created_at",
             undated_day=env.get("FP_UNDATED_DAY") or None,
+            timezone=env.get("FP_TIMEZONE") or "UTC",
         )
-        warehouse = WarehouseResource(root=env.get("FP_WAREHOUSE") or "warehouse", duckdb_path=env.get("FP_DUCKDB"))
+        landing.zone()  # a bad FP_TIMEZONE stops the code location with one line
+        warehouse = WarehouseResource(
+            root=env.get("FP_WAREHOUSE") or "warehouse",
+            duckdb_path=env.get("FP_DUCKDB"),
+            report_path=env.get("FP_REPORT"),
+        )
         calibration = CalibrationResource(**_given(from_env(CalibrationSettings, env)))
         return DefsSettings(
             partitions_start=env.get("FP_PARTITIONS_START") or DEFAULT_START,
@@ -85,7 +92,7 @@ def build_defs(settings: DefsSettings | None = None, executor: dg.ExecutorDefini
     ``dagster_k8s.k8s_job_executor`` or ``dagster_celery.celery_executor`` (one pod / Celery task per step;
     the ``llm_judge`` pool still bounds the LLM steps, counted in the shared instance database)."""
     settings = settings or DefsSettings()
-    partitions = daily_partitions(settings.partitions_start)
+    partitions = daily_partitions(settings.partitions_start, settings.landing.zone())
     model, prompt_version = judge_identity(settings.judge.model)
     assets = build_assets(partitions, judge_version=f"{model}:{prompt_version}")
     assets += build_calibration_assets(f"{model}:{prompt_version}", LLM_POOL)

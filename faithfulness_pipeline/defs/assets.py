@@ -34,7 +34,13 @@ from faithfulness_pipeline.defs import checks
 from faithfulness_pipeline.defs.calibration import latest_calibration
 from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
 from faithfulness_pipeline.defs.landing import list_landing, load_day, rows_before
-from faithfulness_pipeline.defs.metadata import aggregates_md, judge_metadata, scored_metadata, usage_totals
+from faithfulness_pipeline.defs.metadata import (
+    aggregates_md,
+    judge_metadata,
+    report_metadata,
+    scored_metadata,
+    usage_totals,
+)
 from faithfulness_pipeline.defs.resources import JudgeResource, LandingResource, ScoringResource, WarehouseResource
 from faithfulness_pipeline.judges.factory import report_to
 
@@ -48,15 +54,17 @@ SCORED = "scored_conversations"
 CLAIM_TABLE = "claim_table"
 DAILY = "daily_answer_quality"
 DUCKDB = "answer_quality_duckdb"
+REPORT = "answer_quality_report"
 
 # Bump a revision when an asset's own code changes what it writes.
 _RAW_REVISION = "raw-1"
 _CLAIMS_REVISION = "claims-2"
 _VERDICTS_REVISION = "verdicts-2"
 _SCORED_REVISION = "scored-1"
-_CLAIM_TABLE_REVISION = "claim-table-1"
+_CLAIM_TABLE_REVISION = "claim-table-2"
 _DAILY_REVISION = "daily-1"
-_DUCKDB_REVISION = "duckdb-1"
+_DUCKDB_REVISION = "duckdb-2"
+_REPORT_REVISION = "report-1"
 
 # Staging column: which judge produced the claims and verdicts ("model|prompt version"); dropped before scoring.
 _JUDGE = "_fp_judge"
@@ -130,7 +138,7 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         prepared: list[pl.DataFrame] = []
         schemas = []
         keyed = []
-        for file, frame in load_day(files, day, landing.timestamp_column, landing.undated()):
+        for file, frame in load_day(files, day, landing.timestamp_column, landing.undated(), landing.zone()):
             # One registry per file: duplicates across files are reported by the unique-keys check, which
             # can name the files; duplicates inside one file are refused here with examples.
             try:
@@ -149,7 +157,8 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         contributing = sum(1 for _, _, rows in schemas if rows)
         first = partitions.get_first_partition_key()
         early = [] if first is None else [
-            (file, rows_before(file, date.fromisoformat(first), landing.timestamp_column, landing.undated()))
+            (file, rows_before(file, date.fromisoformat(first), landing.timestamp_column, landing.undated(),
+                               landing.timezone))
             for file in files
         ]
         if any(n for _, n in early):
@@ -259,11 +268,21 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         partitions_def=partitions,
         code_version=versioned(_CLAIM_TABLE_REVISION),
         kinds={"parquet", "polars"},
-        description="One row per claim with its verdict, reason and evidence, keyed by the answer's row_key "
-        "(join to scored_conversations on ds, row_key).",
+        description="One row per claim with its verdict, reason and evidence, keyed by the answer's row_key, "
+        "with the answer's day, model and conversation id (drill-downs need no join).",
     )
-    def claim_table(scored_conversations: pl.DataFrame) -> dg.Output[pl.DataFrame]:
-        table = build_claim_table(scored_conversations)
+    def claim_table(
+        context: dg.AssetExecutionContext, scored_conversations: pl.DataFrame, scoring: ScoringResource
+    ) -> dg.Output[pl.DataFrame]:
+        columns = scored_conversations.columns
+        carry = {
+            "day": pl.lit(date.fromisoformat(context.partition_key), dtype=pl.Date),
+            "model": pl.col(scoring.model_column).cast(pl.String) if scoring.model_column in columns
+            else pl.lit(None, dtype=pl.String),
+            "conversation_id": pl.col(scoring.id_column).cast(pl.String) if scoring.id_column in columns
+            else pl.lit(None, dtype=pl.String),
+        }
+        table = build_claim_table(scored_conversations, carry)
         by_verdict = dict(table.group_by("verdict").len().sort("verdict").rows())
         return dg.Output(table, metadata={f"{v}_claims": int(n) for v, n in by_verdict.items()})
 
@@ -297,7 +316,6 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
     @dg.asset(
         name=DUCKDB,
         group_name=GROUP,
-        partitions_def=partitions,
         code_version=_DUCKDB_REVISION,
         kinds={"duckdb"},
         deps=list(BI_TABLES),
@@ -314,6 +332,32 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
             }
         )
 
+    @dg.asset(
+        name=REPORT,
+        group_name=GROUP,
+        code_version=_REPORT_REVISION,
+        kinds={"html"},
+        deps=[SCORED, CLAIM_TABLE, DAILY],
+        description="The answer-quality report over every day of the warehouse: one self-contained HTML file "
+        "(charts, per day x model table, the worst answers with their claims marked, the judge and its "
+        "calibration when the warehouse has one). Opens offline; small enough to mail.",
+    )
+    def answer_quality_report(warehouse: WarehouseResource, scoring: ScoringResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
+        from faithfulness_pipeline.judges.offline import OFFLINE_MODEL_NAME
+        from faithfulness_pipeline.report import build_report, headline
+
+        path, data = build_report(
+            str(warehouse.root_path()),
+            warehouse.report_file(),
+            baseline_judges=frozenset({OFFLINE_MODEL_NAME}),
+            model_column=scoring.model_column,
+            answer_column=scoring.output_column,
+            question_column=scoring.input_column,
+            threshold=scoring.hallucination_threshold,
+            scale=scoring.scale,
+        )
+        return dg.MaterializeResult(metadata=report_metadata(path, headline(data), data.threshold))
+
     return [
         raw_conversations,
         claims_and_verdicts,
@@ -321,6 +365,7 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         claim_table,
         daily_answer_quality,
         answer_quality_duckdb,
+        answer_quality_report,
     ]
 
 

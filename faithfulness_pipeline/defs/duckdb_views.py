@@ -1,52 +1,41 @@
 """The BI database: one DuckDB file whose views read the warehouse's Parquet tables.
 
 Any SQL BI tool opens answer quality with one connection string (Metabase, Superset, Evidence or
-DuckDB's own UI: ``duckdb -ui warehouse/answer_quality.duckdb``). The views hold no data: they read
-``<root>/<table>/ds=*/data.parquet`` at query time, so every newly materialised day shows up without
-touching the database, and ``ds`` (DATE) comes from the folder names. The file is rebuilt atomically
-(a new file swapped in), so a BI tool never sees it half-written. The views use absolute paths: after
-moving the warehouse, re-materialise ``answer_quality_duckdb`` (or any partition of it).
+DuckDB's own UI). The views hold no data: they read ``<table>/ds=*/data.parquet`` at query time, so every
+newly materialised day shows up without touching the database. The file is rebuilt atomically (a new
+file swapped in), so a BI tool never sees it half-written.
 
-Views::
+Paths are relative to the warehouse root, so the warehouse (with the file inside it) can be moved, copied
+or mounted anywhere. DuckDB resolves a relative path from its ``file_search_path`` setting, else from the
+working directory: open the file from the warehouse folder (``cd warehouse && duckdb answer_quality.duckdb``)
+or set ``SET file_search_path = '/where/the/warehouse/is'`` (a BI tool's init SQL; in Python
+``duckdb.connect(path, config={"file_search_path": root})``).
 
-    CREATE OR REPLACE VIEW scored_conversations AS      -- one row per judged answer (SPEC §4 columns)
-        SELECT * FROM read_parquet('<root>/scored_conversations/ds=*/data.parquet',
-                                   hive_partitioning = true, union_by_name = true);
-    CREATE OR REPLACE VIEW claim_table AS               -- one row per claim, keyed by (ds, row_key)
-        SELECT * FROM read_parquet('<root>/claim_table/ds=*/data.parquet', ...);
-    CREATE OR REPLACE VIEW daily_answer_quality AS      -- one row per day x model
-        SELECT * FROM read_parquet('<root>/daily_answer_quality/ds=*/data.parquet', ...);
+Every view has one day column, ``day`` (DATE): the partition day of ``scored_conversations`` (its folder
+name, renamed), the ``day`` column that ``claim_table`` and ``daily_answer_quality`` carry. Views and
+columns carry comments (``COMMENT ON``) from ``core/descriptions.py``, the text Dagster's column schema
+shows too: ``SELECT * FROM duckdb_columns() WHERE table_name = 'claim_table'``.
 
-Queries (``duckdb warehouse/answer_quality.duckdb``)::
+Queries (from the warehouse folder: ``duckdb answer_quality.duckdb``)::
 
     -- hallucination trend per model
-    SELECT day, model, answers, hallucination_mean, hallucination_p90, over_threshold_share, cost_usd
+    SELECT day, model, answers, hallucination_mean, hallucination_p90, over_threshold_share, billed_cost_usd
     FROM daily_answer_quality ORDER BY day, model;
 
-    -- claim-weighted rates over a date range (exact, from the counts)
-    SELECT model, sum(contradicted_claims) / sum(claims) AS contradicted_rate,
-           sum(unsupported_claims) / sum(claims) AS unsupported_rate
-    FROM daily_answer_quality WHERE day BETWEEN DATE '2026-11-24' AND DATE '2026-11-26' GROUP BY model;
-
-    -- the worst answers of a day
-    SELECT row_key, model, hallucination_score, faithfulness_score, hallucination_reason
-    FROM scored_conversations WHERE ds = DATE '2026-11-25' AND status = 'ok'
-    ORDER BY hallucination_score DESC LIMIT 20;
-
-    -- contradicted claims with the judge's reason and evidence
-    SELECT c.ds, s.model, c.claim, c.reason, c.evidence
-    FROM claim_table c JOIN scored_conversations s USING (ds, row_key)
-    WHERE c.verdict = 'contradicted';
-
-    -- rows the judge could not score (never averaged in as 0)
-    SELECT ds, row_key, error FROM scored_conversations WHERE status = 'error';
+    -- contradicted claims with the judge's reason and evidence: no join needed
+    SELECT day, model, conversation_id, claim, reason, evidence FROM claim_table WHERE verdict = 'contradicted';
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from faithfulness_pipeline.core.descriptions import TABLE_DESCRIPTIONS, describe
 from faithfulness_pipeline.core.io import atomic_path
+
+if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection
 
 #: The tables exposed as views, in the order they are created.
 BI_TABLES = ("scored_conversations", "claim_table", "daily_answer_quality")
@@ -56,12 +45,34 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def view_sql(table: str, root: Path) -> str:
-    pattern = (root / table).as_posix() + "/ds=*/data.parquet"
+#: Tables whose files carry their own ``day`` column; the others get it from the partition folder.
+_DAY_IN_FILE = ("claim_table", "daily_answer_quality")
+
+
+def view_sql(table: str) -> str:
+    """The view of ``table``, reading its partitions by a path relative to the warehouse root."""
+    pattern = _quote(f"{table}/ds=*/data.parquet")
+    if table in _DAY_IN_FILE:
+        return (
+            f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({pattern}, '
+            f"hive_partitioning = false, union_by_name = true)"
+        )
     return (
-        f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({_quote(pattern)}, '
-        f"hive_partitioning = true, union_by_name = true)"
+        f'CREATE OR REPLACE VIEW "{table}" AS SELECT * EXCLUDE (ds), ds AS day FROM read_parquet({pattern}, '
+        f"hive_partitioning = true, hive_types = {{'ds': DATE}}, union_by_name = true)"
     )
+
+
+def comment_sql(con: DuckDBPyConnection, table: str) -> list[str]:
+    """``COMMENT ON`` statements for the view and every column that has a description."""
+    columns = [row[0] for row in con.execute(f'DESCRIBE "{table}"').fetchall()]
+    statements = [f'COMMENT ON VIEW "{table}" IS {_quote(TABLE_DESCRIPTIONS[table])}']
+    for column in columns:
+        text = describe(table, column)
+        if text:
+            name = column.replace('"', '""')
+            statements.append(f'COMMENT ON COLUMN "{table}"."{name}" IS {_quote(text)}')
+    return statements
 
 
 def build_database(target: Path, root: Path) -> dict[str, int]:
@@ -72,10 +83,12 @@ def build_database(target: Path, root: Path) -> dict[str, int]:
     rows: dict[str, int] = {}
     with atomic_path(target, suffix=".duckdb") as tmp:
         tmp.unlink()  # duckdb creates its own file; an empty placeholder is not a database
-        con = duckdb.connect(str(tmp))
+        con = duckdb.connect(str(tmp), config={"file_search_path": str(root)})
         try:
             for table in present:
-                con.execute(view_sql(table, root))
+                con.execute(view_sql(table))
+                for statement in comment_sql(con, table):
+                    con.execute(statement)
                 count = con.execute(f'SELECT count(*) FROM "{table}"').fetchone()
                 rows[table] = int(count[0]) if count else 0
             con.execute("CHECKPOINT")

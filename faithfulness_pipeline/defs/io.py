@@ -27,8 +27,9 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
 
     def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
         partition = context.partition_key if context.has_partition_key else None
-        path = self.warehouse.write(_table(context.asset_key), partition, obj)
-        context.add_output_metadata({**table_metadata(obj), "path": dg.MetadataValue.path(str(path))})
+        table = _table(context.asset_key)
+        path = self.warehouse.write(table, partition, obj)
+        context.add_output_metadata({**table_metadata(obj, table), "path": dg.MetadataValue.path(str(path))})
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:
         upstream = context.upstream_output

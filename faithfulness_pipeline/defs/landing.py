@@ -1,8 +1,9 @@
 """The landing location: which input files (Parquet, JSON Lines, CSV) are there, their days, one day's rows.
 
-A row belongs to the UTC calendar day of its timestamp column. A row without a timestamp (the table
-has no such column, or the cell is null) belongs to its file's *arrival day*: the UTC date of the
-file's modification time, like ingestion-time partitioning in a warehouse. ``undated_day`` pins all
+A row belongs to the calendar day of its timestamp column in the landing resource's time zone (UTC unless
+``FP_TIMEZONE`` says otherwise; naive timestamps are UTC). A row without a timestamp (the table has no such
+column, or the cell is null) belongs to its file's *arrival day*: the date of the file's modification time
+in that zone, like ingestion-time partitioning in a warehouse. ``undated_day`` pins all
 such rows to one fixed day instead (for a one-off import of an old, undated table).
 
 Files may have different schemas (flat and chat shapes side by side): each is read on its own, as the CLI
@@ -15,6 +16,7 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import polars as pl
 import pyarrow.fs as pafs
@@ -38,9 +40,8 @@ class LandingFile:
     mtime_ns: int
     size: int
 
-    @property
-    def arrival_day(self) -> date:
-        return datetime.fromtimestamp(self.mtime_ns / 1e9, tz=UTC).date()
+    def arrival_day(self, timezone: str = "UTC") -> date:
+        return datetime.fromtimestamp(self.mtime_ns / 1e9, tz=UTC).astimezone(ZoneInfo(timezone)).date()
 
     @property
     def fingerprint(self) -> str:
@@ -72,38 +73,39 @@ def _exists(spec: str) -> bool:
     return "://" not in spec and os.path.isdir(spec)
 
 
-def day_expr(schema: pl.Schema, column: str, path: str) -> pl.Expr | None:
-    """The UTC date of each row's timestamp, or None when the file has no timestamp column."""
+def day_expr(schema: pl.Schema, column: str, path: str, timezone: str = "UTC") -> pl.Expr | None:
+    """The date in ``timezone`` of each row's timestamp, or None when the file has no timestamp column."""
     if column not in schema:
         return None
     dtype = schema[column]
     col = pl.col(column)
     if isinstance(dtype, pl.Datetime):
-        # A naive timestamp is taken to be UTC already; an aware one is converted.
-        return (col.dt.convert_time_zone("UTC") if dtype.time_zone else col).dt.date()
+        # A naive timestamp is taken to be UTC; an aware one keeps its instant.
+        aware = col if dtype.time_zone else col.dt.replace_time_zone("UTC")
+        return aware.dt.convert_time_zone(timezone).dt.date()
     if dtype == pl.Date:
         return col
     if dtype == pl.String:
-        return col.str.to_datetime(time_zone="UTC", strict=True).dt.date()
+        return col.str.to_datetime(time_zone="UTC", strict=True).dt.convert_time_zone(timezone).dt.date()
     raise InputError(
         f"timestamp column {column!r} in {path!r} has type {dtype}; expected a datetime, a date or ISO-8601 "
         f"text. Point the landing resource's timestamp_column at the right column."
     )
 
 
-def _row_days(file: LandingFile, timestamp_column: str, undated_day: date | None) -> pl.LazyFrame:
+def _row_days(file: LandingFile, timestamp_column: str, undated_day: date | None, timezone: str) -> pl.LazyFrame:
     schema = file_schema(file.path)
-    fallback = pl.lit(undated_day or file.arrival_day, dtype=pl.Date)
-    expr = day_expr(schema, timestamp_column, file.path)
+    fallback = pl.lit(undated_day or file.arrival_day(timezone), dtype=pl.Date)
+    expr = day_expr(schema, timestamp_column, file.path, timezone)
     return scan_input(file.path).with_columns(
         (fallback if expr is None else expr.fill_null(fallback)).alias("__fp_day")
     )
 
 
-def file_days(file: LandingFile, timestamp_column: str, undated_day: date | None) -> set[date]:
+def file_days(file: LandingFile, timestamp_column: str, undated_day: date | None, timezone: str = "UTC") -> set[date]:
     """The days that rows of ``file`` belong to (reads the timestamp column only)."""
     try:
-        days = _row_days(file, timestamp_column, undated_day).select(pl.col("__fp_day").unique()).collect()
+        days = _row_days(file, timestamp_column, undated_day, timezone).select(pl.col("__fp_day").unique()).collect()
     except _TIMESTAMP_ERRORS as exc:
         raise _timestamp_error(file.path, timestamp_column, exc) from None
     return set(days.get_column("__fp_day").to_list())
@@ -149,11 +151,13 @@ def _utf8_error(path: str) -> InputError | None:
     return None
 
 
-def rows_before(file: LandingFile, first_day: date, timestamp_column: str, undated_day: date | None) -> int:
+def rows_before(
+    file: LandingFile, first_day: date, timestamp_column: str, undated_day: date | None, timezone: str = "UTC"
+) -> int:
     """How many rows of ``file`` are dated before ``first_day`` (reads the timestamp column only)."""
     try:
         counted = (
-            _row_days(file, timestamp_column, undated_day)
+            _row_days(file, timestamp_column, undated_day, timezone)
             .select((pl.col("__fp_day") < first_day).sum())
             .collect()
         )
@@ -163,7 +167,7 @@ def rows_before(file: LandingFile, first_day: date, timestamp_column: str, undat
 
 
 def load_day(
-    files: list[LandingFile], day: date, timestamp_column: str, undated_day: date | None
+    files: list[LandingFile], day: date, timestamp_column: str, undated_day: date | None, timezone: str = "UTC"
 ) -> list[tuple[LandingFile, pl.DataFrame]]:
     """Each file's rows of ``day``, columns as they are in the file (a file without rows that day gives an
     empty frame, so an empty day still has every column)."""
@@ -171,7 +175,7 @@ def load_day(
     for file in files:
         try:
             frame = (
-                _row_days(file, timestamp_column, undated_day)
+                _row_days(file, timestamp_column, undated_day, timezone)
                 .filter(pl.col("__fp_day") == day)
                 .drop("__fp_day")
                 .collect()

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import polars as pl
 
+from faithfulness_pipeline.core.descriptions import describe
 from faithfulness_pipeline.core.judge import JudgeStats
+
+if TYPE_CHECKING:
+    from faithfulness_pipeline.report import Headline
 
 _BINS = 5
 _TEXT_LIMIT = 160
 
 
-def table_metadata(frame: pl.DataFrame) -> dict[str, Any]:
-    schema = dg.TableSchema(columns=[dg.TableColumn(name, str(dtype)) for name, dtype in frame.schema.items()])
+def table_metadata(frame: pl.DataFrame, table: str) -> dict[str, Any]:
+    """Row count and column schema, each column described (``core/descriptions.py``, as in DuckDB)."""
+    schema = dg.TableSchema(columns=[
+        dg.TableColumn(name, str(dtype), description=describe(table, name)) for name, dtype in frame.schema.items()
+    ])
     return {"dagster/row_count": frame.height, "dagster/column_schema": schema}
 
 
@@ -152,3 +160,22 @@ def aggregates_md(table: pl.DataFrame) -> str:
         cells = [f"{v:.3g}" if isinstance(v, float) else _cell("-" if v is None else v, 40) for v in row]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def report_metadata(path: Path, top: Headline, threshold: float) -> dict[str, Any]:
+    """The report's file (a link in the UI) and its headline numbers, as values and as a preview."""
+    rows = [f"| {label} | {_cell(value, 80)} |" for label, value in top.items(threshold)]
+    meta: dict[str, Any] = {
+        "path": dg.MetadataValue.path(str(path)),
+        "size_bytes": path.stat().st_size,
+        "period": top.period,
+        "judges": top.judges,
+        "answers": top.answers,
+        "error_rows": top.error_answers,
+        "preview": dg.MetadataValue.md("\n".join(["| headline | value |", "|---|---:|", *rows])),
+    }
+    for name in ("hallucination_mean", "faithfulness_mean", "over_threshold_share", "billed_cost_usd"):
+        value = getattr(top, name)
+        if value is not None:
+            meta[name] = dg.MetadataValue.float(round(value, 4))
+    return meta

@@ -1,4 +1,4 @@
-"""Daily partitions on the conversations' UTC timestamp."""
+"""Daily partitions on the conversations' timestamp, in one time zone (UTC unless FP_TIMEZONE says otherwise)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,6 @@ import dagster as dg
 DEFAULT_START = "2026-11-24"
 
 
-def daily_partitions(start: str = DEFAULT_START) -> dg.DailyPartitionsDefinition:
-    """One partition per UTC day from ``start`` to yesterday (today's partition opens when the day ends)."""
-    return dg.DailyPartitionsDefinition(start_date=start, timezone="UTC", fmt="%Y-%m-%d")
+def daily_partitions(start: str = DEFAULT_START, timezone: str = "UTC") -> dg.DailyPartitionsDefinition:
+    """One partition per day of ``timezone`` from ``start`` to yesterday (today's opens when the day ends)."""
+    return dg.DailyPartitionsDefinition(start_date=start, timezone=timezone, fmt="%Y-%m-%d")

@@ -99,7 +99,8 @@ class LandingResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     )
     timestamp_column: str = Field(
         default="created_at",
-        description="Column whose UTC date picks a row's daily partition (datetime, date or ISO-8601 text).",
+        description="Column whose date (in timezone) picks a row's daily partition (datetime, date or ISO-8601 "
+        "text).",
     )
     required_columns: list[str] = Field(
         default_factory=list,
@@ -110,6 +111,25 @@ class LandingResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         description="Day (YYYY-MM-DD) for rows without a timestamp. Default: the UTC date the file arrived "
         "(its modification time).",
     )
+
+    timezone: str = Field(
+        default="UTC",
+        description="IANA time zone of the day boundary (UTC, Europe/Berlin, Asia/Seoul): a row's day is its "
+        "timestamp's date there, and the daily partitions and schedule follow it. Set it with FP_TIMEZONE: the "
+        "partitions are fixed when the code location loads.",
+    )
+
+    def zone(self) -> str:
+        """``timezone``, checked: a name that is no time zone is one line naming FP_TIMEZONE."""
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(
+                f"FP_TIMEZONE / landing.timezone {self.timezone!r} is not a time zone name (e.g. UTC, Asia/Seoul)"
+            ) from None
+        return self.timezone
 
     def undated(self) -> date | None:
         if not self.undated_day:
@@ -145,6 +165,9 @@ class WarehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     duckdb_path: str | None = Field(
         default=None, description="DuckDB file with the BI views. Default: <root>/answer_quality.duckdb."
     )
+    report_path: str | None = Field(
+        default=None, description="The HTML answer-quality report. Default: <root>/answer_quality_report.html."
+    )
 
     def root_path(self) -> Path:
         return Path(self.root).expanduser().resolve()
@@ -153,6 +176,11 @@ class WarehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         if self.duckdb_path:
             return Path(self.duckdb_path).expanduser().resolve()
         return self.root_path() / "answer_quality.duckdb"
+
+    def report_file(self) -> Path:
+        if self.report_path:
+            return Path(self.report_path).expanduser().resolve()
+        return self.root_path() / "answer_quality_report.html"
 
     def judge_store(self) -> str:
         return str(self.root_path() / "_judge_store.sqlite")

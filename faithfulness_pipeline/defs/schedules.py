@@ -31,7 +31,7 @@ def build_job() -> "UnresolvedAssetJobDefinition":
         # The daily group only: the calibration assets are unpartitioned and have their own job.
         selection=dg.AssetSelection.groups("answer_quality"),
         description="Every asset and check for one day: load, claims, verdicts, scores, claim table, BI "
-        "aggregates, DuckDB views.",
+        "aggregates; then the DuckDB views and the HTML report over every day.",
     )
 
 
@@ -44,7 +44,8 @@ def build_schedule(
         name=SCHEDULE,
         hour_of_day=1,
         minute_of_hour=30,
-        description="Scores yesterday's conversations (UTC) every day at 01:30 UTC.",
+        description="Scores yesterday's conversations every day at 01:30, both in the partitions' time zone "
+        "(FP_TIMEZONE, UTC by default).",
     )
 
 
@@ -86,7 +87,7 @@ def build_sensor(job: "UnresolvedAssetJobDefinition", partitions: dg.PartitionsD
         too_early: set[str] = set()
         by_day: dict[str, list[str]] = {}
         for file in fresh:
-            for day in file_days(file, landing.timestamp_column, landing.undated()):
+            for day in file_days(file, landing.timestamp_column, landing.undated(), landing.zone()):
                 key = day.isoformat()
                 if key in existing:
                     by_day.setdefault(key, []).append(file.fingerprint)

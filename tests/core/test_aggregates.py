@@ -172,3 +172,12 @@ def test_an_unknown_bill_is_null_not_zero() -> None:
     assert row["billed_cost_usd"] is None and row["billed_prompt_tokens"] == 5
     before_billing = daily_aggregates(scored([{}])).row(0, named=True)  # a table scored before these columns
     assert before_billing["billed_cost_usd"] is None and before_billing["store_share"] == 0.0
+
+
+def test_percentiles_are_rounded_like_the_scores() -> None:
+    # interpolated between 0.67 and 1.0, p90 is 0.9339999999999999 in floats; the table shows 0.93
+    table = daily_aggregates(scored([{"hallucination_score": h, "faithfulness_score": h} for h in (0.33, 0.67, 1.0)]))
+    row = table.row(0, named=True)
+    assert row["hallucination_p90"] == 0.93 and row["faithfulness_p90"] == 0.93
+    assert row["hallucination_p50"] == 0.67
+    assert pl.Series([0.33, 0.67, 1.0]).quantile(0.9, "linear") != 0.93  # the noise the rounding removes

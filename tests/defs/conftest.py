@@ -33,7 +33,7 @@ TABLES = (
     "claim_table",
     "daily_answer_quality",
 )  # one Parquet table per day each
-ASSETS = {*TABLES, "answer_quality_duckdb"}
+ASSETS = {*TABLES, "answer_quality_duckdb", "answer_quality_report"}
 CALIBRATION_ASSETS = {"labelled_conversations", "judge_calibration"}  # unpartitioned, job calibrate_judge
 
 

@@ -64,7 +64,10 @@ def test_demo_scores_every_sample_row_and_says_where_the_tables_are(demo: Demo) 
     assert "Calibration (21 labelled rows): offline-lexical-v1 agrees with people at balanced accuracy 0." in out
     assert "scored_conversations.llm_judge_used: 9 of 9 row(s) scored by the offline baseline judge" in out
     assert (demo.warehouse / "judge_calibration" / "data.parquet").exists()
-    con = duckdb.connect(str(demo.warehouse / "answer_quality.duckdb"), read_only=True)
+    report = demo.warehouse / "answer_quality_report.html"
+    assert f"Report (self-contained HTML, open it in a browser): {report}" in out and report.is_file()
+    con = duckdb.connect(str(demo.warehouse / "answer_quality.duckdb"), read_only=True,
+                         config={"file_search_path": str(demo.warehouse)})
     try:
         assert con.execute("SELECT count(DISTINCT row_key) FROM scored_conversations").fetchone() == (26,)
     finally:

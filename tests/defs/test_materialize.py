@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -81,26 +84,106 @@ def test_metadata_records_judge_usage_and_worst_answers(built: Built) -> None:
     assert "|" in str(events["daily_answer_quality"]["preview"].value)
 
 
+def _bi(warehouse: Path, database: Path | None = None) -> duckdb.DuckDBPyConnection:
+    """The BI file as a tool opens it: its views' paths resolve from the warehouse root (file_search_path)."""
+    target = database or warehouse / "answer_quality.duckdb"
+    return duckdb.connect(str(target), read_only=True, config={"file_search_path": str(warehouse)})
+
+
 def test_duckdb_views_answer_bi_queries(built: Built) -> None:
     lake = built.lake
-    con = duckdb.connect(str(lake.warehouse / "answer_quality.duckdb"), read_only=True)
+    con = _bi(lake.warehouse)
     try:
         views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
         assert views == {"scored_conversations", "claim_table", "daily_answer_quality"}
         per_day = con.execute(
-            "SELECT CAST(ds AS VARCHAR), count(*) FROM scored_conversations GROUP BY ds ORDER BY ds"
+            "SELECT CAST(day AS VARCHAR), count(*) FROM scored_conversations GROUP BY day ORDER BY day"
         ).fetchall()
         assert per_day == [("2026-11-24", 9), ("2026-11-25", 9), ("2026-11-26", 8)]
         answers = con.execute("SELECT sum(answers) FROM daily_answer_quality").fetchone()
         assert answers == (26,)
+        # the claim table carries the answer's day, model and conversation id: no join needed
         contradicted = con.execute(
-            "SELECT s.model, c.claim FROM claim_table c JOIN scored_conversations s USING (ds, row_key) "
-            "WHERE c.verdict = 'contradicted' ORDER BY c.claim"
+            "SELECT CAST(day AS VARCHAR), model, conversation_id, claim FROM claim_table "
+            "WHERE verdict = 'contradicted' ORDER BY claim"
         ).fetchall()
-        assert any("2008" in claim for _, claim in contradicted)
-        assert any("4000" in claim for _, claim in contradicted)  # zh-CN battery capacity
+        assert any("2008" in claim for *_, claim in contradicted)
+        assert any("4000" in claim for *_, claim in contradicted)  # zh-CN battery capacity
+        joined = con.execute(
+            "SELECT count(*) FROM claim_table c JOIN scored_conversations s USING (day, row_key) "
+            "WHERE c.model IS DISTINCT FROM CAST(s.model AS VARCHAR) OR c.conversation_id <> s.conversation_id"
+        ).fetchone()
+        assert joined == (0,)
+        assert con.execute("SELECT count(*) FROM claim_table WHERE model IS NULL OR day IS NULL").fetchone() == (0,)
+        # one day column per view, a DATE
+        for view in sorted(views):
+            types = dict(con.execute(f"SELECT column_name, data_type FROM duckdb_columns() "
+                                     f"WHERE table_name = '{view}'").fetchall())
+            assert types["day"] == "DATE" and "ds" not in types, view
     finally:
         con.close()
+
+
+def test_views_and_columns_carry_the_descriptions_dagster_shows(built: Built) -> None:
+    from faithfulness_pipeline.core.descriptions import describe
+
+    con = _bi(built.lake.warehouse)
+    try:
+        views = dict(con.execute("SELECT view_name, comment FROM duckdb_views() WHERE NOT internal").fetchall())
+        assert all(views.values()), views
+        comments = con.execute(
+            "SELECT table_name, column_name, comment FROM duckdb_columns() WHERE table_name IN "
+            "('scored_conversations', 'claim_table', 'daily_answer_quality')"
+        ).fetchall()
+    finally:
+        con.close()
+    described = {(t, c): text for t, c, text in comments if text}
+    assert described[("daily_answer_quality", "hallucination_p90")] == describe("daily_answer_quality",
+                                                                                  "hallucination_p90")
+    # every column the product writes is described; only the user's own passthrough columns are not
+    passthrough = {"conversation_id", "created_at", "model", "language", "input", "output", "context", "messages",
+                   "turn", "assistant_turn"}
+    bare = [(t, c) for t, c, text in comments if not text and not (t == "scored_conversations" and c in passthrough)]
+    assert bare == []
+    events = built.results["2026-11-25"].get_asset_materialization_events()
+    schema = next(e.materialization.metadata["dagster/column_schema"].value for e in events
+                  if e.asset_key and e.asset_key.to_user_string() == "daily_answer_quality")
+    assert {c.name: c.description for c in schema.columns}["hallucination_p90"] == described[
+        ("daily_answer_quality", "hallucination_p90")]
+
+
+def test_the_bi_file_works_after_the_warehouse_moves(built: Built, tmp_path: Path) -> None:
+    moved = tmp_path / "elsewhere" / "warehouse 2"
+    shutil.copytree(built.lake.warehouse, moved)
+    con = _bi(moved)
+    try:
+        assert con.execute("SELECT count(*) FROM scored_conversations").fetchone() == (26,)
+        assert con.execute("SELECT count(*) FROM daily_answer_quality").fetchone()[0] > 0  # type: ignore[index]
+    finally:
+        con.close()
+    # or with the warehouse as the working directory, as `cd warehouse && duckdb answer_quality.duckdb` does
+    script = ("import duckdb; c = duckdb.connect('answer_quality.duckdb', read_only=True); "
+              "print(c.execute('SELECT count(*) FROM claim_table').fetchone()[0])")
+    done = subprocess.run([sys.executable, "-c", script], cwd=moved, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == pl.read_parquet(list(moved.glob("claim_table/ds=*/data.parquet"))).height
+    assert str(built.lake.warehouse) not in (moved / "answer_quality.duckdb").read_bytes().decode("latin-1")
+
+
+def test_the_report_asset_links_its_file_and_previews_the_headline(built: Built) -> None:
+    events = {
+        e.asset_key.to_user_string(): e.materialization.metadata
+        for e in built.results["2026-11-26"].get_asset_materialization_events() if e.asset_key
+    }
+    meta = events["answer_quality_report"]
+    path = Path(meta["path"].value)
+    assert path == built.lake.warehouse / "answer_quality_report.html" and path.is_file()
+    assert meta["answers"].value == 26 and meta["error_rows"].value == 0  # every day, not only the run's
+    assert meta["period"].value == "2026-11-24 .. 2026-11-26" and "offline-lexical-v1" in meta["judges"].value
+    assert "| answers | 26 |" in str(meta["preview"].value)
+    html = path.read_text(encoding="utf-8")
+    assert 'id="baseline-warning"' in html and html.count("<svg ") == 4
+    assert 'data-row-key="flat-001"' in html
 
 
 def _snapshot(warehouse: Path) -> dict[str, pl.DataFrame]:
@@ -130,7 +213,7 @@ def test_rematerialising_a_day_replaces_exactly_it(built: Built, tmp_path: Path)
         if "row_key" in frame.columns and not name.startswith("claim_table"):
             assert new.get_column("row_key").n_unique() == new.height
     assert {p: p.stat().st_mtime_ns for p in warehouse.glob("*/ds=2026-11-24/*")} == untouched
-    con = duckdb.connect(str(warehouse / "answer_quality.duckdb"), read_only=True)
+    con = _bi(warehouse)
     try:
         assert con.execute("SELECT count(*), count(DISTINCT row_key) FROM scored_conversations").fetchone() == (26, 26)
     finally:
@@ -149,3 +232,34 @@ def test_a_day_without_conversations_gives_empty_tables_with_their_schemas(built
         assert empty.schema == lake.read(table, "2026-11-26").schema, table
     scored = lake.read("scored_conversations", "2026-11-27")
     assert {"row_key", "hallucination_score", "faithfulness_score", "status", "verdicts"} <= set(scored.columns)
+
+
+def test_the_readmes_bi_queries_run(built: Built) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### BI access", 1)[1].split("\n### ", 1)[0]
+    sql = section.split("```sql", 1)[1].split("```", 1)[0]
+    statements = [s for s in sql.split(";") if any(line.strip() and not line.strip().startswith("--")
+                                                    for line in s.splitlines())]
+    assert len(statements) == 6
+    con = _bi(built.lake.warehouse)
+    try:
+        results = [con.execute(statement).fetchall() for statement in statements]
+    finally:
+        con.close()
+    assert results[0] and results[3] and results[4]  # the trend, the worst answers, the contradicted claims
+
+
+def test_the_report_command_reads_a_warehouse_like_the_asset(built: Built, tmp_path: Path) -> None:
+    target = tmp_path / "report.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "faithfulness_pipeline.cli", "report", str(built.lake.warehouse), "-o", str(target)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "26 answers over 2026-11-24 .. 2026-11-26" in done.stderr
+
+    def rows(html: str) -> list[str]:
+        return [part.split('"', 1)[0] for part in html.split('data-row-key="')[1:]]
+
+    asset_page = (built.lake.warehouse / "answer_quality_report.html").read_text(encoding="utf-8")
+    assert rows(target.read_text(encoding="utf-8")) == rows(asset_page) and len(rows(asset_page)) == 20

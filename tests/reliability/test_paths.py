@@ -72,7 +72,8 @@ def test_evil_keys_values_and_names_stay_inside_the_warehouse(tmp_path: Path, in
     assert sorted(scored.get_column("row_key").to_list()) == sorted(EVIL_KEYS[1:])
     assert set(scored.get_column("status").to_list()) == {"ok"}
     # the BI views work under the odd root name
-    with duckdb.connect(str(root / "answer_quality.duckdb"), read_only=True) as con:
+    with duckdb.connect(str(root / "answer_quality.duckdb"), read_only=True,
+                        config={"file_search_path": str(root)}) as con:
         assert con.execute("SELECT count(*) FROM scored_conversations").fetchone() == (n - 1,)
 
 

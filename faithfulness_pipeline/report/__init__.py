@@ -1,0 +1,50 @@
+"""The answer-quality report: one self-contained HTML file with charts, for people rather than BI tools.
+
+``build_report(source, target)`` reads a warehouse or a scored table and writes the page; the CLI's
+``report`` command and the Dagster asset ``answer_quality_report`` both call it. No dagster, no litellm,
+no judge here (import-linter checks it): callers say which judge names are the offline baseline.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from faithfulness_pipeline.report.data import ReportData, is_warehouse, load_calibration, load_scored, summarise
+from faithfulness_pipeline.report.render import Headline, headline, render_html, write_report
+
+
+def build_report(
+    source: str,
+    target: str | os.PathLike[str],
+    *,
+    baseline_judges: frozenset[str] = frozenset(),
+    calibration: str | None = None,
+    timestamp_column: str = "created_at",
+    timezone: str = "UTC",
+    model_column: str = "model",
+    answer_column: str = "output",
+    question_column: str = "input",
+    threshold: float = 0.5,
+    scale: float = 1.0,
+    worst: int = 20,
+) -> tuple[Path, ReportData]:
+    """Write the report of ``source`` (a warehouse folder, or a scored Parquet file / folder / glob)."""
+    scored = load_scored(source, timestamp_column=timestamp_column, timezone=timezone,
+                         columns=(model_column, answer_column, question_column, "language"))
+    warehouse = Path(source) if is_warehouse(Path(source)) else None
+    data = summarise(
+        scored,
+        source=source,
+        model_column=model_column,
+        answer_column=answer_column,
+        question_column=question_column,
+        threshold=threshold,
+        scale=scale,
+        worst=worst,
+        calibration=load_calibration(calibration, warehouse),
+    )
+    return write_report(data, target, baseline_judges=baseline_judges), data
+
+
+__all__ = ["Headline", "ReportData", "build_report", "headline", "render_html", "summarise", "write_report"]

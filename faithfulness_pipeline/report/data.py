@@ -1,0 +1,229 @@
+"""What the answer-quality report shows, computed from a scored table (pure polars, no I/O but reading).
+
+The report reads either a warehouse (``<root>/scored_conversations/ds=*/data.parquet``; the day is the
+partition) or a scored table written by ``faithfulness-pipeline score`` (the day is the date of
+``timestamp_column`` in ``timezone``, else of ``scored_at``). Everything else — the per day × model table,
+the distributions, the verdict mix, the worst answers — is derived from the scored rows themselves, so a
+warehouse and a CLI output give the same report for the same rows.
+"""
+
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from faithfulness_pipeline.core.aggregates import daily_aggregates
+from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.core.io import resolve_inputs
+
+#: Folder names a calibration table may have in a warehouse (issue 16 builds it; the report only shows it).
+CALIBRATION_TABLES = ("judge_calibration", "calibration")
+#: The day column of the report's frames.
+DAY = "day"
+#: How a claim is marked in the report: the first mark that applies, worst first.
+MARKS = ("contradicted", "unsupported", "speculative", "supported")
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything the page shows, already reduced (its size does not grow with the rows beyond ``worst``)."""
+
+    source: str
+    scored_rows: int
+    daily: pl.DataFrame  # core.aggregates schema: one row per day x model
+    hallucination: list[float]  # every score, for the distributions
+    faithfulness: list[float]
+    verdict_mix: pl.DataFrame  # language, mark, claims
+    claims_per_answer: pl.DataFrame  # n_claims, answers (ok rows)
+    worst: list[dict[str, Any]]  # the worst answers with their claims
+    judges: list[tuple[str, str, int]]  # judge model, prompt version, rows
+    threshold: float
+    scale: float
+    calibration: pl.DataFrame | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _warehouse_files(root: Path, table: str) -> list[str]:
+    return sorted(glob.glob(glob.escape(str(root / table)) + "/ds=*/*.parquet"))
+
+
+def is_warehouse(path: Path) -> bool:
+    return path.is_dir() and (path / "scored_conversations").is_dir()
+
+
+#: The scored table's columns the report reads (besides the model, language, answer, question and time columns).
+SCORED_NEEDS = (
+    "row_key", "status", "verdicts", "n_claims", "n_supported", "n_contradicted", "n_unsupported", "n_speculative",
+    "hallucination_score", "faithfulness_score", "judge_model", "prompt_version", "scored_at", "llm_calls",
+    "prompt_tokens", "completion_tokens", "cost_usd", "result_source", "billed_llm_calls", "billed_prompt_tokens",
+    "billed_completion_tokens", "billed_cost_usd",
+)
+
+
+def _read(file: str, wanted: set[str] | None) -> pl.DataFrame:
+    """One Parquet file, only the ``wanted`` columns it has (contexts and other passthrough stay unread)."""
+    if wanted is None:
+        return pl.read_parquet(file)
+    present = [c for c in pl.read_parquet_schema(file) if c in wanted]
+    return pl.read_parquet(file, columns=present)
+
+
+def load_scored(spec: str, *, timestamp_column: str = "created_at", timezone: str = "UTC",
+                columns: tuple[str, ...] | None = None) -> pl.DataFrame:
+    """The scored rows of a warehouse or a scored table, with a ``day`` (Date) column; with ``columns``,
+    only those (and the report's own) are read."""
+    wanted = None if columns is None else {*SCORED_NEEDS, *columns, timestamp_column}
+    path = Path(spec)
+    if is_warehouse(path):
+        files = _warehouse_files(path, "scored_conversations")
+        if not files:
+            raise InputError(f"warehouse {spec!r} has no scored_conversations partitions yet: materialise them first")
+        frames = [
+            _read(f, wanted).with_columns(pl.lit(Path(f).parent.name.removeprefix("ds=")).alias("__ds"))
+            for f in files
+        ]
+        frame = pl.concat(frames, how="diagonal_relaxed")
+        day = pl.col("__ds").str.to_date("%Y-%m-%d", strict=False)
+        return frame.with_columns(day.alias(DAY)).drop("__ds")
+    files = resolve_inputs(spec)
+    frame = pl.concat([_read(f, wanted) for f in files], how="diagonal_relaxed")
+    missing = [c for c in ("row_key", "status", "verdicts", "hallucination_score", "faithfulness_score")
+               if c not in frame.columns]
+    if missing:
+        raise InputError(
+            f"{spec!r} is not a scored table (no column {', '.join(missing)}): give a warehouse folder or the "
+            f"output of `faithfulness-pipeline score`"
+        )
+    source = timestamp_column if timestamp_column in frame.columns else "scored_at"
+    return frame.with_columns(day_of(frame, source, timezone).alias(DAY))
+
+
+def day_of(frame: pl.DataFrame, column: str, timezone: str) -> pl.Expr:
+    """The local date in ``timezone`` of a datetime (naive = UTC), date or ISO-8601 text column."""
+    dtype = frame.schema[column]
+    value = pl.col(column)
+    if dtype == pl.String:
+        value = value.str.to_datetime(strict=False, time_zone="UTC")
+        dtype = pl.Datetime("us", "UTC")
+    if isinstance(dtype, pl.Datetime):
+        if dtype.time_zone is None:
+            value = value.dt.replace_time_zone("UTC")
+        return value.dt.convert_time_zone(timezone).dt.date()
+    if dtype == pl.Date:
+        return value
+    raise InputError(f"column {column!r} holds {dtype}, not a timestamp: name another with --timestamp-col")
+
+
+def load_calibration(spec: str | None, warehouse: Path | None) -> pl.DataFrame | None:
+    """The judge's calibration table when one is given or the warehouse has one; None otherwise."""
+    if spec:
+        return pl.concat([pl.read_parquet(f) for f in resolve_inputs(spec)], how="diagonal_relaxed")
+    if warehouse is None:
+        return None
+    for table in CALIBRATION_TABLES:
+        files = _warehouse_files(warehouse, table) or sorted(str(p) for p in (warehouse / table).glob("*.parquet"))
+        if files:
+            return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+    return None
+
+
+def _mark() -> pl.Expr:
+    verdict = pl.col("verdict")
+    return (
+        pl.when(verdict == "contradicted").then(pl.lit("contradicted"))
+        .when(pl.col("speculative").fill_null(False)).then(pl.lit("speculative"))
+        .when(verdict == "unsupported").then(pl.lit("unsupported"))
+        .otherwise(pl.lit("supported"))
+    )
+
+
+def _language(frame: pl.DataFrame, column: str, answer_column: str) -> pl.Expr:
+    """The row's language column, else the answer's script (Hangul: ko, Han: zh, else other)."""
+    if column in frame.columns:
+        return pl.col(column).cast(pl.String).fill_null("(none)")
+    if answer_column not in frame.columns:
+        return pl.lit("(unknown)")
+    text = pl.col(answer_column).cast(pl.String).fill_null("")
+    return (
+        pl.when(text.str.contains(r"\p{Hangul}")).then(pl.lit("ko"))
+        .when(text.str.contains(r"\p{Han}")).then(pl.lit("zh"))
+        .otherwise(pl.lit("other"))
+    )
+
+
+def _worst(scored: pl.DataFrame, limit: int, *, model_column: str, answer_column: str, question_column: str,
+           language: pl.Expr) -> list[dict[str, Any]]:
+    ranked = scored.filter(pl.col("hallucination_score").is_not_null()).sort(
+        ["hallucination_score", "faithfulness_score", "row_key"], descending=[True, False, False], nulls_last=True
+    ).head(limit)
+
+    def text(column: str) -> pl.Expr:
+        return pl.col(column).cast(pl.String) if column in ranked.columns else pl.lit(None, dtype=pl.String)
+
+    rows = ranked.select(
+        "row_key", DAY, text(model_column).alias("model"), language.alias("language"),
+        text(question_column).alias("question"), text(answer_column).alias("answer"),
+        "hallucination_score", "faithfulness_score", "verdicts",
+    ).to_dicts()
+    for row in rows:
+        claims = []
+        for verdict in row.pop("verdicts") or []:
+            mark = "contradicted" if verdict["verdict"] == "contradicted" else (
+                "speculative" if verdict["speculative"] else verdict["verdict"])
+            claims.append({**verdict, "mark": mark})
+        row["claims"] = claims
+    return rows
+
+
+def summarise(
+    scored: pl.DataFrame,
+    *,
+    source: str,
+    model_column: str = "model",
+    language_column: str = "language",
+    answer_column: str = "output",
+    question_column: str = "input",
+    threshold: float = 0.5,
+    scale: float = 1.0,
+    worst: int = 20,
+    calibration: pl.DataFrame | None = None,
+) -> ReportData:
+    """Reduce a scored table (with a ``day`` column) to what the report draws."""
+    daily = daily_aggregates(scored, day_column=DAY, model_column=model_column, hallucination_threshold=threshold)
+    ok = scored.filter(pl.col("status") == "ok")
+    language = _language(scored, language_column, answer_column)
+    claims = (
+        ok.select(language.alias("language"), "verdicts")
+        .explode("verdicts")
+        .drop_nulls("verdicts")
+        .unnest("verdicts")
+    )
+    mix = (
+        claims.with_columns(_mark().alias("mark")).group_by("language", "mark").len("claims").sort("language", "mark")
+        if claims.height
+        else pl.DataFrame(schema={"language": pl.String, "mark": pl.String, "claims": pl.UInt32})
+    )
+    per_answer = ok.group_by(pl.col("n_claims").cast(pl.Int64)).len("answers").sort("n_claims")
+    judges = (
+        scored.group_by(pl.col("judge_model").fill_null("-"), pl.col("prompt_version").fill_null("-"))
+        .len("rows").sort("judge_model", "prompt_version").rows()
+    )
+    return ReportData(
+        source=source,
+        scored_rows=scored.height,
+        daily=daily,
+        hallucination=ok.get_column("hallucination_score").drop_nulls().to_list(),
+        faithfulness=ok.get_column("faithfulness_score").drop_nulls().to_list(),
+        verdict_mix=mix,
+        claims_per_answer=per_answer,
+        worst=_worst(scored, worst, model_column=model_column, answer_column=answer_column,
+                     question_column=question_column, language=language),
+        judges=[(str(m), str(p), int(n)) for m, p, n in judges],
+        threshold=threshold,
+        scale=scale,
+        calibration=calibration,
+    )

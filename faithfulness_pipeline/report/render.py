@@ -1,0 +1,161 @@
+"""The report as one self-contained HTML file: inline CSS and SVG, no script, no font, no request.
+
+Every value from the data (answers, questions, claims, reasons, passages, model and language names, the
+calibration table) goes through Jinja2's autoescaping; only the SVG that ``charts`` drew is inserted as
+markup, and matplotlib escapes the strings it writes there. A Content-Security-Policy that allows no
+script and no request is the backstop.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from faithfulness_pipeline.core.io import open_text_atomic
+from faithfulness_pipeline.report import charts
+from faithfulness_pipeline.report.data import ReportData
+
+#: Longest text (answer, question, claim, reason, passage) shown in full; longer ones are cut.
+TEXT_LIMIT = 1200
+#: Calibration rows shown at most.
+CALIBRATION_ROWS = 60
+
+_DAILY = (
+    ("answers", "answers"),
+    ("error rows", "error_answers"),
+    ("hallucination mean", "hallucination_mean"),
+    ("hallucination p90", "hallucination_p90"),
+    ("share over threshold", "over_threshold_share"),
+    ("faithfulness mean", "faithfulness_mean"),
+    ("billed cost (USD)", "billed_cost_usd"),
+)
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The numbers at the top of the report (also the Dagster preview)."""
+
+    period: str
+    answers: int
+    error_answers: int
+    hallucination_mean: float | None
+    faithfulness_mean: float | None
+    over_threshold_share: float | None
+    billed_cost_usd: float | None
+    judges: str
+
+    def items(self, threshold: float) -> list[tuple[str, str]]:
+        return [
+            ("answers", str(self.answers)),
+            ("error rows", str(self.error_answers)),
+            ("mean hallucination", num(self.hallucination_mean)),
+            (f"over {threshold:g}", pct(self.over_threshold_share)),
+            ("mean faithfulness", num(self.faithfulness_mean)),
+            ("billed cost", "unknown" if self.billed_cost_usd is None else f"${self.billed_cost_usd:.4f}"),
+        ]
+
+
+def num(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}".rstrip("0").rstrip(".") if value == value else "–"
+    return str(value)
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def _cut(text: Any) -> str:
+    value = "" if text is None else str(text)
+    return value if len(value) <= TEXT_LIMIT else value[: TEXT_LIMIT - 1] + "…"
+
+
+def headline(data: ReportData) -> Headline:
+    daily = data.daily
+    days = sorted(d for d in daily.get_column("day").to_list() if d is not None)
+    period = f"{days[0]} .. {days[-1]}" if len(days) > 1 else (str(days[0]) if days else "no days")
+    billed = daily.get_column("billed_cost_usd")
+    over = int(daily.get_column("over_threshold_answers").sum() or 0)
+    with_score = len(data.hallucination)
+    return Headline(
+        period=period,
+        answers=int(daily.get_column("answers").sum() or 0),
+        error_answers=int(daily.get_column("error_answers").sum() or 0),
+        hallucination_mean=sum(data.hallucination) / with_score if with_score else None,
+        faithfulness_mean=sum(data.faithfulness) / len(data.faithfulness) if data.faithfulness else None,
+        over_threshold_share=over / with_score if with_score else None,
+        billed_cost_usd=None if billed.null_count() else float(billed.sum() or 0.0),
+        judges=", ".join(f"{m} ({p})" for m, p, _ in data.judges),
+    )
+
+
+def _calibration(data: ReportData) -> dict[str, Any] | None:
+    table = data.calibration
+    if table is None:
+        return None
+    rows = [[num(cell) for cell in row] for row in table.head(CALIBRATION_ROWS).iter_rows()]
+    return {"columns": table.columns, "rows": rows}
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("faithfulness_pipeline.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+
+
+def render_html(data: ReportData, *, baseline_judges: frozenset[str] = frozenset(),
+                generated: dt.datetime | None = None) -> str:
+    """The report page. ``baseline_judges``: judge model names that get the offline-baseline warning."""
+    top = headline(data)
+    daily_rows = [
+        {
+            "day": row["day"],
+            "model": row["model"] if row["model"] is not None else "(no model)",
+            "cells": [pct(row[c]) if c == "over_threshold_share" else num(row[c], 6 if "cost" in c else 3)
+                      for _, c in _DAILY],
+        }
+        for row in data.daily.iter_rows(named=True)
+    ]
+    figures = {
+        "trend": charts.trend_chart(data.daily, data.threshold, data.scale),
+        "distribution": charts.distribution_chart(data.hallucination, data.faithfulness, data.scale),
+        "verdicts": charts.verdict_mix_chart(data.verdict_mix),
+        "claims": charts.claims_chart(data.claims_per_answer),
+    }
+    when = generated or dt.datetime.now(dt.UTC)
+    return _environment().get_template("report.html.j2").render(
+        period=top.period,
+        scored_rows=data.scored_rows,
+        source=data.source,
+        generated=when.strftime("%Y-%m-%d %H:%M UTC"),
+        judges=data.judges,
+        baseline=sorted({m for m, _, _ in data.judges} & baseline_judges),
+        headline=top.items(data.threshold),
+        charts={name: Markup(svg) for name, svg in figures.items()},  # drawn here; matplotlib escaped its text
+        daily_labels=[label for label, _ in _DAILY],
+        daily=daily_rows,
+        worst=data.worst,
+        cut=TEXT_LIMIT,
+        cut_text=_cut,
+        num=num,
+        calibration=_calibration(data),
+    )
+
+
+def write_report(data: ReportData, target: str | os.PathLike[str], **kwargs: Any) -> Path:
+    """Render and write the page atomically (a reader never sees half a file); returns its path."""
+    page = render_html(data, **kwargs)
+    with open_text_atomic(target) as handle:
+        handle.write(page)
+    return Path(target)

@@ -1,0 +1,172 @@
+"""The HTML report: what it holds, that untrusted text stays text, and the `report` command."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from faithfulness_pipeline import score_frame
+from faithfulness_pipeline.report import build_report
+from faithfulness_pipeline.report.data import load_scored
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden" / "offline_sample" / "scored.parquet"
+OFFLINE = frozenset({"offline-lexical-v1"})
+
+HOSTILE_ANSWER = "</svg><script>alert('answer')</script> The tower is 330 metres tall. <img src=x onerror=alert(1)>"
+HOSTILE_PASSAGE = "The tower is 300 metres tall.</div><script>alert('passage')</script>"
+HOSTILE_MODEL = "</svg><script>alert('model')</script>"
+
+
+class Page(HTMLParser):
+    """The elements and the visible text of a page, as a browser's parser sees them."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.attributes: list[tuple[str, str | None]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.attributes += attrs
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def parse(html: str) -> Page:
+    page = Page()
+    page.feed(html)
+    return page
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scored table (scored for real by the offline judge) whose answer, passage and model hold markup."""
+    frame = pl.DataFrame({
+        "conversation_id": ["evil-1", "zh-1", "ko-1"],
+        "created_at": [dt.datetime(2026, 11, 24, 9, tzinfo=dt.UTC)] * 3,
+        "model": [HOSTILE_MODEL, "模型<b>乙</b>", "gpt-4o-mini"],
+        "input": ["<script>alert('question')</script>How tall?", "电池容量是多少？", "배터리 용량은?"],
+        "output": [HOSTILE_ANSWER, "电池容量是4000毫安时。", "배터리 용량은 5000mAh입니다."],
+        "context": [[HOSTILE_PASSAGE], ["电池容量是5000毫安时。"], ["배터리 용량은 5000mAh입니다."]],
+    })
+    out = tmp_path_factory.mktemp("hostile") / "scored.parquet"
+    score_frame(frame).write_parquet(out)
+    return out
+
+
+def test_untrusted_text_renders_as_text(hostile: Path, tmp_path: Path) -> None:
+    path, data = build_report(str(hostile), tmp_path / "r.html", baseline_judges=OFFLINE)
+    html = path.read_text(encoding="utf-8")
+    page = parse(html)
+    # no element and no event handler came from the data: the page has no script at all
+    assert "script" not in page.tags and "img" not in page.tags
+    assert not [name for name, _ in page.attributes if name.startswith("on")]
+    text = "".join(page.text)
+    for needle in (HOSTILE_ANSWER, "<script>alert('passage')</script>", "<script>alert('question')</script>"):
+        assert needle in text  # shown literally, as the reader should see it
+    assert HOSTILE_MODEL in text and "模型<b>乙</b>" in text
+    # each chart is one well-formed SVG: the model's "</svg>" closed none of them early
+    assert page.tags.count("svg") == 4
+    for chunk in html.split("<svg ")[1:]:
+        ET.fromstring("<svg " + chunk.split("</svg>", 1)[0] + "</svg>")
+    assert "&lt;/svg&gt;&lt;script&gt;" in html  # the model name inside the chart legend, escaped
+    assert "evil-1" in [row["row_key"] for row in data.worst]
+
+
+def test_the_report_holds_every_section(tmp_path: Path) -> None:
+    scored = pl.read_parquet(GOLDEN)
+    path, data = build_report(str(GOLDEN), tmp_path / "r.html", baseline_judges=OFFLINE, worst=5)
+    html = path.read_text(encoding="utf-8")
+    page = parse(html)
+    text = "".join(page.text)
+    # per day x model: one table row per group
+    groups = scored.select(pl.col("created_at").dt.date(), "model").unique().height
+    assert data.daily.height == groups
+    assert html.count('<tr><td>2026-11-2') == groups
+    # the worst answers, in order, each with its claims marked
+    ok = scored.filter(pl.col("hallucination_score").is_not_null())
+    expected = ok.sort(["hallucination_score", "faithfulness_score", "row_key"],
+                       descending=[True, False, False]).get_column("row_key").head(5).to_list()
+    assert [row["row_key"] for row in data.worst] == expected
+    keys = [value for name, value in page.attributes if name == "data-row-key"]
+    assert keys == expected
+    assert "claim mark-contradicted" in html and "2008" in text  # flat-001's contradicted claim
+    assert "The first iPhone was announced on January 9, 2007." in text  # its evidence passage
+    # judge, prompt version and the offline warning; no calibration given
+    assert 'id="baseline-warning"' in html and "offline-lexical-1" in text
+    assert 'id="no-calibration"' in html
+    # nothing that would fetch: no URL to load, no font
+    assert "http://" not in html.replace('="http://www.w3.org/', "") and "https://" not in html
+    assert "@font-face" not in html and "<link" not in html and " src=" not in html
+    assert not re.findall(r"url\((?!#)", html)  # only references to the page's own clip paths
+    # Chinese and Korean text arrives as itself
+    assert "电池" in text or "電池" in text
+    assert any("\uac00" <= ch <= "\ud7a3" for ch in text)
+
+
+def test_no_warning_for_an_llm_judge_and_calibration_shown(tmp_path: Path) -> None:
+    scored = pl.read_parquet(GOLDEN).with_columns(pl.lit("openai/gpt-4o-mini").alias("judge_model"))
+    scored.write_parquet(tmp_path / "scored.parquet")
+    calibration = pl.DataFrame({"language": ["en", "<i>zh</i>"], "balanced_accuracy": [0.91, 0.8712345]})
+    calibration.write_parquet(tmp_path / "calibration.parquet")
+    path, _ = build_report(str(tmp_path / "scored.parquet"), tmp_path / "r.html", baseline_judges=OFFLINE,
+                           calibration=str(tmp_path / "calibration.parquet"))
+    html = path.read_text(encoding="utf-8")
+    assert "baseline-warning" not in html and "openai/gpt-4o-mini" in html
+    assert 'id="calibration"' in html and "0.871" in html and "&lt;i&gt;zh&lt;/i&gt;" in html
+
+
+def test_a_scored_tables_day_follows_the_time_zone(tmp_path: Path) -> None:
+    late = dt.datetime(2026, 11, 24, 23, 30, tzinfo=dt.UTC)
+    scored = pl.read_parquet(GOLDEN).head(1).with_columns(pl.lit(late).alias("created_at"))
+    scored.write_parquet(tmp_path / "s.parquet")
+    utc = load_scored(str(tmp_path / "s.parquet")).get_column("day").to_list()
+    seoul = load_scored(str(tmp_path / "s.parquet"), timezone="Asia/Seoul").get_column("day").to_list()
+    assert (utc, seoul) == ([dt.date(2026, 11, 24)], [dt.date(2026, 11, 25)])
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FP_")}
+    return subprocess.run([sys.executable, "-m", "faithfulness_pipeline.cli", "report", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_report_command(tmp_path: Path) -> None:
+    done = _cli(str(GOLDEN), "-o", str(tmp_path / "out" / "report.html"))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "report.html").stat().st_size > 10_000
+    assert "17 answers over 2026-11-24 .. 2026-11-26" in done.stderr
+    not_scored = _cli(str(ROOT / "sample_data" / "flat"), "-o", str(tmp_path / "x.html"))
+    assert not_scored.returncode == 2 and "is not a scored table" in not_scored.stderr
+    assert "Traceback" not in not_scored.stderr and not (tmp_path / "x.html").exists()
+    bad_zone = _cli(str(GOLDEN), "-o", str(tmp_path / "x.html"), "--timezone", "Mars/Olympus")
+    assert bad_zone.returncode == 2 and "FP_TIMEZONE" in bad_zone.stderr
+
+
+@pytest.mark.parametrize("case", ["empty", "all errors"])
+def test_a_table_without_scores_still_gives_a_page(tmp_path: Path, case: str) -> None:
+    golden = pl.read_parquet(GOLDEN)
+    table = golden.head(0) if case == "empty" else golden.with_columns(
+        pl.lit("error").alias("status"), pl.lit("judge failed").alias("error"),
+        pl.lit(None, dtype=pl.Float64).alias("hallucination_score"),
+        pl.lit(None, dtype=pl.Float64).alias("faithfulness_score"),
+        pl.lit(None, dtype=golden.schema["verdicts"]).alias("verdicts"),
+    )
+    table.write_parquet(tmp_path / "s.parquet")
+    path, data = build_report(str(tmp_path / "s.parquet"), tmp_path / "r.html")
+    html = path.read_text(encoding="utf-8")
+    assert html.count("<svg ") == 4 and data.worst == [] and "No scored answers." in html
+    errors = 0 if case == "empty" else golden.height
+    assert f'<div class="value">{errors}</div><div class="label">error rows</div>' in html
