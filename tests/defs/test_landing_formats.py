@@ -32,7 +32,8 @@ def test_json_lines_and_csv_landing_files_are_scored(
     lake = make_lake(landing, tmp_path / "warehouse")
     result = lake.materialize(DAY, instance)
     assert result.success, _failure(result)
-    assert all(e.passed for e in result.get_asset_check_evaluations())
+    # every check passes but the WARN that the offline baseline scored the day (no model set)
+    assert {e.check_name for e in result.get_asset_check_evaluations() if not e.passed} == {"llm_judge_used"}
     scored = lake.read("scored_conversations", DAY)
     assert set(scored.get_column("conversation_id")) == sample_ids()[DAY] | {"csv-zh", "csv-ko"}
     assert scored.filter(pl.col("conversation_id") == "csv-zh").get_column("output").to_list() == ["埃菲尔铁塔高330米。"]

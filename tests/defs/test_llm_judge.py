@@ -127,7 +127,9 @@ def test_a_day_scored_in_batch_mode_and_its_step_re_executed_pays_nothing_twice(
         })
         defs = build_defs(settings)
         everything = [*(defs.assets or []), *(defs.asset_checks or [])]
-        first = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources)  # type: ignore[arg-type]
+        day_graph = dg.AssetSelection.groups("answer_quality")  # the calibration has its own job
+        first = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources,  # type: ignore[arg-type]
+                               selection=day_graph)
         assert first.success
         st = srv.stats()
         assert st.requests == 0 and st.batches_created == 2
@@ -136,7 +138,8 @@ def test_a_day_scored_in_batch_mode_and_its_step_re_executed_pays_nothing_twice(
         day = pl.read_parquet(warehouse / "daily_answer_quality" / f"ds={DAY}" / "data.parquet")
         bill = st.batch_billed_prompt_tokens * 7.5e-8 + st.batch_billed_completion_tokens * 3e-7
         assert math.isclose(day.get_column("billed_cost_usd").sum(), bill, rel_tol=1e-9)
-        again = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources)  # type: ignore[arg-type]
+        again = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources,  # type: ignore[arg-type]
+                               selection=day_graph)
         assert again.success and srv.stats().batches_created == 2 and srv.stats().requests == 0
     again_day = pl.read_parquet(warehouse / "daily_answer_quality" / f"ds={DAY}" / "data.parquet")
     assert again_day.get_column("billed_cost_usd").sum() == 0
