@@ -4,7 +4,6 @@ README's snippets that build the litellm judge and try the LLM path, run against
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pytest
 from faithfulness_pipeline import InputError, score_frame, score_frame_async
 from tests.fakellm import FakeLLMServer
 from tests.fakellm.scripted import ScriptedJudge
+from tests.user_shell import user_env
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -138,8 +138,7 @@ def test_the_readme_command_tries_the_llm_path_without_a_key(tmp_path: Path) -> 
     command = _readme_block("bash", "tests.fakellm")
     out = tmp_path / "fake.parquet"
     assert command.count("out/fake.parquet") == 1
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("FP_")}
-    done = subprocess.run(["bash", "-c", command.replace("out/fake.parquet", str(out))], cwd=ROOT, env=env,
+    done = subprocess.run(["bash", "-c", command.replace("out/fake.parquet", str(out))], cwd=ROOT, env=user_env(),
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "asked of the LLM" in done.stderr and re.search(r"the command sent [1-9]\d* request", done.stderr)

@@ -23,6 +23,9 @@ from faithfulness_pipeline.judges.store import LOOKUP_CHUNK, SCHEMA_VERSION, Sto
 POOL_SIZE: Final = 4
 CONNECT_TIMEOUT_S: Final = 10.0
 
+#: The advisory lock that serialises creating the tables (any fixed 64-bit number of our own).
+_SCHEMA_LOCK: Final = 0x66705F7374_6F7265
+
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS fp_results (key bytea PRIMARY KEY, step text NOT NULL, value text,"
     " blob bytea, created_at double precision NOT NULL)",
@@ -71,10 +74,14 @@ class PostgresStore:
             # One direct connection first: the pool would retry a refused password until its timeout and
             # then say only that it timed out; libpq's own message names what is wrong.
             with psycopg.connect(self.url, connect_timeout=int(CONNECT_TIMEOUT_S), autocommit=True) as conn:
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-                conn.execute("INSERT INTO fp_meta (name, value) VALUES ('schema_version', %s) ON CONFLICT DO NOTHING",
-                             (str(SCHEMA_VERSION),))
+                # Workers started together on a new database would race on CREATE TABLE IF NOT EXISTS (it is
+                # not atomic in PostgreSQL): one at a time, under a transaction-scoped advisory lock.
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+                    conn.execute("INSERT INTO fp_meta (name, value) VALUES ('schema_version', %s) "
+                                 "ON CONFLICT DO NOTHING", (str(SCHEMA_VERSION),))
                 row = conn.execute("SELECT value FROM fp_meta WHERE name = 'schema_version'").fetchone()
             if row is None or row[0] != str(SCHEMA_VERSION):
                 raise StoreError(f"{self.location} is a result store of schema {row[0] if row else '?'}, this "

@@ -22,6 +22,7 @@ import pytest
 
 from faithfulness_pipeline.demo import main
 from tests.defs.conftest import free_port, instance_yaml
+from tests.user_shell import user_env
 
 
 @dataclass
@@ -89,11 +90,7 @@ def _hint(out: str, label: str) -> str:
 
 def _clean_env() -> dict[str, str]:
     """A user's shell: no test-run variables, no activated virtualenv (the hint must find its own)."""
-    skip = ("FP_", "DAGSTER_", "VIRTUAL_ENV", "PYTEST_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(skip)}
-    venv_bin = str(Path(__file__).resolve().parents[2] / ".venv" / "bin")
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
-    return env
+    return user_env()
 
 
 def test_the_query_hint_runs_as_printed(demo: Demo, tmp_path: Path) -> None:
