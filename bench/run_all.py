@@ -25,6 +25,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("request_counts.py", ["--rows", "300"]),
     ("dedup.py", []),
     ("batch_cost.py", ["--rows", "2000"]),
+    ("store_backends.py", ["--rows", "5000"]),
     ("throughput.py", []),
     ("overhead.py", []),
     ("warm_rerun.py", []),

@@ -47,9 +47,9 @@ class Cluster:
     def url(self, password: str = PASSWORD, database: str = DATABASE) -> str:
         return f"postgresql://{USER}:{password}@/{database}?host={self.socket_dir}"
 
-    def psql(self, sql: str) -> str:
+    def psql(self, sql: str, database: str = DATABASE) -> str:
         env = {**os.environ, "PGPASSWORD": PASSWORD}
-        done = subprocess.run(["psql", "-h", str(self.socket_dir), "-U", USER, "-d", DATABASE, "-Atc", sql],
+        done = subprocess.run(["psql", "-h", str(self.socket_dir), "-U", USER, "-d", database, "-Atc", sql],
                               env=env, capture_output=True, text=True, check=True)
         return done.stdout
 
