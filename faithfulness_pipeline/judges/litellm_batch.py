@@ -24,6 +24,7 @@ The scoring pass then runs as usual: the wrapper finds every result in the store
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -293,7 +294,8 @@ class BatchJudge:
                 self._serialise(keys[i], todo[keys[i]]) for i in indices], 1 + rounds))
         records = []
         for tag, (lines, line_records) in zip(tags, files, strict=True):
-            records.append(await self._create(step, tag, b"".join(lines), line_records))
+            if lines:  # none when every item was too big to send (those are failures already)
+                records.append(await self._create(step, tag, b"".join(lines), line_records))
         self.report(f"batch: {len(packs)} {step} requests for {len(todo)} items sent as {len(records)} batches")
         return records
 
@@ -336,10 +338,17 @@ class BatchJudge:
         record = BatchRecord(tag, step, self._scope, file_id, None, "creating", None, len(lines), time.time())
         await asyncio.to_thread(self.ledger.record_submission, record, lines)
         try:
-            view = await self._call(self.api.create(file_id, tag))
-        except BaseException:
-            await asyncio.to_thread(self.ledger.forget_submission, tag)
-            raise
+            view = await self.api.create(file_id, tag)
+        except BatchAPIError as exc:
+            # A create whose answer was lost (a timeout, a dropped connection) may still have made the batch:
+            # look for its tag before forgetting the submission, or the next run would pay for it again.
+            found = None
+            with contextlib.suppress(BatchAPIError):
+                found = await self.api.find(tag)
+            if found is None:
+                await asyncio.to_thread(self.ledger.forget_submission, tag)
+                raise BatchFailed(f"batch mode: {exc.reason}") from None
+            view = found
         await asyncio.to_thread(self.ledger.record_created, tag, view.id, view.status)
         self._stats.requests += len(lines)
         self._batches[view.id] = view.status

@@ -16,6 +16,12 @@ the rest to the inner judge (offline, litellm, a test fake: anything that names 
   the inner judge asks again right before a request leaves (``Hooks.recheck``), so that what another
   process stored meanwhile is not paid twice.
 
+Workers sharing a store (two processes, two machines on PostgreSQL) do not pay for the same item: before
+the inner judge is asked, the contents are leased to this wrapper (``Store.claim``: owner, expiry,
+renewed while the call runs, given back after its results are stored); contents another worker holds
+are awaited in the store and taken over when the lease runs out, or at once when its holder is a dead
+process of this machine.
+
 ``refresh`` skips every lookup, never a write. A store that fails costs money (results asked again,
 results not kept), never rows: the failure becomes a note in the judge's stats.
 
