@@ -42,15 +42,18 @@ def test_two_processes_at_once_share_one_store_without_corruption(reference: Ref
     judge = ScriptedJudge()
     single_items = sum(reference.items.values())
     store = tmp_path / "shared.sqlite"
-    # A slow server until both processes have requests in flight (each has at most CONCURRENCY open, so
-    # more open requests than that prove they overlap), then a fast one for the rest of both runs.
+    # A slow server while both processes start on the same rows (leases keep the second from asking what the
+    # first is asking: it waits for those results in the store), then a fast one for the rest of both runs.
     with FakeLLMServer(judge, latency=Latency(base_s=1.0)) as srv:
         # Chunks of 50 rows: the two processes look up, send and commit many times while the other does too.
         cmds = [cli_command(srv, reference.src, tmp_path / f"{name}.parquet", "--store", str(store),
                             "--chunk-rows", "50", "--max-concurrency", str(CONCURRENCY)) for name in ("a", "b")]  # fmt: skip
         procs = [subprocess.Popen(c, env=child_env(**{KEY_ENV: KEY}), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True) for c in cmds]  # fmt: skip
-        wait_for(lambda: srv.stats().open_requests > CONCURRENCY, None, "requests of both processes at once")
+        # Both have started (each process's first request opens within seconds of the other's; the second
+        # may instead wait for contents the first has leased), then a fast server for the rest of both runs.
+        wait_for(lambda: srv.stats().requests >= 2 * CONCURRENCY, None, "the first requests")
+        time.sleep(2.0)
         srv.set_latency(Latency(base_s=0.01))
         results = [p.communicate(timeout=300) for p in procs]
         for proc, (_, err) in zip(procs, results, strict=True):
@@ -65,8 +68,8 @@ def test_two_processes_at_once_share_one_store_without_corruption(reference: Ref
         assert comparable(pl.read_parquet(tmp_path / f"{name}.parquet")).equals(expected), name
     # as many results per step as one run stores (keys differ: they include the server's address)
     assert store_counts(store) == store_counts(reference.store)  # after SQLite's integrity check
-    # Started together, the two runs look up the same chunks at the same moments: up to twice the items.
-    assert single_items <= both_items <= 2 * single_items
+    # Started together on the same chunks, the two runs still ask each content about once (leases).
+    assert single_items <= both_items <= 1.05 * single_items
     print(f"one run asked {single_items} items; two runs at once asked {both_items}")
 
 
