@@ -12,7 +12,6 @@ worth of results (8 verdict values) committed as one transaction, repeated.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import tempfile
@@ -21,11 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from common import FAKE_KEY_ENV, machine, machine_line
+from common import FAKE_KEY_ENV, machine, machine_line, score
 from rag_rows import make_rows
 
-from faithfulness_pipeline.core.config import ScoringConfig
-from faithfulness_pipeline.core.pipeline import score_frame_async
 from faithfulness_pipeline.judges.factory import make_judge
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.judges.stored import open_store
@@ -40,14 +37,7 @@ def _score(df: pl.DataFrame, base_url: str, store: str) -> tuple[float, pl.DataF
     judge = make_judge(JudgeSettings(model="openai/bench-judge", api_base=base_url, api_key_env=FAKE_KEY_ENV,
                                      store=store))
     start = time.perf_counter()
-
-    async def run() -> pl.DataFrame:
-        try:
-            return await score_frame_async(df, judge, ScoringConfig())
-        finally:
-            await judge.aclose()
-
-    scored = asyncio.run(run())
+    scored = score(df, judge)
     return time.perf_counter() - start, scored
 
 

@@ -47,8 +47,7 @@ class LineRecord:
     custom_id: str
     submission: str
     step: str
-    items: list[dict[str, Any]]  # each with "key" (hex) and the item's fields
-    tries: int  # how many times these items have been sent
+    items: list[dict[str, Any]]  # each with "key" (hex), the item's fields and how often it was sent
 
 
 class BatchLedger:
@@ -71,7 +70,7 @@ class BatchLedger:
             )
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS batch_lines (custom_id TEXT PRIMARY KEY, submission TEXT NOT NULL,"
-                " step TEXT NOT NULL, items TEXT NOT NULL, tries INTEGER NOT NULL)"
+                " step TEXT NOT NULL, items TEXT NOT NULL)"
             )
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS batch_items (key BLOB PRIMARY KEY, custom_id TEXT NOT NULL) WITHOUT ROWID"
@@ -101,9 +100,8 @@ class BatchLedger:
             ("INSERT INTO batch_jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
              [(record.submission, record.step, record.scope, record.input_file_id, record.batch_id, record.state,
                record.provider_status, record.lines, record.created_at)]),
-            ("INSERT OR REPLACE INTO batch_lines VALUES (?, ?, ?, ?, ?)",
-             [(ln.custom_id, ln.submission, ln.step, json.dumps(ln.items, ensure_ascii=False), ln.tries)
-              for ln in lines]),
+            ("INSERT OR REPLACE INTO batch_lines VALUES (?, ?, ?, ?)",
+             [(ln.custom_id, ln.submission, ln.step, json.dumps(ln.items, ensure_ascii=False)) for ln in lines]),
             ("INSERT OR REPLACE INTO batch_items VALUES (?, ?)",
              [(bytes.fromhex(item["key"]), ln.custom_id) for ln in lines for item in ln.items]),
         ])
@@ -139,17 +137,17 @@ class BatchLedger:
     def open_batches(self, scope: str, step: str) -> list[BatchRecord]:
         with self._lock:
             rows = self._db().execute(
-                "SELECT * FROM batch_jobs WHERE scope = ? AND step = ? AND state IN ('creating', 'submitted') "
-                "ORDER BY created_at", (scope, step)
+                "SELECT * FROM batch_jobs WHERE scope = ? AND step = ? AND state IN (?, ?) ORDER BY created_at",
+                (scope, step, *OPEN_STATES),
             ).fetchall()
         return [BatchRecord(*row) for row in rows]
 
     def lines_of(self, submission: str) -> dict[str, LineRecord]:
         with self._lock:
             rows = self._db().execute(
-                "SELECT custom_id, submission, step, items, tries FROM batch_lines WHERE submission = ?", (submission,)
+                "SELECT custom_id, submission, step, items FROM batch_lines WHERE submission = ?", (submission,)
             ).fetchall()
-        return {row[0]: LineRecord(row[0], row[1], row[2], json.loads(row[3]), row[4]) for row in rows}
+        return {row[0]: LineRecord(row[0], row[1], row[2], json.loads(row[3])) for row in rows}
 
     def pending(self, keys: Sequence[bytes]) -> set[bytes]:
         """Those of ``keys`` that a batch not yet ingested is asking for."""

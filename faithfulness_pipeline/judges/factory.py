@@ -35,11 +35,11 @@ def make_judge(
 
         judge = OfflineJudge()
     elif settings.mode == "batch":
-        from faithfulness_pipeline.judges.litellm_batch import BatchJudge
+        from faithfulness_pipeline.judges.litellm_batch import NEEDS_A_STORE, BatchJudge
 
         if settings.store is None:
-            BatchJudge(settings, None)  # says why a store is needed
-        batch_store = open_store(settings.store or "")
+            raise ConfigError(NEEDS_A_STORE)
+        batch_store = open_store(settings.store)
         try:
             judge = BatchJudge(settings, batch_store, api_key=api_key, need_key=need_key)
             if check_connection:

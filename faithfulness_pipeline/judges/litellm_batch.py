@@ -86,6 +86,10 @@ MAX_ROUNDS_FACTOR: Final = 4
 _ERROR_CHARS: Final = 300
 
 
+NEEDS_A_STORE: Final = ("batch mode needs a result store (--store PATH, or FP_JUDGE_STORE): it holds the batches "
+                         "of a run until their results are back, hours later, maybe in another run")
+
+
 class BatchFailed(FaithfulnessPipelineError):
     """A batch that failed validation, was cancelled, or outlived the run's wait; the message names it."""
 
@@ -120,8 +124,7 @@ class BatchJudge:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if store is None:
-            raise ConfigError("batch mode needs a result store (--store PATH, or FP_JUDGE_STORE): it holds the "
-                              "batches of a run until their results are back, hours later, maybe in another run")
+            raise ConfigError(NEEDS_A_STORE)
         if not isinstance(store, ResultStore):
             raise ConfigError(f"batch mode keeps its batches in a SQLite result store; {store.location} is not one "
                               "(use a file path for --store, or the interactive mode)")
@@ -291,7 +294,7 @@ class BatchJudge:
             size += len(line)
             files[-1][0].append(line)
             files[-1][1].append(LineRecord(custom_id, tags[-1], step, [
-                self._serialise(keys[i], todo[keys[i]]) for i in indices], 1 + rounds))
+                self._serialise(keys[i], todo[keys[i]]) for i in indices]))
         records = []
         for tag, (lines, line_records) in zip(tags, files, strict=True):
             if lines:  # none when every item was too big to send (those are failures already)
@@ -550,11 +553,6 @@ class BatchJudge:
             retries=fallback.retries,
             notes=notes,
         )
-
-    @property
-    def batch_ids(self) -> list[str]:
-        """The batches this judge created or waited for, in the order it met them."""
-        return list(self._batches)
 
     async def aclose(self) -> None:
         try:

@@ -5,7 +5,6 @@ live in PostgreSQL, and a re-run of the day is served from the PostgreSQL result
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -15,7 +14,7 @@ from faithfulness_pipeline.defs import DefsSettings, build_defs
 from tests.defs.conftest import SAMPLE
 from tests.fakellm import FakeLLMServer
 from tests.fakellm.scripted import ScriptedJudge
-from tests.postgres_cluster import Cluster, missing_reason, postgres_cluster
+from tests.postgres_cluster import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
 KEY_ENV = "FP_TEST_PG_INSTANCE_KEY"
@@ -23,14 +22,10 @@ DAY = "2026-11-25"
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    reason = missing_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    with postgres_cluster() as running:
-        running.psql("CREATE DATABASE dagster")
-        running.psql("CREATE DATABASE results")
-        yield running
+def cluster(postgres: Cluster) -> Cluster:
+    postgres.psql("CREATE DATABASE dagster")
+    postgres.psql("CREATE DATABASE results")
+    return postgres
 
 
 def test_a_day_runs_on_the_postgresql_instance_with_the_store_beside_it(

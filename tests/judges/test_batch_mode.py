@@ -16,10 +16,10 @@ import httpx
 import polars as pl
 import pytest
 
+from faithfulness_pipeline.api import score_frame
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.judge import Judge
-from faithfulness_pipeline.core.pipeline import score_frame_async
 from faithfulness_pipeline.judges.factory import make_judge
 from faithfulness_pipeline.judges.litellm_batch import BatchFailed
 from faithfulness_pipeline.judges.settings import JudgeSettings
@@ -64,13 +64,7 @@ def _settings(server: FakeLLMServer, store: Path | None, **extra: Any) -> JudgeS
 
 
 def _score(frame: pl.DataFrame, judge: Judge, chunk_rows: int = 7) -> pl.DataFrame:
-    async def run() -> pl.DataFrame:
-        try:
-            return await score_frame_async(frame, judge, ScoringConfig(chunk_rows=chunk_rows))
-        finally:
-            await judge.aclose()
-
-    return asyncio.run(run())
+    return score_frame(frame, judge, ScoringConfig(chunk_rows=chunk_rows))  # closes the judge
 
 
 def _results(df: pl.DataFrame) -> pl.DataFrame:

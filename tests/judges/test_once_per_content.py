@@ -12,11 +12,11 @@ from typing import Any
 import polars as pl
 import pytest
 
+from faithfulness_pipeline.api import score_frame
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.judge import ExtractItem, ExtractResult, VerdictItem
 from faithfulness_pipeline.core.packing import rough_sentences
-from faithfulness_pipeline.core.pipeline import score_frame_async
 from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
 from faithfulness_pipeline.judges.run_memory import RunMemory
 from faithfulness_pipeline.judges.settings import JudgeSettings
@@ -50,13 +50,7 @@ def _judge(server: FakeLLMServer, store: Path | None = None, **settings: Any) ->
 
 
 def _score(frame: pl.DataFrame, judge: StoredJudge, chunk_rows: int = 7) -> pl.DataFrame:
-    async def run() -> pl.DataFrame:
-        try:
-            return await score_frame_async(frame, judge, ScoringConfig(chunk_rows=chunk_rows))
-        finally:
-            await judge.aclose()
-
-    return asyncio.run(run())
+    return score_frame(frame, judge, ScoringConfig(chunk_rows=chunk_rows))  # closes the judge
 
 
 def _items_asked(script: ScriptedJudge, step: str) -> int:

@@ -7,34 +7,24 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from faithfulness_pipeline.api import score_frame
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.core.pipeline import score_frame_async
 from faithfulness_pipeline.judges.factory import make_judge
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.judges.store import Store
 from faithfulness_pipeline.judges.stored import open_store
 from tests.fakellm import FakeLLMServer
 from tests.fakellm.scripted import ScriptedJudge, typical_rows
-from tests.postgres_cluster import PASSWORD, Cluster, missing_reason, postgres_cluster
+from tests.postgres_cluster import PASSWORD, Cluster
 
 KEY_ENV = "FP_TEST_BACKEND_KEY"
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    reason = missing_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    with postgres_cluster() as running:
-        yield running
 
 
 _DATABASES = iter(range(1_000_000))
@@ -45,7 +35,7 @@ def spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh, empty store of each backend, as the user names it (a path, or a URL)."""
     if request.param == "sqlite":
         return str(tmp_path / "store.sqlite")
-    cluster: Cluster = request.getfixturevalue("cluster")
+    cluster: Cluster = request.getfixturevalue("postgres")
     name = f"t{next(_DATABASES)}"
     cluster.psql(f"CREATE DATABASE {name}")
     return cluster.url(database=name)
@@ -117,15 +107,7 @@ def _frame(n: int) -> pl.DataFrame:
 
 
 def _score(frame: pl.DataFrame, settings: JudgeSettings) -> pl.DataFrame:
-    judge = make_judge(settings)
-
-    async def run() -> pl.DataFrame:
-        try:
-            return await score_frame_async(frame, judge, ScoringConfig(chunk_rows=9))
-        finally:
-            await judge.aclose()
-
-    return asyncio.run(run())
+    return score_frame(frame, make_judge(settings), ScoringConfig(chunk_rows=9))  # closes the judge
 
 
 def test_a_scoring_run_resumes_and_re_runs_free_on_either_backend(spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,18 +164,18 @@ def _one_line_error(spec: str) -> str:
     return message
 
 
-def test_bad_urls_and_unreachable_databases_are_one_line(cluster: Cluster, tmp_path: Path) -> None:
+def test_bad_urls_and_unreachable_databases_are_one_line(postgres: Cluster, tmp_path: Path) -> None:
     assert "unknown scheme 'mysql'" in _one_line_error("mysql://u:p@host/db")
-    assert "password authentication failed" in _one_line_error(cluster.url(password="wrong-password"))
-    assert 'database "missing" does not exist' in _one_line_error(cluster.url(database="missing"))
+    assert "password authentication failed" in _one_line_error(postgres.url(password="wrong-password"))
+    assert 'database "missing" does not exist' in _one_line_error(postgres.url(database="missing"))
     down = f"postgresql://fp:{PASSWORD}@/fp?host={tmp_path}"  # no server on that socket
     assert "cannot reach the result store" in _one_line_error(down)
     assert "***" in _one_line_error(down)
 
 
-def test_a_store_of_another_version_is_refused_in_one_line(cluster: Cluster) -> None:
-    cluster.psql("CREATE DATABASE old_version")
-    url = cluster.url(database="old_version")
+def test_a_store_of_another_version_is_refused_in_one_line(postgres: Cluster) -> None:
+    postgres.psql("CREATE DATABASE old_version")
+    url = postgres.url(database="old_version")
     open_store(url).close()
     import psycopg
 
