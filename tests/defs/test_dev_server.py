@@ -27,7 +27,6 @@ import dagster as dg
 import polars as pl
 import pytest
 import yaml
-from dagster import DagsterEventType
 
 from tests.defs.conftest import (
     ASSETS,
@@ -40,9 +39,7 @@ from tests.defs.conftest import (
     sample_ids,
     subprocess_env,
 )
-
-POOL = "llm_judge"
-LLM_STEPS = {"claims_and_verdicts"}  # the one step that materialises extracted_claims and judged_claims
+from tests.defs.pool_events import POOL, pool_use
 
 
 @dataclass
@@ -160,18 +157,6 @@ def _wait(predicate: object, what: str, timeout: float) -> None:
         time.sleep(0.5)
 
 
-def _max_overlap(intervals: list[tuple[float, float]]) -> int:
-    # an end at the same instant as a start frees the slot first
-    points = sorted(
-        [(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals], key=lambda p: (p[0], p[1])
-    )
-    running = peak = 0
-    for _, delta in points:
-        running += delta
-        peak = max(peak, running)
-    return peak
-
-
 def test_backfill_runs_in_parallel_processes_within_the_pool_limit(
     dev: DevServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -230,28 +215,16 @@ def test_backfill_runs_in_parallel_processes_within_the_pool_limit(
         assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in finished), [r.status for r in finished]
         assert sorted(r.tags["dagster/partition"] for r in finished) == list(DAYS)
 
-        intervals: list[tuple[float, float]] = []
-        blocked_events = 0
-        for run in finished:
-            starts: dict[str, float] = {}
-            for entry in instance.all_logs(run.run_id):
-                event = entry.dagster_event
-                if event is None or event.step_key not in LLM_STEPS:
-                    continue
-                if event.event_type == DagsterEventType.STEP_START:
-                    starts[event.step_key] = entry.timestamp
-                elif event.event_type in (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE):
-                    intervals.append((starts.pop(event.step_key), entry.timestamp))
-                elif event.event_type == DagsterEventType.ENGINE_EVENT and POOL in (entry.message or ""):
-                    blocked_events += 1
-            assert not starts
+        use = pool_use(instance, [run.run_id for run in finished])
+        assert not use.unfinished
+        intervals = use.intervals
         assert len(intervals) == len(DAYS)
         # no LLM step ran while the test held the pool, and never more than the limit at once afterwards
         assert min(start for start, _ in intervals) >= released_at
-        peak = _max_overlap(intervals)
-        print(f"pool limit {limit}: at most {peak} LLM step(s) at once; {blocked_events} 'blocked by pool' events")
+        peak = use.peak()
+        print(f"pool limit {limit}: at most {peak} LLM step(s) at once; {use.blocked_events} 'blocked by pool' events")
         assert 1 <= peak <= limit
-        assert blocked_events >= len(DAYS)
+        assert use.blocked_events >= len(DAYS)
         assert storage.get_concurrency_info(POOL).claimed_slots == []  # every slot given back
 
     # every sample row scored, each day once
