@@ -3,8 +3,10 @@ PostgreSQL cluster per worker for the tests that need a real server."""
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -29,3 +31,22 @@ def postgres() -> Iterator[Cluster]:
         pytest.skip(reason)
     with postgres_cluster() as running:
         yield running
+
+
+_DATABASES = itertools.count()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
+    """Makes fresh, empty result stores of one backend, named as a user names them (a file path, or a
+    postgresql:// URL to a new database of the worker's cluster): a test asking for it runs once per backend."""
+    if request.param == "sqlite":
+        return lambda name: str(tmp_path / f"{name}.sqlite")
+    cluster: Cluster = request.getfixturevalue("postgres")
+
+    def make(name: str) -> str:
+        database = f"store_{next(_DATABASES)}"
+        cluster.psql(f"CREATE DATABASE {database}")
+        return cluster.url(database=database)
+
+    return make

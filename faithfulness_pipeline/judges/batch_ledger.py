@@ -1,8 +1,10 @@
 """The durable record of provider batch jobs: what was submitted, in which batch, carrying which items.
 
-It lives in the result store's SQLite file (its own tables beside ``results``), because a batch is paid
-for once it is created and its results arrive hours later, maybe in another process: whatever is needed
-to find a batch again and to read its output is committed *before* the next step can lose it.
+It lives in the result store, in tables of its own beside the results (in the SQLite file, or in the
+database of a ``postgresql://`` store, where run workers on several machines see each other's batches),
+because a batch is paid for once it is created and its results arrive hours later, maybe in another
+process or on another machine: whatever is needed to find a batch again and to read its output is
+committed *before* the next step can lose it.
 
 - a submission is recorded (``creating``, with the uploaded file and a submission tag sent as the
   batch's metadata) before the batch is created, and gets its batch id right after: a run killed in
@@ -20,7 +22,8 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -50,59 +53,41 @@ class LineRecord:
     items: list[dict[str, Any]]  # each with "key" (hex), the item's fields and how often it was sent
 
 
-class BatchLedger:
-    """The batch tables of one store file. Safe for several processes (WAL, busy timeout)."""
+#: batch_jobs' columns in BatchRecord's order, named in the statements so neither relies on the table's own order.
+_JOB_COLUMNS: Final = "submission, step, scope, input_file_id, batch_id, state, provider_status, lines, created_at"
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
 
-    def _db(self) -> sqlite3.Connection:
-        if self._conn is None:
-            conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 60000")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS batch_jobs (submission TEXT PRIMARY KEY, step TEXT NOT NULL,"
-                " scope TEXT NOT NULL, input_file_id TEXT NOT NULL, batch_id TEXT, state TEXT NOT NULL,"
-                " provider_status TEXT, lines INTEGER NOT NULL, created_at REAL NOT NULL)"
-            )
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS batch_lines (custom_id TEXT PRIMARY KEY, submission TEXT NOT NULL,"
-                " step TEXT NOT NULL, items TEXT NOT NULL)"
-            )
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS batch_items (key BLOB PRIMARY KEY, custom_id TEXT NOT NULL) WITHOUT ROWID"
-            )
-            conn.execute("CREATE INDEX IF NOT EXISTS batch_lines_by_submission ON batch_lines (submission)")
-            self._conn = conn
-        return self._conn
+class BatchLedger(ABC):
+    """The batch tables of one result store, whatever its backend: the statements are written once here,
+    with ``?`` parameters; a backend runs them (:meth:`_write`, :meth:`_query`) on its own connection and
+    creates the tables it needs on first use."""
 
-    def _write(self, statements: Iterable[tuple[str, list[tuple[Any, ...]]]]) -> None:
+    @abstractmethod
+    def _write(self, statements: Sequence[tuple[str, list[tuple[Any, ...]]]]) -> None:
         """Each statement over each of its parameter rows, all in one transaction."""
-        with self._lock:
-            conn = self._db()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for sql, rows in statements:
-                    conn.executemany(sql, rows)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+
+    @abstractmethod
+    def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]: ...
+
+    @abstractmethod
+    def _keys_pending(self, keys: Sequence[bytes]) -> set[bytes]:
+        """Those of ``keys`` found in ``batch_items`` (the lookup of many keys differs by backend)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
 
     # ------------------------------------------------------------------------------- writing
 
     def record_submission(self, record: BatchRecord, lines: Sequence[LineRecord]) -> None:
         """The batch about to be created, its lines and its items' pointers, in one transaction."""
         self._write([
-            ("INSERT INTO batch_jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (f"INSERT INTO batch_jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
              [(record.submission, record.step, record.scope, record.input_file_id, record.batch_id, record.state,
                record.provider_status, record.lines, record.created_at)]),
-            ("INSERT OR REPLACE INTO batch_lines VALUES (?, ?, ?, ?)",
+            ("INSERT INTO batch_lines VALUES (?, ?, ?, ?) ON CONFLICT (custom_id) DO UPDATE SET "
+             "submission = excluded.submission, step = excluded.step, items = excluded.items",
              [(ln.custom_id, ln.submission, ln.step, json.dumps(ln.items, ensure_ascii=False)) for ln in lines]),
-            ("INSERT OR REPLACE INTO batch_items VALUES (?, ?)",
+            ("INSERT INTO batch_items VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET custom_id = excluded.custom_id",
              [(bytes.fromhex(item["key"]), ln.custom_id) for ln in lines for item in ln.items]),
         ])
 
@@ -135,26 +120,74 @@ class BatchLedger:
     # ------------------------------------------------------------------------------- reading
 
     def open_batches(self, scope: str, step: str) -> list[BatchRecord]:
-        with self._lock:
-            rows = self._db().execute(
-                "SELECT * FROM batch_jobs WHERE scope = ? AND step = ? AND state IN (?, ?) ORDER BY created_at",
-                (scope, step, *OPEN_STATES),
-            ).fetchall()
+        rows = self._query(
+            f"SELECT {_JOB_COLUMNS} FROM batch_jobs WHERE scope = ? AND step = ? AND state IN (?, ?) "
+            "ORDER BY created_at, submission",
+            (scope, step, *OPEN_STATES),
+        )
         return [BatchRecord(*row) for row in rows]
 
     def lines_of(self, submission: str) -> dict[str, LineRecord]:
-        with self._lock:
-            rows = self._db().execute(
-                "SELECT custom_id, submission, step, items FROM batch_lines WHERE submission = ?", (submission,)
-            ).fetchall()
+        rows = self._query("SELECT custom_id, submission, step, items FROM batch_lines WHERE submission = ?",
+                           (submission,))  # fmt: skip
         return {row[0]: LineRecord(row[0], row[1], row[2], json.loads(row[3])) for row in rows}
 
     def pending(self, keys: Sequence[bytes]) -> set[bytes]:
         """Those of ``keys`` that a batch not yet ingested is asking for."""
+        return self._keys_pending(keys) if keys else set()
+
+
+class SqliteBatchLedger(BatchLedger):
+    """The batch tables in a SQLite store file, beside ``results``. Safe for several processes (WAL, busy
+    timeout)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 60000")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS batch_jobs (submission TEXT PRIMARY KEY, step TEXT NOT NULL,"
+                " scope TEXT NOT NULL, input_file_id TEXT NOT NULL, batch_id TEXT, state TEXT NOT NULL,"
+                " provider_status TEXT, lines INTEGER NOT NULL, created_at REAL NOT NULL)"
+            )
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS batch_lines (custom_id TEXT PRIMARY KEY, submission TEXT NOT NULL,"
+                " step TEXT NOT NULL, items TEXT NOT NULL)"
+            )
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS batch_items (key BLOB PRIMARY KEY, custom_id TEXT NOT NULL) WITHOUT ROWID"
+            )
+            conn.execute("CREATE INDEX IF NOT EXISTS batch_lines_by_submission ON batch_lines (submission)")
+            self._conn = conn
+        return self._conn
+
+    def _write(self, statements: Sequence[tuple[str, list[tuple[Any, ...]]]]) -> None:
+        with self._lock:
+            conn = self._db()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, rows in statements:
+                    conn.executemany(sql, rows)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return list(self._db().execute(sql, tuple(params)).fetchall())
+
+    def _keys_pending(self, keys: Sequence[bytes]) -> set[bytes]:
         found: set[bytes] = set()
         with self._lock:
             conn = self._db()
-            for start in range(0, len(keys), 900):
+            for start in range(0, len(keys), 900):  # below SQLite's limit of parameters per statement
                 chunk = list(keys[start : start + 900])
                 marks = ",".join("?" * len(chunk))
                 found.update(k for (k,) in conn.execute(f"SELECT key FROM batch_items WHERE key IN ({marks})", chunk))

@@ -9,7 +9,7 @@ hours: so the whole run is asked for first (``core.judge.Prepaying``), step by s
 
 1. every distinct extraction item of the run that the store lacks goes into batch files (split at the
    provider's limits), which are uploaded and created as batches; each submission is recorded in the
-   store file's batch ledger (``judges.batch_ledger``) before the batch is created, and its id right
+   store's batch ledger (``judges.batch_ledger``) before the batch is created, and its id right
    after, so that a run killed at any point finds its batches again instead of paying twice;
 2. the batches are polled (the pause grows by half each look) until each one ends; a finished batch's
    output is read, validated line by line and stored; lines that failed, expired or did not validate are
@@ -49,7 +49,13 @@ from faithfulness_pipeline.core.judge import (
     VerdictResult,
 )
 from faithfulness_pipeline.core.packing import REPLY_SLACK_TOKENS, Limits, pack_entries
-from faithfulness_pipeline.judges.batch_ledger import BatchLedger, BatchRecord, LineRecord, new_submission_tag
+from faithfulness_pipeline.judges.batch_ledger import (
+    BatchLedger,
+    BatchRecord,
+    LineRecord,
+    SqliteBatchLedger,
+    new_submission_tag,
+)
 from faithfulness_pipeline.judges.estimates import CostEstimate
 from faithfulness_pipeline.judges.litellm_batch_api import TERMINAL, BatchAPI, BatchAPIError, BatchView, request_line
 from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
@@ -125,9 +131,6 @@ class BatchJudge:
     ) -> None:
         if store is None:
             raise ConfigError(NEEDS_A_STORE)
-        if not isinstance(store, ResultStore):
-            raise ConfigError(f"batch mode keeps its batches in a SQLite result store; {store.location} is not one "
-                              "(use a file path for --store, or the interactive mode)")
         if not api_key:
             try:
                 _, api_key = resolve_api_key(config.model or "", config.api_key_env)
@@ -142,7 +145,7 @@ class BatchJudge:
         self.sizing = self.interactive.sizing
         self.card = self.interactive.card.for_batches()
         self.store = store
-        self.ledger = BatchLedger(store.path)
+        self.ledger = _ledger_of(store)
         self.api = BatchAPI(config, api_key=api_key, redact=self.redact, sleep=sleep)
         self.limits = limits
         #: Where progress of the batches goes (the CLI prints it; Dagster logs it).
@@ -559,6 +562,20 @@ class BatchJudge:
             await self.interactive.aclose()
         finally:
             self.ledger.close()
+
+
+def _ledger_of(store: Store) -> BatchLedger:
+    """The batch ledger kept in ``store``: the same SQLite file, or the same PostgreSQL database."""
+    from faithfulness_pipeline.judges.store_postgres import PostgresStore
+
+    if isinstance(store, ResultStore):
+        return SqliteBatchLedger(store.path)
+    if isinstance(store, PostgresStore):
+        from faithfulness_pipeline.judges.batch_ledger_postgres import PostgresBatchLedger
+
+        return PostgresBatchLedger(store)
+    raise ConfigError(f"batch mode cannot keep its batch records in {type(store).__name__} stores (a SQLite file "
+                      "or a postgresql:// URL can)")
 
 
 def _progress_line(step: str, views: list[BatchView], running: int) -> str:

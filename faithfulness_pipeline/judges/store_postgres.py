@@ -94,7 +94,7 @@ class PostgresStore:
         self._pool = pool
         return pool
 
-    def _run(self, work: Any) -> Any:
+    def run(self, work: Any) -> Any:
         """``work(connection)`` on a pooled connection; a database error becomes a :class:`StoreError`."""
         import psycopg
         from psycopg_pool import PoolTimeout
@@ -122,7 +122,7 @@ class PostgresStore:
                     found[bytes(key)] = text if text is not None else bytes(blob)
             return found
 
-        result: dict[bytes, Value] = self._run(work)
+        result: dict[bytes, Value] = self.run(work)
         return result
 
     def get_aligned(self, keys: Sequence[bytes]) -> list[Value | None]:
@@ -147,10 +147,10 @@ class PostgresStore:
                     batch,
                 )
 
-        self._run(work)
+        self.run(work)
 
     def count(self) -> int:
-        row = self._run(lambda conn: conn.execute("SELECT count(*) FROM fp_results").fetchone())
+        row = self.run(lambda conn: conn.execute("SELECT count(*) FROM fp_results").fetchone())
         return int(row[0])
 
     # ------------------------------------------------------------------------------- leases
@@ -172,19 +172,19 @@ class PostgresStore:
             ).fetchall()
             return {bytes(k) for (k,) in rows}
 
-        claimed: set[bytes] = self._run(work)
+        claimed: set[bytes] = self.run(work)
         return claimed
 
     def lease_owners(self, keys: Sequence[bytes]) -> set[str]:
         if not keys:
             return set()
-        rows = self._run(lambda conn: conn.execute("SELECT DISTINCT owner FROM fp_leases WHERE key = ANY(%s)",
+        rows = self.run(lambda conn: conn.execute("SELECT DISTINCT owner FROM fp_leases WHERE key = ANY(%s)",
                                                    (list(keys),)).fetchall())
         return {str(o) for (o,) in rows}
 
     def release(self, keys: Sequence[bytes], owner: str) -> None:
         if keys:
-            self._run(lambda conn: conn.execute("DELETE FROM fp_leases WHERE owner = %s AND key = ANY(%s)",
+            self.run(lambda conn: conn.execute("DELETE FROM fp_leases WHERE owner = %s AND key = ANY(%s)",
                                                 (owner, list(keys))))
 
     def close(self) -> None:

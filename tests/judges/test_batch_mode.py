@@ -9,6 +9,7 @@ import asyncio
 import math
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ def _frame(n: int = 30, seed: int = 5) -> pl.DataFrame:
     })
 
 
-def _settings(server: FakeLLMServer, store: Path | None, **extra: Any) -> JudgeSettings:
+def _settings(server: FakeLLMServer, store: Path | str | None, **extra: Any) -> JudgeSettings:
     values: dict[str, Any] = {
         "model": MODEL, "api_base": server.base_url, "api_key_env": KEY_ENV, "timeout_s": 5,
         "backoff_base_s": 0.01, "backoff_max_s": 0.05, "batch_poll_s": 0.02, "mode": "batch",
@@ -81,13 +82,13 @@ def _assert_bill_matches_server(scored: pl.DataFrame, server: FakeLLMServer, pri
     assert math.isclose(float(scored.get_column("billed_cost_usd").sum()), expected, rel_tol=1e-9)
 
 
-def test_batch_mode_gives_the_interactive_results_at_half_the_price(tmp_path: Path) -> None:
+def test_batch_mode_gives_the_interactive_results_at_half_the_price(new_store: Callable[[str], str]) -> None:
     frame = _frame()
     with FakeLLMServer(ScriptedJudge(), batch_timing=FAST) as server:
-        interactive = _score(frame, make_judge(_settings(server, tmp_path / "i.sqlite", mode="interactive")))
+        interactive = _score(frame, make_judge(_settings(server, new_store("i"), mode="interactive")))
         chat = server.stats()
         server.reset_stats()
-        batch = _score(frame, make_judge(_settings(server, tmp_path / "b.sqlite")))
+        batch = _score(frame, make_judge(_settings(server, new_store("b"))))
         st = server.stats()
     assert st.requests == 0, "batch mode sent chat requests"
     assert st.batches_created == 2  # extraction, then verdicts
@@ -104,9 +105,11 @@ def test_batch_mode_gives_the_interactive_results_at_half_the_price(tmp_path: Pa
     assert math.isclose(float(batch.get_column("cost_usd").sum()), float(batch.get_column("billed_cost_usd").sum()))
 
 
-def test_one_store_serves_both_modes_and_a_batch_run_pays_only_for_what_it_lacks(tmp_path: Path) -> None:
+def test_one_store_serves_both_modes_and_a_batch_run_pays_only_for_what_it_lacks(
+    new_store: Callable[[str], str],
+) -> None:
     frame = _frame(24)
-    store = tmp_path / "shared.sqlite"
+    store = new_store("shared")
     script = ScriptedJudge()
     with FakeLLMServer(script, batch_timing=FAST) as server:
         first_half = _score(frame.head(12), make_judge(_settings(server, store, mode="interactive")))
@@ -176,8 +179,8 @@ def test_a_batch_that_fails_validation_stops_the_run_naming_it(tmp_path: Path) -
         _score(_frame(8), make_judge(_settings(server, tmp_path / "s.sqlite")))
 
 
-def test_a_cancelled_batch_stops_the_run_and_keeps_what_it_finished(tmp_path: Path) -> None:
-    store = tmp_path / "s.sqlite"
+def test_a_cancelled_batch_stops_the_run_and_keeps_what_it_finished(new_store: Callable[[str], str]) -> None:
+    store = new_store("s")
     frame = _frame(20)
     script = ScriptedJudge()
     with FakeLLMServer(script, batch_timing=FAST, batch_faults=BatchFaults(stall_after={1: 2})) as server:
@@ -211,8 +214,8 @@ def _cancel_first_batch(server: FakeLLMServer) -> None:
             time.sleep(0.01)
 
 
-def test_a_run_out_of_wait_stops_and_the_next_run_picks_its_batches_up(tmp_path: Path) -> None:
-    store = tmp_path / "s.sqlite"
+def test_a_run_out_of_wait_stops_and_the_next_run_picks_its_batches_up(new_store: Callable[[str], str]) -> None:
+    store = new_store("s")
     frame = _frame(12)
     slow = BatchTiming(validating_s=1.5, per_line_s=0.001, finalizing_s=0.01)
     with FakeLLMServer(ScriptedJudge(), batch_timing=slow) as server:
@@ -235,6 +238,24 @@ def test_batch_mode_needs_a_store_and_a_model(tmp_path: Path) -> None:
         make_judge(_settings(server, None))
     with pytest.raises(ConfigError, match="batch mode needs a model"):
         make_judge(JudgeSettings(mode="batch", store=str(tmp_path / "s.sqlite")))
+
+
+def test_batch_mode_refuses_a_store_it_cannot_keep_batch_records_in(tmp_path: Path) -> None:
+    """A store of the user's own (any object with the store's methods) keeps results, not batch records."""
+    from faithfulness_pipeline.core.errors import ConfigError
+    from faithfulness_pipeline.judges.litellm_batch import BatchJudge
+    from faithfulness_pipeline.judges.stored import open_store
+
+    class OwnStore:
+        def __init__(self) -> None:
+            self.inner = open_store(tmp_path / "s.sqlite")
+            self.location = "own-store"
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    with FakeLLMServer(ScriptedJudge()) as server, pytest.raises(ConfigError, match="cannot keep its batch records in OwnStore"):
+        BatchJudge(_settings(server, tmp_path / "s.sqlite"), OwnStore())
 
 
 def test_batches_are_split_at_the_provider_limits(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -27,18 +28,10 @@ from tests.postgres_cluster import PASSWORD, Cluster
 KEY_ENV = "FP_TEST_BACKEND_KEY"
 
 
-_DATABASES = iter(range(1_000_000))
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture
+def spec(new_store: Callable[[str], str]) -> str:
     """A fresh, empty store of each backend, as the user names it (a path, or a URL)."""
-    if request.param == "sqlite":
-        return str(tmp_path / "store.sqlite")
-    cluster: Cluster = request.getfixturevalue("postgres")
-    name = f"t{next(_DATABASES)}"
-    cluster.psql(f"CREATE DATABASE {name}")
-    return cluster.url(database=name)
+    return new_store("store")
 
 
 def _keys(n: int, tag: bytes = b"k") -> list[bytes]:

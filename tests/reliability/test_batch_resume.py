@@ -2,20 +2,24 @@
 extraction batch and while it waits for the verdict batch; each re-run finds the batches in the store
 and waits for them, so the server creates exactly one batch per step over all the runs, and the final
 table equals an uninterrupted run's. A batch whose id was lost (the run died between the create call and
-recording it) is found again by its tag."""
+recording it) is found again by its tag, in a SQLite and in a PostgreSQL store."""
 
 from __future__ import annotations
 
 import sqlite3
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import polars as pl
+import psycopg
 import pytest
 
 from faithfulness_pipeline.judges.factory import make_judge
 from faithfulness_pipeline.judges.litellm_batch import BatchFailed
 from faithfulness_pipeline.judges.settings import JudgeSettings
+from faithfulness_pipeline.judges.store_postgres import is_postgres_url
 from tests.fakellm import FakeLLMServer
 from tests.fakellm.batches import BatchFaults, BatchTiming
 from tests.fakellm.scripted import ScriptedJudge
@@ -38,13 +42,22 @@ SLOW = BatchTiming(validating_s=3.0, per_line_s=0.001, finalizing_s=0.01)
 USAGE = ("llm_calls", "prompt_tokens", "completion_tokens", "cost_usd")
 
 
-def _states(store: Path) -> list[tuple[str, str]]:
-    if not store.exists():
+def _sql(store: str, statement: str) -> list[tuple[Any, ...]]:
+    """``statement`` run on the store's own database (a SQLite file or a PostgreSQL URL), its rows if any."""
+    if is_postgres_url(store):
+        with psycopg.connect(store, autocommit=True) as conn:
+            cursor = conn.execute(statement)
+            return cursor.fetchall() if cursor.description else []
+    with sqlite3.connect(store, timeout=5) as conn:
+        return conn.execute(statement).fetchall()
+
+
+def _states(store: str) -> list[tuple[str, str]]:
+    if not is_postgres_url(store) and not Path(store).exists():
         return []
     try:
-        with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=5) as conn:
-            return conn.execute("SELECT step, state FROM batch_jobs ORDER BY created_at").fetchall()
-    except sqlite3.OperationalError:  # the table is not there yet
+        return _sql(store, "SELECT step, state FROM batch_jobs ORDER BY created_at")
+    except (sqlite3.OperationalError, psycopg.errors.UndefinedTable):  # the table is not there yet
         return []
 
 
@@ -54,15 +67,17 @@ def _start(cmd: list[str]) -> subprocess.Popen[bytes]:
 
 
 def test_sigkill_while_creating_and_while_waiting_never_pays_twice(tmp_path: Path) -> None:
+    """With a SQLite store (the ledger's PostgreSQL backend runs the same statements; its records outliving
+    a run are tested below and in tests/judges/test_batch_mode.py)."""
     src = tmp_path / "in.parquet"
     short_rows(120).write_parquet(src)
-    store = tmp_path / "store.sqlite"
+    store = str(tmp_path / "store.sqlite")
     with FakeLLMServer(ScriptedJudge(), batch_timing=FAST) as server:
         reference = run_cli(cli_command(server, src, tmp_path / "ref.parquet", "--batch", "--store",
                                         str(tmp_path / "ref.sqlite"), "--batch-poll", "0.05", "--quiet"), KEY)
         assert reference.returncode == 0, reference.stderr
         server.reset_stats()
-        base = cli_command(server, src, tmp_path / "out.parquet", "--batch", "--store", str(store),
+        base = cli_command(server, src, tmp_path / "out.parquet", "--batch", "--store", store,
                            "--batch-poll", "0.05", "--quiet")
 
         # 1. while creating: every create is answered 429, the run is recorded as "creating"
@@ -104,21 +119,22 @@ def test_sigkill_while_creating_and_while_waiting_never_pays_twice(tmp_path: Pat
     assert comparable(out, drop).height == 120 and (out.get_column("status") == "ok").all()
 
 
-def test_a_batch_whose_id_was_lost_is_found_by_its_tag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_batch_whose_id_was_lost_is_found_by_its_tag(
+    new_store: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The run died after the provider created the batch but before its id was recorded: the batch
     exists, the store knows only its tag. The next run finds it by the tag instead of creating another."""
     monkeypatch.setenv(KEY_ENV, KEY)
-    store = tmp_path / "s.sqlite"
+    store = new_store("s")
     frame = _frame(12)
     with FakeLLMServer(ScriptedJudge(), batch_timing=SLOW) as server:
         settings = JudgeSettings(model="openai/gpt-4o-mini", api_base=server.base_url, api_key_env=KEY_ENV,
-                                 mode="batch", store=str(store), batch_poll_s=0.05, batch_max_wait_s=0.2,
+                                 mode="batch", store=store, batch_poll_s=0.05, batch_max_wait_s=0.2,
                                  max_items_per_pack=4)
         with pytest.raises(BatchFailed, match="still running"):
             _score(frame, make_judge(settings))
         assert server.stats().batches_created == 1
-        with sqlite3.connect(store) as conn:
-            conn.execute("UPDATE batch_jobs SET batch_id = NULL, state = 'creating'")
+        _sql(store, "UPDATE batch_jobs SET batch_id = NULL, state = 'creating'")
         server.set_batch_timing(FAST)
         scored = _score(frame, make_judge(settings.model_copy(update={"batch_max_wait_s": 600.0})))
         assert server.stats().batches_created == 2  # the extraction batch found again, the verdict batch new

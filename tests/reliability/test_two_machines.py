@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +30,9 @@ import polars as pl
 import psycopg
 import pytest
 
+from faithfulness_pipeline.api import score_frame
+from faithfulness_pipeline.judges.factory import make_judge
+from faithfulness_pipeline.judges.settings import JudgeSettings
 from tests.defs.pool_events import POOL, pool_use
 from tests.fakellm import FakeLLMServer, Latency
 from tests.fakellm.scripted import ScriptedJudge
@@ -40,10 +44,8 @@ from tests.reliability.support import (
     STEPS,
     TO_SCORED,
     child_env,
-    cli_command,
     comparable,
     dg_launch,
-    run_cli,
     short_rows,
     step_items,
 )
@@ -80,16 +82,64 @@ def _own_texts(judge_days: tuple[str, ...]) -> set[str]:
     return out - {""}
 
 
+@dataclass(frozen=True)
+class Alone:
+    """One worker scoring some days alone, with a store of its own: what each step asks once, and its rows."""
+
+    items: dict[str, int]
+    scored: pl.DataFrame
+
+
 @dataclass
 class World:
     root: Path
-    cluster: Cluster
     landing: Path
     warehouse: Path
     dagster_url: str
     store_url: str
-    baseline: dict[str, int]  # items each step asks once, one worker scoring the four days
-    reference: pl.DataFrame  # that worker's scored rows
+    alone: Callable[[tuple[str, ...]], Alone]
+
+
+@pytest.fixture(scope="module")
+def landing(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("landing")
+    for k, day in enumerate(DAYS):
+        _day_rows(k, day).write_parquet(folder / f"{day}.parquet")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def alone(landing: Path) -> Callable[[tuple[str, ...]], Alone]:
+    """The lone worker's run over the given days (in-process, against a fake server of its own)."""
+    done: dict[tuple[str, ...], Alone] = {}
+
+    def run(days: tuple[str, ...]) -> Alone:
+        if days not in done:
+            frame = pl.concat([pl.read_parquet(landing / f"{day}.parquet") for day in days])
+            judge = ScriptedJudge()
+            with pytest.MonkeyPatch.context() as mp, FakeLLMServer(judge) as server:
+                mp.setenv(KEY_ENV, KEY)
+                settings = JudgeSettings(model=MODEL, api_base=server.base_url, api_key_env=KEY_ENV)
+                scored = score_frame(frame, make_judge(settings))
+            done[days] = Alone(_asked(judge), scored)
+        return done[days]
+
+    return run
+
+
+@pytest.fixture
+def world(postgres: Cluster, tmp_path: Path, landing: Path, alone: Callable[[tuple[str, ...]], Alone]) -> World:
+    reason = _unshare_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    tag = tmp_path.name.replace("-", "_").lower()
+    for db in ("dagster", "results"):
+        postgres.psql(f"CREATE DATABASE {db}_{tag}")
+    return World(
+        root=tmp_path, landing=landing, warehouse=tmp_path / "warehouse",
+        dagster_url=postgres.url(database=f"dagster_{tag}").replace("postgresql://", "postgresql+psycopg2://"),
+        store_url=postgres.url(database=f"results_{tag}"), alone=alone,
+    )  # fmt: skip
 
 
 @dataclass
@@ -133,11 +183,11 @@ class Machine:
         self.procs.clear()
 
 
-def _machine(world: World, name: str, server: FakeLLMServer) -> Machine:
-    local = world.root / name
-    home, tmp = local / "dagster_home", local / "tmp"
+def _machine(world: World, name: str, server: FakeLLMServer, tmp: Path) -> Machine:
+    """``tmp`` is short on purpose: multiprocessing's fork server puts its Unix socket there, and a path
+    over 107 bytes cannot be bound (under pytest-xdist a tmp_path-based TMPDIR is longer than that)."""
+    home = world.root / name / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
-    tmp.mkdir(exist_ok=True)
     shutil.copy(REPO / "dagster_home" / "postgres" / "dagster.yaml", home / "dagster.yaml")
     env = child_env(
         DAGSTER_HOME=str(home), TMPDIR=str(tmp), FP_DAGSTER_PG_URL=world.dagster_url,
@@ -146,36 +196,6 @@ def _machine(world: World, name: str, server: FakeLLMServer) -> Machine:
         FP_JUDGE_API_KEY_ENV=KEY_ENV, FP_JUDGE_MAX_CONCURRENCY="2", FP_PARTITIONS_START=DAYS[0], **{KEY_ENV: KEY},
     )  # fmt: skip
     return Machine(name, env)
-
-
-@pytest.fixture
-def world(postgres: Cluster, tmp_path: Path) -> World:
-    reason = _unshare_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    tag = tmp_path.name.replace("-", "_").lower()
-    for db in ("dagster", "results"):
-        postgres.psql(f"CREATE DATABASE {db}_{tag}")
-    landing = tmp_path / "landing"
-    landing.mkdir()
-    frames = [_day_rows(k, day) for k, day in enumerate(DAYS)]
-    for day, frame in zip(DAYS, frames, strict=True):
-        frame.write_parquet(landing / f"{day}.parquet")
-    # One worker scoring the same rows alone, with a store of its own: what each step asks once.
-    everything = tmp_path / "all.parquet"
-    pl.concat(frames).write_parquet(everything)
-    judge = ScriptedJudge()
-    with FakeLLMServer(judge) as server:
-        done = run_cli(cli_command(server, everything, tmp_path / "alone.parquet", "--store",
-                                   str(tmp_path / "alone.sqlite"), "--quiet"), KEY)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    baseline = {step: step_items(judge, step) for step in STEPS}
-    return World(
-        root=tmp_path, cluster=postgres, landing=landing, warehouse=tmp_path / "warehouse",
-        dagster_url=postgres.url(database=f"dagster_{tag}").replace("postgresql://", "postgresql+psycopg2://"),
-        store_url=postgres.url(database=f"results_{tag}"), baseline=baseline,
-        reference=pl.read_parquet(tmp_path / "alone.parquet"),
-    )  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -217,16 +237,19 @@ def _asked(judge: ScriptedJudge) -> dict[str, int]:
     return {step: step_items(judge, step) for step in STEPS}
 
 
-def _assert_every_row_once(world: World) -> None:
-    """Each day's scored table holds each of that day's conversations exactly once, scored as the lone worker scored it."""
+def _assert_every_row_once(world: World, days: tuple[str, ...]) -> None:
+    """Each day's scored table holds each of that day's conversations exactly once, scored as the lone
+    worker scored them."""
+    reference = world.alone(days).scored
     tables = []
-    for k, day in enumerate(DAYS):
+    for day in days:
         scored = pl.read_parquet(world.warehouse / "scored_conversations" / f"ds={day}" / "data.parquet")
         ids = scored.get_column("conversation_id")
         assert ids.n_unique() == scored.height, day
-        assert set(ids.to_list()) == set(_day_rows(k, day).get_column("conversation_id").to_list()), day
-        tables.append(scored.select(world.reference.columns))
-    assert comparable(pl.concat(tables)).equals(comparable(world.reference))
+        expected = pl.read_parquet(world.landing / f"{day}.parquet").get_column("conversation_id")
+        assert set(ids.to_list()) == set(expected.to_list()), day
+        tables.append(scored.select(reference.columns))
+    assert comparable(pl.concat(tables)).equals(comparable(reference))
 
 
 def _runs_by_day(instance: dg.DagsterInstance) -> dict[str, list[dg.DagsterRun]]:
@@ -236,8 +259,22 @@ def _runs_by_day(instance: dg.DagsterInstance) -> dict[str, list[dg.DagsterRun]]
     return out
 
 
+@pytest.fixture
+def short_tmp() -> Iterator[Callable[[str], Path]]:
+    """Makes short temporary folders (a machine's TMPDIR), removed after the test."""
+    made: list[Path] = []
+
+    def make(name: str) -> Path:
+        made.append(Path(tempfile.mkdtemp(prefix=f"fp-{name}-", dir="/tmp")))
+        return made[-1]
+
+    yield make
+    for folder in made:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_two_machines_backfill_four_days_at_once_within_the_pool_paying_each_item_once(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    world: World, short_tmp: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     judge = ScriptedJudge()
     with _instance(world, monkeypatch) as instance, FakeLLMServer(judge, latency=Latency(base_s=0.3)) as server:
@@ -247,7 +284,7 @@ def test_two_machines_backfill_four_days_at_once_within_the_pool_paying_each_ite
         storage.initialize_concurrency_limit_to_default(POOL)
         for i in range(POOL_LIMIT):
             assert storage.claim_concurrency_slot(POOL, "test-holder", f"hold-{i}").is_claimed
-        machines = [_machine(world, name, server) for name in MACHINES]
+        machines = [_machine(world, name, server, short_tmp(name)) for name in MACHINES]
         for machine in machines:
             machine.launch(MACHINES[machine.name])
         _wait(lambda: len(storage.get_concurrency_info(POOL).pending_run_ids) == len(DAYS), machines,
@@ -264,25 +301,27 @@ def test_two_machines_backfill_four_days_at_once_within_the_pool_paying_each_ite
         assert storage.get_concurrency_info(POOL).claimed_slots == []
     assert not use.unfinished and len(use.intervals) == len(DAYS)
     assert min(start for start, _ in use.intervals) >= released_at
-    # both slots were used at once, never more, and two runs had to wait for a slot the other machine held
+    # both slots were used at once and never more: two of the four runs waited for a slot
     assert use.peak() == POOL_LIMIT, use.intervals
-    asked = _asked(judge)
-    print(f"one worker asks {world.baseline}; two machines at once asked {asked}; "
+    asked, one = _asked(judge), world.alone(DAYS).items
+    print(f"one worker asks {one}; two machines at once asked {asked}; "
           f"{use.blocked_events} 'waiting for the pool' events")  # fmt: skip
     for step in STEPS:
-        assert world.baseline[step] <= asked[step] <= 1.05 * world.baseline[step], (step, asked, world.baseline)
-    _assert_every_row_once(world)
+        assert one[step] <= asked[step] <= 1.05 * one[step], (step, asked, one)
+    _assert_every_row_once(world, DAYS)
 
 
 def test_a_machine_killed_mid_step_is_re_executed_paying_only_for_what_is_missing(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    world: World, short_tmp: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    days = {"machine-a": DAYS[:1], "machine-b": DAYS[2:3]}  # a day each: the pool of two lets both ask at once
+    one = world.alone((*days["machine-a"], *days["machine-b"])).items
     judge = ScriptedJudge()
-    a_texts = _own_texts(MACHINES["machine-a"])
+    a_texts = _own_texts(days["machine-a"])
     with _instance(world, monkeypatch) as instance, FakeLLMServer(judge, latency=Latency(base_s=0.4)) as server:
-        a, b = (_machine(world, name, server) for name in MACHINES)
-        a.launch(MACHINES[a.name])
-        b.launch(MACHINES[b.name])
+        a, b = (_machine(world, name, server, short_tmp(name)) for name in days)
+        a.launch(days[a.name])
+        b.launch(days[b.name])
 
         def a_mid_step() -> bool:
             # a request of machine A's own contents has reached the provider, and A holds leases: its LLM
@@ -294,30 +333,29 @@ def test_a_machine_killed_mid_step_is_re_executed_paying_only_for_what_is_missin
         a.kill()
         killed_with = _leases_of(world, a.name)
         assert killed_with > 0
-        # What Dagster's run monitoring does for a run worker that died, and the UI's "mark as failed" and
-        # "free concurrency slots" do by hand: the runs end, their pool slots come back.
-        killed = [run for day in MACHINES[a.name] for run in _runs_by_day(instance)[day]
-                  if not run.is_finished]  # fmt: skip
-        assert killed
+        # What Dagster's run monitoring does for a run worker that died, and forced termination or "free
+        # concurrency slots" in the UI do by hand: the run ends, its pool slot comes back.
+        killed = [run for day in days[a.name] for run in _runs_by_day(instance)[day] if not run.is_finished]
+        assert len(killed) == len(days[a.name])
         for run in killed:
             instance.report_run_failed(run)
-            storage = instance.event_log_storage
-            storage.free_concurrency_slots_for_run(run.run_id)
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         b.wait()  # B takes over the dead machine's leases when they run out (LEASE_S), and finishes
         kept, before = _store_counts(world), _asked(judge)
-        assert all(kept[s] <= world.baseline[s] for s in STEPS) and kept != world.baseline, kept
+        assert all(kept[s] <= one[s] for s in STEPS) and kept != one, kept
 
-        # machine A comes back (same host name, same local folder) and re-executes its days
-        a_again = _machine(world, a.name, server)
-        a_again.launch(MACHINES[a.name])
+        # machine A comes back (same host name, same local folder) and executes its day again
+        a_again = _machine(world, a.name, server, short_tmp(a.name))
+        a_again.launch(days[a.name])
         a_again.wait()
         asked_again = {step: _asked(judge)[step] - before[step] for step in STEPS}
         runs = _runs_by_day(instance)
-        assert all(any(r.status == dg.DagsterRunStatus.SUCCESS for r in runs[day]) for day in DAYS)
+        assert all(any(r.status == dg.DagsterRunStatus.SUCCESS for r in runs[day]) for day_list in days.values()
+                   for day in day_list)  # fmt: skip
         use = pool_use(instance, [r.run_id for day_runs in runs.values() for r in day_runs])
-    print(f"killed with {killed_with} leases held; store then held {kept} of {world.baseline}; "
-          f"the re-execution asked {asked_again}")  # fmt: skip
+    print(f"killed with {killed_with} leases held; store then held {kept} of {one}; "
+          f"the day executed again asked {asked_again}")  # fmt: skip
     # the re-execution paid exactly for what the store lacked, each item once
-    assert asked_again == {step: world.baseline[step] - kept[step] for step in STEPS}
+    assert asked_again == {step: one[step] - kept[step] for step in STEPS}
     assert use.peak() <= POOL_LIMIT
-    _assert_every_row_once(world)
+    _assert_every_row_once(world, (*days["machine-a"], *days["machine-b"]))
