@@ -73,18 +73,19 @@ def _day_rows(k: int, day: str) -> pl.DataFrame:
     return rows.with_columns(conversation_id=pl.lit(f"{day}/") + pl.col("conversation_id"))
 
 
-def _own_texts(judge_days: tuple[str, ...]) -> set[str]:
+def _own_texts(days: tuple[str, ...]) -> set[str]:
     """Answers only the given days hold: a request carrying one of them comes from their worker."""
     out: set[str] = set()
     for k, day in enumerate(DAYS):
-        if day in judge_days:
+        if day in days:
             out |= set(short_rows(OWN, start=1000 * (k + 1), day=day).get_column("output").to_list())
     return out - {""}
 
 
 @dataclass(frozen=True)
 class Alone:
-    """One worker scoring some days alone, with a store of its own: what each step asks once, and its rows."""
+    """One worker scoring some days alone in one run (no other worker to share with): what each step asks
+    once, and the rows it gives."""
 
     items: dict[str, int]
     scored: pl.DataFrame
