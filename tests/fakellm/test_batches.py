@@ -10,9 +10,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
@@ -30,31 +29,20 @@ from tests.fakellm import (
     count_prompt_tokens,
     count_tokens,
 )
+from tests.fakellm.litellm_runs import run
 
 litellm = import_litellm()
 litellm.suppress_debug_info = True
-from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test"
 FAST = BatchTiming(validating_s=0.01, per_line_s=0.001, finalizing_s=0.01, cancelling_s=0.01)
 QUESTIONS = ["The sky is blue.", "天空是藍色的。", "天空是蓝色的。", "하늘은 파랗다.", "Water boils at 100 °C."]
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
-T = TypeVar("T")
 
 
 def echo_responder(request: ChatRequest) -> str:
     return json.dumps({"echo": request.messages[-1]["content"]}, ensure_ascii=False)
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    async def wrapped() -> T:
-        try:
-            return await coro
-        finally:
-            await close_litellm_async_clients()  # type: ignore[no-untyped-call]
-
-    return asyncio.run(wrapped())
 
 
 def line(custom_id: str, content: str, model: str = "judge-x") -> dict[str, Any]:

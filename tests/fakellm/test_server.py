@@ -11,9 +11,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 for _name, _value in {
     "LITELLM_OFFLINE_MODE": "true",
@@ -34,7 +34,6 @@ from litellm.exceptions import (  # noqa: E402
     ServiceUnavailableError,
     Timeout,
 )
-from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients  # noqa: E402
 
 from tests.fakellm import (  # noqa: E402
     MALFORMED_CONTENT,
@@ -46,6 +45,7 @@ from tests.fakellm import (  # noqa: E402
     count_prompt_tokens,
     count_tokens,
 )
+from tests.fakellm.litellm_runs import run  # noqa: E402
 
 litellm.suppress_debug_info = True
 
@@ -57,23 +57,11 @@ MESSAGES = [
     {"role": "system", "content": "Extract the claims. Answer in JSON."},
     {"role": "user", "content": "The sky is blue. 天空是藍色的。天空是蓝色的。하늘은 파랗다."},
 ]
-T = TypeVar("T")
 
 
 def claims_responder(request: ChatRequest) -> str:
     del request
     return CLAIMS_JSON
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    async def wrapped() -> T:
-        try:
-            return await coro
-        finally:
-            # Each asyncio.run gets a new loop: litellm's cached aiohttp sessions must not outlive it.
-            await close_litellm_async_clients()  # type: ignore[no-untyped-call]
-
-    return asyncio.run(wrapped())
 
 
 async def complete(server: FakeLLMServer, **kwargs: Any) -> Any:
