@@ -14,7 +14,6 @@ keeps the batch records in a PostgreSQL store (a throwaway cluster) where Postgr
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import tempfile
 import time
@@ -22,11 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from common import FAKE_KEY_ENV, machine, machine_line
+from common import FAKE_KEY_ENV, machine, machine_line, score
 from rag_rows import make_rows
 
-from faithfulness_pipeline.core.config import ScoringConfig
-from faithfulness_pipeline.core.pipeline import score_frame_async
 from faithfulness_pipeline.judges.factory import make_judge
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from tests.fakellm import FakeLLMServer
@@ -42,14 +39,7 @@ def _run(df: pl.DataFrame, server: FakeLLMServer, mode: str, store: str, label: 
     judge = make_judge(JudgeSettings(model=MODEL, api_base=server.base_url, api_key_env=FAKE_KEY_ENV, mode=mode,
                                      store=store, batch_poll_s=0.05))
     cpu, wall = time.process_time(), time.perf_counter()
-
-    async def run() -> pl.DataFrame:
-        try:
-            return await score_frame_async(df, judge, ScoringConfig())
-        finally:
-            await judge.aclose()
-
-    scored = asyncio.run(run())
+    scored = score(df, judge)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     st = server.stats()
     return {

@@ -11,21 +11,18 @@ their own conversation ids. Requests and billed tokens are the server's own coun
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from typing import Any
 
 import polars as pl
-from common import FAKE_KEY_ENV, machine, machine_line
+from common import FAKE_KEY_ENV, machine, machine_line, score
 from overhead import BENCH_MODEL
 from rag_rows import make_rows
 
 from faithfulness_pipeline.core import schema as S
-from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.judge import ExtractItem, VerdictItem
 from faithfulness_pipeline.core.packing import rough_sentences
-from faithfulness_pipeline.core.pipeline import score_frame_async
 from faithfulness_pipeline.judges.factory import make_judge
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.process import freeze_loaded_objects
@@ -45,14 +42,7 @@ def _score(df: pl.DataFrame, server: FakeLLMServer) -> dict[str, Any]:
     server.reset_stats()
     judge = _judge(server.base_url)
     start = time.perf_counter()
-
-    async def run() -> pl.DataFrame:
-        try:
-            return await score_frame_async(df, judge, ScoringConfig())
-        finally:
-            await judge.aclose()
-
-    scored = asyncio.run(run())
+    scored = score(df, judge)
     wall = time.perf_counter() - start
     sent = server.stats()
     billed = scored.select(pl.col(S.BILLED_COLUMNS).sum()).row(0, named=True)
