@@ -48,6 +48,7 @@ from tests.reliability.support import (
     dg_launch,
     short_rows,
     step_items,
+    wait_for,
 )
 
 KEY = "sk-two-machines-3b8e1f0a6c2d4975"
@@ -151,11 +152,17 @@ class Machine:
     env: dict[str, str]
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
+    def _log(self, day: str) -> Path:
+        return Path(self.env["TMPDIR"]) / f"{day}.log"
+
+    def _log_tail(self, day: str) -> str:
+        return self._log(day).read_text(encoding="utf-8", errors="replace")[-3000:]
+
     def launch(self, days: tuple[str, ...]) -> None:
         for day in days:
             # the host name is set inside a new UTS namespace, then the run process replaces the shell
             cmd = ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', self.name, *dg_launch(day, TO_SCORED)]
-            log = (Path(self.env["TMPDIR"]) / f"{day}.log").open("wb")
+            log = self._log(day).open("wb")
             self.procs[day] = subprocess.Popen(cmd, env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                                start_new_session=True)  # fmt: skip
             log.close()
@@ -163,16 +170,14 @@ class Machine:
     def wait(self, timeout: float = 300) -> None:
         for day, proc in self.procs.items():
             code = proc.wait(timeout=timeout)
-            log = (Path(self.env["TMPDIR"]) / f"{day}.log").read_text(encoding="utf-8", errors="replace")
-            assert code == 0, f"{self.name} {day}: exit {code}\n{log[-3000:]}"
+            assert code == 0, f"{self.name} {day}: exit {code}\n{self._log_tail(day)}"
         self.procs.clear()
 
     def ended(self) -> str | None:
         """Why the machine cannot get on: a run process that has already exited (with its log's end)."""
         for day, proc in self.procs.items():
             if proc.poll() is not None:
-                log = (Path(self.env["TMPDIR"]) / f"{day}.log").read_text(encoding="utf-8", errors="replace")
-                return f"{self.name} {day} ended early with exit {proc.returncode}\n{log[-3000:]}"
+                return f"{self.name} {day} ended early with exit {proc.returncode}\n{self._log_tail(day)}"
         return None
 
     def kill(self) -> None:
@@ -224,14 +229,15 @@ def _leases_of(world: World, machine: str) -> int:
 
 
 def _wait(condition: Callable[[], bool], machines: Iterable[Machine], what: str, limit: float = 240) -> None:
-    """Polls ``condition`` until it holds; fails at once, with the log, if a run process of a machine ends first."""
-    deadline = time.monotonic() + limit
-    while not condition():
+    """:func:`wait_for` of ``condition``, failing at once, with the log, if a run process of a machine ends first."""
+
+    def ready() -> bool:
         for machine in machines:
             ended = machine.ended()
             assert ended is None, f"before {what}: {ended}"
-        assert time.monotonic() < deadline, f"no {what} within {limit} s"
-        time.sleep(0.02)
+        return condition()
+
+    wait_for(ready, None, what, limit)
 
 
 def _asked(judge: ScriptedJudge) -> dict[str, int]:
@@ -336,7 +342,8 @@ def test_a_machine_killed_mid_step_is_re_executed_paying_only_for_what_is_missin
         assert killed_with > 0
         # What Dagster's run monitoring does for a run worker that died, and forced termination or "free
         # concurrency slots" in the UI do by hand: the run ends, its pool slot comes back.
-        killed = [run for day in days[a.name] for run in _runs_by_day(instance)[day] if not run.is_finished]
+        by_day = _runs_by_day(instance)
+        killed = [run for day in days[a.name] for run in by_day[day] if not run.is_finished]
         assert len(killed) == len(days[a.name])
         for run in killed:
             instance.report_run_failed(run)
