@@ -80,6 +80,19 @@ def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
+def _finish_paying_only_for_the_rest(srv: FakeLLMServer, judge: ScriptedJudge, base: list[str],
+                                     reference: Reference, kept: dict[str, int], out: Path) -> None:
+    """A last run at full speed asks exactly for the results the store lacked, each once, and gives the
+    uninterrupted run's table."""
+    srv.set_latency(Latency())
+    judge.calls.clear()
+    finished = run_cli(base, KEY)
+    assert finished.returncode == 0, finished.stderr
+    for step in STEPS:
+        assert step_items(judge, step) == reference.items[step] - kept[step], (step, kept)
+    assert comparable(pl.read_parquet(out)).equals(comparable(reference.scored))
+
+
 def test_sigkill_in_every_phase_leaves_no_output_and_each_rerun_pays_only_for_what_is_missing(
     reference: Reference, tmp_path: Path
 ) -> None:
@@ -124,14 +137,7 @@ def test_sigkill_in_every_phase_leaves_no_output_and_each_rerun_pays_only_for_wh
                 assert kept["verdict"] < reference.items["verdict"], (phase, asked, kept)
             print(f"killed during {phase}: asked {asked}, store now {kept}")
 
-        srv.set_latency(Latency())
-        judge.calls.clear()
-        finished = run_cli(base, KEY)
-        assert finished.returncode == 0, finished.stderr
-    # the last run asked exactly for the results the store lacked, each once
-    for step in STEPS:
-        assert step_items(judge, step) == reference.items[step] - kept[step], (step, kept)
-    assert comparable(pl.read_parquet(tmp_path / "out.parquet")).equals(comparable(reference.scored))
+        _finish_paying_only_for_the_rest(srv, judge, base, reference, kept, tmp_path / "out.parquet")
     claims = pl.read_parquet(tmp_path / "claims.parquet").drop("scored_at").sort("row_key", "claim_index")
     assert claims.equals(reference.claims.drop("scored_at").sort("row_key", "claim_index"))
     assert sorted((tmp_path / "mastra.jsonl").read_text(encoding="utf-8").splitlines()) == reference.mastra
@@ -168,13 +174,7 @@ def test_sigterm_is_handled_like_sigint(
         _wait_until_quiet(srv, judge)
         kept = store_counts(store)  # checks the file's integrity too
         assert 0 < sum(kept.values()) < sum(reference.items.values())
-        srv.set_latency(Latency())
-        judge.calls.clear()
-        finished = run_cli(base, KEY)
-        assert finished.returncode == 0, finished.stderr
-    for step in STEPS:
-        assert step_items(judge, step) == reference.items[step] - kept[step], (step, kept)
-    assert comparable(pl.read_parquet(tmp_path / "out.parquet")).equals(comparable(reference.scored))
+        _finish_paying_only_for_the_rest(srv, judge, base, reference, kept, tmp_path / "out.parquet")
 
 
 def test_a_rerun_removes_what_a_killed_run_left_behind(tmp_path: Path) -> None:
