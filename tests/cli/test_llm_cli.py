@@ -19,7 +19,7 @@ import pytest
 
 from faithfulness_pipeline.core import schema as S
 from tests.fakellm import FakeLLMServer, FaultPlan, Latency
-from tests.fakellm.scripted import ScriptedJudge, typical_rows
+from tests.fakellm.scripted import ScriptedJudge, typical_frame
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "sk-canary-7f3a9c1e5b2d4e6f"
@@ -27,13 +27,7 @@ IGNORED = list(S.RUN_COLUMNS)
 
 
 def _rows(n: int, seed: int = 1) -> pl.DataFrame:
-    rows = typical_rows(n, seed=seed)
-    return pl.DataFrame({
-        "conversation_id": [f"c{i:05d}" for i in range(n)],
-        "input": [r.question for r in rows],
-        "output": [r.answer for r in rows],
-        "context": [list(r.context) for r in rows],
-    })
+    return typical_frame(n, seed=seed, ids="c{:05d}")
 
 
 @pytest.fixture

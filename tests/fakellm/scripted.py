@@ -31,9 +31,12 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.fakellm.server import ChatRequest
+
+if TYPE_CHECKING:
+    import polars as pl
 
 DATA_OPEN = "<<<DATA>>>"
 DATA_CLOSE = "<<<END DATA>>>"
@@ -316,6 +319,19 @@ def typical_rows(
         question = _sentence(rng, lang, rng.randint(6, 12), None)[:-1] + ("？" if lang == "zh" else "?")
         rows.append(TypicalRow(lang, question, answer, context, tuple(script_claims(answer))))
     return rows
+
+
+def typical_frame(n: int, *, seed: int = 0, ids: str = "c{:05d}") -> pl.DataFrame:
+    """:func:`typical_rows` as the flat table the pipeline takes: ``ids`` formats each row's conversation_id."""
+    import polars as pl
+
+    rows = typical_rows(n, seed=seed)
+    return pl.DataFrame({
+        "conversation_id": [ids.format(k) for k in range(n)],
+        "input": [r.question for r in rows],
+        "output": [r.answer for r in rows],
+        "context": [list(r.context) for r in rows],
+    })
 
 
 #: A ready responder instance for subprocess servers: ``python -m tests.fakellm --responder tests.fakellm.scripted:RESPONDER``.

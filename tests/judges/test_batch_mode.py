@@ -26,7 +26,7 @@ from faithfulness_pipeline.judges.litellm_batch import BatchFailed
 from faithfulness_pipeline.judges.settings import JudgeSettings
 from tests.fakellm import FakeLLMServer, FaultPlan
 from tests.fakellm.batches import BatchFaults, BatchTiming
-from tests.fakellm.scripted import ScriptedJudge, typical_rows
+from tests.fakellm.scripted import ScriptedJudge, typical_frame
 
 KEY_ENV = "FP_TEST_BATCH_KEY"
 #: A model litellm prices in both modes (interactive 1.5e-7 / 6e-7, batch 7.5e-8 / 3e-7 per token).
@@ -45,13 +45,7 @@ def _key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _frame(n: int = 30, seed: int = 5) -> pl.DataFrame:
-    rows = typical_rows(n, seed=seed)
-    return pl.DataFrame({
-        "conversation_id": [f"c{k:04d}" for k in range(n)],
-        "input": [r.question for r in rows],
-        "output": [r.answer for r in rows],
-        "context": [list(r.context) for r in rows],
-    })
+    return typical_frame(n, seed=seed, ids="c{:04d}")
 
 
 def _settings(server: FakeLLMServer, store: Path | str | None, **extra: Any) -> JudgeSettings:

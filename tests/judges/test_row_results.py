@@ -23,7 +23,7 @@ from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.judges.store import KeyMaker
 from faithfulness_pipeline.judges.stored import StoredJudge, open_store
 from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge, typical_rows
+from tests.fakellm.scripted import ScriptedJudge, typical_frame
 
 _TEXTS = ["a", "", " ", "臺北。", "서울은 크다.", "x\x00y", "\x01", "l1,2;", "é" * 3000, "🙂", 'q "u" \\ n\n']
 
@@ -135,13 +135,7 @@ def server() -> Iterator[FakeLLMServer]:
 
 
 def _frame(n: int = 40) -> pl.DataFrame:
-    rows = typical_rows(n, seed=21)
-    return pl.DataFrame({
-        "conversation_id": [f"c{k}" for k in range(n)],
-        "input": [r.question for r in rows],
-        "output": [r.answer for r in rows],
-        "context": [list(r.context) for r in rows],
-    })
+    return typical_frame(n, seed=21, ids="c{}")
 
 
 def _score(server: FakeLLMServer, frame: pl.DataFrame, store: Path, **overrides: Any) -> tuple[pl.DataFrame, JudgeStats]:

@@ -22,7 +22,7 @@ from faithfulness_pipeline.judges.settings import JudgeSettings
 from faithfulness_pipeline.judges.store import Store
 from faithfulness_pipeline.judges.stored import open_store
 from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge, typical_rows
+from tests.fakellm.scripted import ScriptedJudge, typical_frame
 from tests.postgres_cluster import PASSWORD, Cluster
 
 KEY_ENV = "FP_TEST_BACKEND_KEY"
@@ -92,11 +92,7 @@ def test_concurrent_writers_lose_nothing(spec: str) -> None:
 
 
 def _frame(n: int) -> pl.DataFrame:
-    rows = typical_rows(n, seed=9)
-    return pl.DataFrame({
-        "conversation_id": [f"c{k:03d}" for k in range(n)], "input": [r.question for r in rows],
-        "output": [r.answer for r in rows], "context": [list(r.context) for r in rows],
-    })
+    return typical_frame(n, seed=9, ids="c{:03d}")
 
 
 def _score(frame: pl.DataFrame, settings: JudgeSettings) -> pl.DataFrame:
