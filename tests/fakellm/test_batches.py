@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import signal
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,11 +25,11 @@ from tests.fakellm import (
     count_tokens,
 )
 from tests.fakellm.litellm_runs import run
+from tests.fakellm.subprocess_server import served
 
 litellm = import_litellm()
 litellm.suppress_debug_info = True
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test"
 FAST = BatchTiming(validating_s=0.01, per_line_s=0.001, finalizing_s=0.01, cancelling_s=0.01)
 QUESTIONS = ["The sky is blue.", "天空是藍色的。", "天空是蓝色的。", "하늘은 파랗다.", "Water boils at 100 °C."]
@@ -402,22 +397,10 @@ def test_files_endpoints_auth_prefixes_and_counters_reset() -> None:
     assert (after_reset.files_uploaded, after_reset.batch_lines, after_reset.batches_by_status) == (0, 0, {})
 
 
-def _read_lines(stream: Any, sink: queue.Queue[str]) -> None:
-    for raw in stream:
-        sink.put(raw)
-
-
 def test_subprocess_mode_serves_batches() -> None:
-    command = [
-        sys.executable, "-m", "tests.fakellm", "--port", "0", "--batch-validating-s", "0.01",
-        "--batch-per-line-s", "0", "--batch-finalizing-s", "0.01",
-    ]  # fmt: skip
-    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True).start()
-    try:
-        base_url = lines.get(timeout=30).strip().split(" ", 1)[1]
-        with httpx.Client(base_url=base_url, timeout=10) as client:
+    with served("--port", "0", "--batch-validating-s", "0.01", "--batch-per-line-s", "0",
+                "--batch-finalizing-s", "0.01") as server:  # fmt: skip
+        with httpx.Client(base_url=server.base_url, timeout=10) as client:
             uploaded = client.post(
                 "/files", files={"file": ("in.jsonl", jsonl([line("a", "x")]))}, data={"purpose": "batch"}
             ).json()
@@ -430,11 +413,7 @@ def test_subprocess_mode_serves_batches() -> None:
                 time.sleep(0.01)
                 batch = client.get(f"/batches/{batch['id']}").json()
             output = parse_jsonl(client.get(f"/files/{batch['output_file_id']}/content").content)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=10) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=10) == 0
     assert batch["status"] == "completed"
     assert output[0]["response"]["body"]["choices"][0]["message"]["content"] == '{"ok": true}'

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -46,6 +45,7 @@ from tests.fakellm import (  # noqa: E402
     count_tokens,
 )
 from tests.fakellm.litellm_runs import run  # noqa: E402
+from tests.fakellm.subprocess_server import served  # noqa: E402
 
 litellm.suppress_debug_info = True
 
@@ -450,34 +450,16 @@ def test_a_raising_responder_is_a_loud_500_not_a_fault() -> None:
     assert stats.by_outcome == {"responder_error": 1}
 
 
-def _read_lines(stream: Any, sink: queue.Queue[str]) -> None:
-    for line in stream:
-        sink.put(line)
-
-
 def test_subprocess_mode_ready_request_sigterm() -> None:
-    command = [
-        sys.executable, "-m", "tests.fakellm", "--port", "0", "--responder", "tests.fakellm.server:echo_json",
-        "--base-ms", "5", "--per-token-ms", "1", "--max-in-flight", "4",
-    ]  # fmt: skip
-    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True)
-    reader.start()
-    try:
-        ready = lines.get(timeout=30).strip()
-        assert ready.startswith("READY http://127.0.0.1:")
-        base_url = ready.split(" ", 1)[1]
-        response = httpx.post(f"{base_url}/chat/completions", json={"model": "m", "messages": MESSAGES}, timeout=10)
+    with served("--port", "0", "--responder", "tests.fakellm.server:echo_json", "--base-ms", "5",
+                "--per-token-ms", "1", "--max-in-flight", "4") as server:  # fmt: skip
+        response = httpx.post(f"{server.base_url}/chat/completions", json={"model": "m", "messages": MESSAGES},
+                              timeout=10)  # fmt: skip
         assert response.status_code == 200
         assert response.json()["choices"][0]["message"]["content"] == '{"ok": true}'
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=10) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    reader.join(timeout=10)
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=10) == 0
+    lines = server.lines
     rest = [lines.get_nowait() for _ in range(lines.qsize())]
     stats_lines = [line for line in rest if line.startswith("STATS ")]
     assert len(stats_lines) == 1
