@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
+
+from faithfulness_pipeline.judges.store import ResultStore, key_chunks
+
+T = TypeVar("T")
 
 #: A batch's state in the ledger (the provider's own status is kept beside it, as it was last seen).
 OPEN_STATES: Final = ("creating", "submitted")
@@ -137,39 +139,37 @@ class BatchLedger(ABC):
         return self._keys_pending(keys) if keys else set()
 
 
+_SQLITE_TABLES: Final = (
+    "CREATE TABLE IF NOT EXISTS batch_jobs (submission TEXT PRIMARY KEY, step TEXT NOT NULL, scope TEXT NOT NULL,"
+    " input_file_id TEXT NOT NULL, batch_id TEXT, state TEXT NOT NULL, provider_status TEXT, lines INTEGER NOT NULL,"
+    " created_at REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS batch_lines (custom_id TEXT PRIMARY KEY, submission TEXT NOT NULL,"
+    " step TEXT NOT NULL, items TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS batch_items (key BLOB PRIMARY KEY, custom_id TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS batch_lines_by_submission ON batch_lines (submission)",
+)
+
+
 class SqliteBatchLedger(BatchLedger):
-    """The batch tables in a SQLite store file, beside ``results``. Safe for several processes (WAL, busy
-    timeout)."""
+    """The batch tables in a SQLite store's file, on the store's own connection (WAL, busy timeout: safe for
+    several processes)."""
 
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
+    def __init__(self, store: ResultStore) -> None:
+        self.store = store
+        self._ready = False
 
-    def _db(self) -> sqlite3.Connection:
-        if self._conn is None:
-            conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 60000")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS batch_jobs (submission TEXT PRIMARY KEY, step TEXT NOT NULL,"
-                " scope TEXT NOT NULL, input_file_id TEXT NOT NULL, batch_id TEXT, state TEXT NOT NULL,"
-                " provider_status TEXT, lines INTEGER NOT NULL, created_at REAL NOT NULL)"
-            )
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS batch_lines (custom_id TEXT PRIMARY KEY, submission TEXT NOT NULL,"
-                " step TEXT NOT NULL, items TEXT NOT NULL)"
-            )
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS batch_items (key BLOB PRIMARY KEY, custom_id TEXT NOT NULL) WITHOUT ROWID"
-            )
-            conn.execute("CREATE INDEX IF NOT EXISTS batch_lines_by_submission ON batch_lines (submission)")
-            self._conn = conn
-        return self._conn
+    def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        def ready_then(conn: sqlite3.Connection) -> T:
+            if not self._ready:
+                for statement in _SQLITE_TABLES:
+                    conn.execute(statement)
+                self._ready = True
+            return work(conn)
+
+        return self.store.run(ready_then)
 
     def _write(self, statements: Sequence[tuple[str, list[tuple[Any, ...]]]]) -> None:
-        with self._lock:
-            conn = self._db()
+        def work(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for sql, rows in statements:
@@ -179,25 +179,22 @@ class SqliteBatchLedger(BatchLedger):
                 raise
             conn.execute("COMMIT")
 
+        self._run(work)
+
     def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return list(self._db().execute(sql, tuple(params)).fetchall())
+        return self._run(lambda conn: list(conn.execute(sql, tuple(params)).fetchall()))
 
     def _keys_pending(self, keys: Sequence[bytes]) -> set[bytes]:
-        found: set[bytes] = set()
-        with self._lock:
-            conn = self._db()
-            for start in range(0, len(keys), 900):  # below SQLite's limit of parameters per statement
-                chunk = list(keys[start : start + 900])
-                marks = ",".join("?" * len(chunk))
+        def work(conn: sqlite3.Connection) -> set[bytes]:
+            found: set[bytes] = set()
+            for chunk, marks in key_chunks(keys):
                 found.update(k for (k,) in conn.execute(f"SELECT key FROM batch_items WHERE key IN ({marks})", chunk))
-        return found
+            return found
+
+        return self._run(work)
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        """Nothing of its own to close: the connection is the store's, closed with it."""
 
 
 def new_submission_tag() -> str:

@@ -569,7 +569,7 @@ def _ledger_of(store: Store) -> BatchLedger:
     from faithfulness_pipeline.judges.store_postgres import PostgresStore
 
     if isinstance(store, ResultStore):
-        return SqliteBatchLedger(store.path)
+        return SqliteBatchLedger(store)
     if isinstance(store, PostgresStore):
         from faithfulness_pipeline.judges.batch_ledger_postgres import PostgresBatchLedger
 

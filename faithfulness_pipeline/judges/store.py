@@ -37,9 +37,9 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import polars as pl
 import pyarrow as pa
@@ -48,8 +48,17 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.judge import ClaimVerdict, Usage, Verdict
 
 SCHEMA_VERSION: Final = 1
+T = TypeVar("T")
 #: Parameters per query: below SQLite's historical limit of 999 host parameters.
 LOOKUP_CHUNK: Final = 900
+
+
+def key_chunks(keys: Sequence[bytes]) -> Iterator[tuple[list[bytes], str]]:
+    """``keys`` in pieces one SQLite statement takes as parameters, each with its ``?,?,...`` marks (the only
+    text ever formatted into those statements)."""
+    for start in range(0, len(keys), LOOKUP_CHUNK):
+        chunk = list(keys[start : start + LOOKUP_CHUNK])
+        yield chunk, ",".join("?" * len(chunk))
 
 #: How verdicts are stored: one letter each.
 LETTER_OF_VERDICT: Final[dict[str, str]] = {"supported": "S", "contradicted": "C", "unsupported": "U"}
@@ -297,11 +306,8 @@ class ResultStore:
             return found
         with self._lock:
             conn = self._connection()
-            for start in range(0, len(keys), LOOKUP_CHUNK):
-                chunk = keys[start : start + LOOKUP_CHUNK]
-                marks = ",".join("?" * len(chunk))
-                query = f"SELECT key, value FROM results WHERE key IN ({marks})"  # only ? placeholders are formatted in
-                found.update(conn.execute(query, chunk).fetchall())
+            for chunk, marks in key_chunks(keys):
+                found.update(conn.execute(f"SELECT key, value FROM results WHERE key IN ({marks})", chunk).fetchall())
         return found
 
     def get_aligned(self, keys: Sequence[bytes]) -> list[Value | None]:
@@ -341,8 +347,7 @@ class ResultStore:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for start in range(0, len(keys), LOOKUP_CHUNK):
-                    chunk = list(keys[start : start + LOOKUP_CHUNK])
+                for chunk, marks in key_chunks(keys):
                     conn.executemany(
                         "INSERT INTO leases (key, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE "
                         "SET owner = excluded.owner, expires_at = excluded.expires_at "
@@ -350,8 +355,7 @@ class ResultStore:
                         "OR leases.owner IN (SELECT value FROM json_each(?))",
                         [(k, owner, now + ttl_s, now, dead) for k in chunk],
                     )
-                    marks = ",".join("?" * len(chunk))
-                    query = f"SELECT key FROM leases WHERE owner = ? AND key IN ({marks})"  # only ? formatted in
+                    query = f"SELECT key FROM leases WHERE owner = ? AND key IN ({marks})"
                     claimed.update(k for (k,) in conn.execute(query, [owner, *chunk]))
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -363,9 +367,7 @@ class ResultStore:
         owners: set[str] = set()
         with self._lock:
             conn = self._connection()
-            for start in range(0, len(keys), LOOKUP_CHUNK):
-                chunk = list(keys[start : start + LOOKUP_CHUNK])
-                marks = ",".join("?" * len(chunk))
+            for chunk, marks in key_chunks(keys):
                 owners.update(o for (o,) in conn.execute(f"SELECT DISTINCT owner FROM leases WHERE key IN ({marks})",
                                                          chunk))
         return owners
@@ -375,10 +377,14 @@ class ResultStore:
             return
         with self._lock:
             conn = self._connection()
-            for start in range(0, len(keys), LOOKUP_CHUNK):
-                chunk = list(keys[start : start + LOOKUP_CHUNK])
-                marks = ",".join("?" * len(chunk))
+            for chunk, marks in key_chunks(keys):
                 conn.execute(f"DELETE FROM leases WHERE owner = ? AND key IN ({marks})", [owner, *chunk])
+
+    def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work(connection)`` on the store's connection, one caller at a time (the batch ledger's tables
+        live in the same file)."""
+        with self._lock:
+            return work(self._connection())
 
     def count(self) -> int:
         with self._lock:
