@@ -33,6 +33,7 @@ import pytest
 from faithfulness_pipeline.api import score_frame
 from faithfulness_pipeline.judges.factory import make_judge
 from faithfulness_pipeline.judges.settings import JudgeSettings
+from tests.defs.pg_instance import POOL_LIMIT, postgres_home, set_up_instance
 from tests.defs.pool_events import POOL, pool_use
 from tests.fakellm import FakeLLMServer, Latency
 from tests.fakellm.scripted import ScriptedJudge
@@ -56,7 +57,6 @@ DAYS = ("2026-11-21", "2026-11-22", "2026-11-23", "2026-11-24")
 MACHINES = {"machine-a": DAYS[:2], "machine-b": DAYS[2:]}
 SHARED = 40  # contents every day repeats
 OWN = 12  # contents only that day has
-POOL_LIMIT = 2  # dagster_home/postgres/dagster.yaml
 LEASE_S = 3.0  # short, so a worker waiting for a dead machine's leases takes them over within the test
 
 
@@ -192,9 +192,7 @@ class Machine:
 def _machine(world: World, name: str, server: FakeLLMServer, tmp: Path) -> Machine:
     """``tmp`` is short on purpose: multiprocessing's fork server puts its Unix socket there, and a path
     over 107 bytes cannot be bound (under pytest-xdist a tmp_path-based TMPDIR is longer than that)."""
-    home = world.root / name / "dagster_home"
-    home.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "dagster_home" / "postgres" / "dagster.yaml", home / "dagster.yaml")
+    home = postgres_home(world.root / name / "dagster_home")
     env = child_env(
         DAGSTER_HOME=str(home), TMPDIR=str(tmp), FP_DAGSTER_PG_URL=world.dagster_url,
         FP_LANDING=str(world.landing), FP_WAREHOUSE=str(world.warehouse), FP_JUDGE_STORE=world.store_url,
@@ -206,10 +204,10 @@ def _machine(world: World, name: str, server: FakeLLMServer, tmp: Path) -> Machi
 
 @contextlib.contextmanager
 def _instance(world: World, monkeypatch: pytest.MonkeyPatch) -> Iterator[dg.DagsterInstance]:
-    """The shared instance, as the test (an operator) sees it."""
-    home = world.root / "operator"
-    home.mkdir(exist_ok=True)
-    shutil.copy(REPO / "dagster_home" / "postgres" / "dagster.yaml", home / "dagster.yaml")
+    """The shared instance, set up as the README's recipe says (``dagster instance migrate``, then the
+    pool's limit set in the instance), and seen as the test (an operator) sees it."""
+    home = postgres_home(world.root / "operator")
+    set_up_instance(home, world.dagster_url, child_env())
     monkeypatch.setenv("FP_DAGSTER_PG_URL", world.dagster_url)
     with dg.DagsterInstance.from_config(str(home)) as instance:
         yield instance
@@ -288,7 +286,6 @@ def test_two_machines_backfill_four_days_at_once_within_the_pool_paying_each_ite
         storage = instance.event_log_storage
         # Both pool slots held by the test until all four runs wait for the pool: the runs of both machines
         # then reach their LLM steps together, and the pool, not the timing, decides who goes first.
-        storage.initialize_concurrency_limit_to_default(POOL)
         for i in range(POOL_LIMIT):
             assert storage.claim_concurrency_slot(POOL, "test-holder", f"hold-{i}").is_claimed
         machines = [_machine(world, name, server, short_tmp(name)) for name in MACHINES]
