@@ -61,11 +61,7 @@ def report(source: str, output: str, calibration: str | None, timestamp_col: str
             calibration=calibration,
             timestamp_column=timestamp_col,
             timezone=_zone(zone),
-            model_column=scoring.model_column,
-            answer_column=scoring.output_column,
-            question_column=scoring.input_column,
-            threshold=scoring.hallucination_threshold,
-            scale=scoring.scale,
+            scoring=scoring,
             worst=worst,
         )
     except (FaithfulnessPipelineError, OSError) as exc:

@@ -350,11 +350,7 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
             str(warehouse.root_path()),
             warehouse.report_file(),
             baseline_judges=frozenset({OFFLINE_MODEL_NAME}),
-            model_column=scoring.model_column,
-            answer_column=scoring.output_column,
-            question_column=scoring.input_column,
-            threshold=scoring.hallucination_threshold,
-            scale=scoring.scale,
+            scoring=scoring,
         )
         return dg.MaterializeResult(metadata=report_metadata(path, headline(data), data.threshold))
 

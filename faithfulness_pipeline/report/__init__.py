@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.report.data import ReportData, is_warehouse, load_calibration, load_scored, summarise
 from faithfulness_pipeline.report.render import Headline, headline, render_html, write_report
+
+_DEFAULT_SCORING = ScoringSettings()
 
 
 def build_report(
@@ -22,28 +25,17 @@ def build_report(
     calibration: str | None = None,
     timestamp_column: str = "created_at",
     timezone: str = "UTC",
-    model_column: str = "model",
-    answer_column: str = "output",
-    question_column: str = "input",
-    threshold: float = 0.5,
-    scale: float = 1.0,
+    scoring: ScoringSettings = _DEFAULT_SCORING,
     worst: int = 20,
 ) -> tuple[Path, ReportData]:
-    """Write the report of ``source`` (a warehouse folder, or a scored Parquet file / folder / glob)."""
+    """Write the report of ``source`` (a warehouse folder, or a scored Parquet file / folder / glob).
+    ``scoring`` names the table's model, answer and question columns, the hallucination threshold and the
+    scale, as they were when the table was scored."""
     scored = load_scored(source, timestamp_column=timestamp_column, timezone=timezone,
-                         columns=(model_column, answer_column, question_column, "language"))
+                         columns=(scoring.model_column, scoring.output_column, scoring.input_column, "language"))
     warehouse = Path(source) if is_warehouse(Path(source)) else None
-    data = summarise(
-        scored,
-        source=source,
-        model_column=model_column,
-        answer_column=answer_column,
-        question_column=question_column,
-        threshold=threshold,
-        scale=scale,
-        worst=worst,
-        calibration=load_calibration(calibration, warehouse),
-    )
+    data = summarise(scored, source=source, scoring=scoring, worst=worst,
+                     calibration=load_calibration(calibration, warehouse))
     return write_report(data, target, baseline_judges=baseline_judges), data
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from faithfulness_pipeline.core.aggregates import daily_aggregates
+from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.io import resolve_inputs
 
@@ -183,16 +184,15 @@ def summarise(
     scored: pl.DataFrame,
     *,
     source: str,
-    model_column: str = "model",
+    scoring: ScoringSettings,
     language_column: str = "language",
-    answer_column: str = "output",
-    question_column: str = "input",
-    threshold: float = 0.5,
-    scale: float = 1.0,
     worst: int = 20,
     calibration: pl.DataFrame | None = None,
 ) -> ReportData:
-    """Reduce a scored table (with a ``day`` column) to what the report draws."""
+    """Reduce a scored table (with a ``day`` column) to what the report draws; ``scoring`` names its columns,
+    the hallucination threshold and the scale."""
+    model_column, answer_column = scoring.model_column, scoring.output_column
+    threshold = scoring.hallucination_threshold
     daily = daily_aggregates(scored, day_column=DAY, model_column=model_column, hallucination_threshold=threshold)
     ok = scored.filter(pl.col("status") == "ok")
     language = _language(scored, language_column, answer_column)
@@ -221,9 +221,9 @@ def summarise(
         verdict_mix=mix,
         claims_per_answer=per_answer,
         worst=_worst(scored, worst, model_column=model_column, answer_column=answer_column,
-                     question_column=question_column, language=language),
+                     question_column=scoring.input_column, language=language),
         judges=[(str(m), str(p), int(n)) for m, p, n in judges],
         threshold=threshold,
-        scale=scale,
+        scale=scoring.scale,
         calibration=calibration,
     )
