@@ -4,7 +4,6 @@ live in PostgreSQL, and a re-run of the day is served from the PostgreSQL result
 
 from __future__ import annotations
 
-import shutil
 import threading
 import uuid
 from pathlib import Path
@@ -21,7 +20,6 @@ from tests.fakellm import FakeLLMServer
 from tests.fakellm.scripted import ScriptedJudge
 from tests.postgres_cluster import Cluster
 
-REPO = Path(__file__).resolve().parents[2]
 KEY_ENV = "FP_TEST_PG_INSTANCE_KEY"
 DAY = "2026-11-25"
 
@@ -36,9 +34,7 @@ def cluster(postgres: Cluster) -> Cluster:
 def test_a_day_runs_on_the_postgresql_instance_with_the_store_beside_it(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "postgres" / "dagster.yaml", home / "dagster.yaml")
+    home = postgres_home(tmp_path / "home")
     monkeypatch.setenv("FP_DAGSTER_PG_URL", cluster.url(database="dagster").replace("postgresql://",
                                                                                      "postgresql+psycopg2://"))
     monkeypatch.setenv(KEY_ENV, "sk-pg-instance")
