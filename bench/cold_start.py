@@ -24,8 +24,8 @@ from pathlib import Path
 import polars as pl
 from common import FAKE_KEY_ENV, ROOT, machine
 
-from tests.fakellm import ChatRequest, FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge, typical_rows
+from faithfulness_pipeline.testing.fakellm import ChatRequest, FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge, typical_rows
 
 ROWS = 200
 

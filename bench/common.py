@@ -20,8 +20,8 @@ for _name, _value in {"LITELLM_OFFLINE_MODE": "true", "LITELLM_LOCAL_MODEL_COST_
 import polars as pl  # noqa: E402
 
 from faithfulness_pipeline.core.config import ScoringConfig  # noqa: E402
-from faithfulness_pipeline.core.judge import Judge  # noqa: E402
 from faithfulness_pipeline.core.pipeline import score_frame_async  # noqa: E402
+from faithfulness_pipeline.core.port import Judge  # noqa: E402
 
 FAKE_KEY_ENV = "FP_BENCH_KEY"
 os.environ.setdefault(FAKE_KEY_ENV, "sk-bench-not-a-secret")
@@ -54,8 +54,8 @@ def pack_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def litellm_judge(base_url: str, **overrides: Any) -> Judge:
-    from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
-    from faithfulness_pipeline.judges.settings import JudgeSettings
+    from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
+    from faithfulness_pipeline.settings.judge import JudgeSettings
 
     config = JudgeSettings(model="openai/bench-judge", api_base=base_url, api_key_env=FAKE_KEY_ENV,
                                 **overrides)

@@ -20,14 +20,14 @@ from common import FAKE_KEY_ENV, machine, machine_line, score
 from overhead import BENCH_MODEL
 from rag_rows import make_rows
 
+from faithfulness_pipeline.cli.process import freeze_loaded_objects
 from faithfulness_pipeline.core import schema as S
-from faithfulness_pipeline.core.judge import ExtractItem, VerdictItem
-from faithfulness_pipeline.core.packing import rough_sentences
-from faithfulness_pipeline.judges.factory import make_judge
-from faithfulness_pipeline.judges.settings import JudgeSettings
-from faithfulness_pipeline.process import freeze_loaded_objects
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.core.port import ExtractItem, VerdictItem
+from faithfulness_pipeline.judging.factory import make_judge
+from faithfulness_pipeline.judging.llm.packing import rough_sentences
+from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 
 CASES = ((50_000, 17), (100_000, 10_000))
 

@@ -34,7 +34,7 @@ from common import FAKE_KEY_ENV, ROOT, machine
 from overhead import BENCH_MODEL, ServerProcess
 
 from faithfulness_pipeline.core.config import ScoringConfig
-from faithfulness_pipeline.judges.offline import default_processes
+from faithfulness_pipeline.judging.offline.judge import default_processes
 
 CHUNK_ROWS = ScoringConfig().chunk_rows
 

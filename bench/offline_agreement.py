@@ -30,8 +30,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from faithfulness_pipeline.core.judge import ExtractItem, VerdictItem  # noqa: E402
-from faithfulness_pipeline.judges.offline import OfflineJudge  # noqa: E402
+from faithfulness_pipeline.core.port import ExtractItem, VerdictItem  # noqa: E402
+from faithfulness_pipeline.judging.offline.judge import OfflineJudge  # noqa: E402
 
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "datasets" / "dev" / "conversations_labeled.parquet"
 DEFAULT_OUT = REPO_ROOT / "bench" / "results" / "offline_agreement.md"

@@ -1,6 +1,6 @@
 """Client overhead: our process's CPU seconds per answer against a zero-latency server in another process.
 
-The fake server runs as its own process (``python -m tests.fakellm``, scripted replies, no latency), so
+The fake server runs as its own process (``python -m faithfulness_pipeline.testing.fakellm``, scripted replies, no latency), so
 its JSON, tokenising and HTTP work is not billed to us. Around scoring we read ``getrusage(RUSAGE_SELF)``
 (user + system CPU of every thread of this process). ``import litellm``, the judge's construction and a
 small warm-up run happen before the measurement: they are one-time costs, not per-answer ones.
@@ -26,7 +26,7 @@ from common import FAKE_KEY_ENV, ROOT, add_pack_options, machine, machine_line, 
 from rag_rows import make_rows
 
 TARGET_MS_PER_ANSWER = 2.0
-RESPONDER = "tests.fakellm.scripted:RESPONDER"
+RESPONDER = "faithfulness_pipeline.testing.scripted:RESPONDER"
 #: The judge model of the benchmarks: a model litellm knows (window, output limit, JSON-schema support,
 #: prices), served by the fake server through ``api_base``: what a user scoring with gpt-4o-mini runs.
 BENCH_MODEL = "openai/gpt-4o-mini"
@@ -35,26 +35,26 @@ BENCH_MODEL = "openai/gpt-4o-mini"
 def bench_judge(base_url: str, *, store_path: Path | None = None, **overrides: Any) -> Any:
     """The litellm judge at its defaults, for ``BENCH_MODEL`` served by the fake server at ``base_url``,
     behind the stored-judge wrapper as the CLI builds it; with a result store at ``store_path`` if given."""
-    from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
-    from faithfulness_pipeline.judges.settings import JudgeSettings
-    from faithfulness_pipeline.judges.stored import StoredJudge, open_store
-    from faithfulness_pipeline.process import freeze_loaded_objects
+    from faithfulness_pipeline.cli.process import freeze_loaded_objects
+    from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
+    from faithfulness_pipeline.judging.stored import StoredJudge, open_store
+    from faithfulness_pipeline.settings.judge import JudgeSettings
 
     settings: dict[str, Any] = {"model": BENCH_MODEL, "api_base": base_url, "api_key_env": FAKE_KEY_ENV}
     settings.update(overrides)
     # The judge as the CLI builds it (the stored-judge wrapper, with a store when one is given), and what the
-    # CLI does for its own process once its judge is built (faithfulness_pipeline.process).
+    # CLI does for its own process once its judge is built (faithfulness_pipeline.cli.process).
     judge = StoredJudge(LiteLLMJudge(JudgeSettings(**settings)), None if store_path is None else open_store(store_path))
     freeze_loaded_objects()
     return judge
 
 
 class ServerProcess:
-    """``python -m tests.fakellm`` as a child process; ``stats()`` reads its counters over HTTP."""
+    """``python -m faithfulness_pipeline.testing.fakellm`` as a child process; ``stats()`` reads its counters over HTTP."""
 
     def __init__(self, responder: str = RESPONDER, *, base_ms: float = 0.0, per_token_ms: float = 0.0,
                  max_in_flight: int | None = None) -> None:
-        self.args = [sys.executable, "-m", "tests.fakellm", "--responder", responder,
+        self.args = [sys.executable, "-m", "faithfulness_pipeline.testing.fakellm", "--responder", responder,
                      "--base-ms", str(base_ms), "--per-token-ms", str(per_token_ms)]
         if max_in_flight is not None:
             self.args += ["--max-in-flight", str(max_in_flight)]
@@ -95,7 +95,7 @@ def _cpu_s() -> float:
 
 def run(rows: int = 3000, seed: int = 21, profile: Path | None = None, **judge: Any) -> dict[str, Any]:
     """CPU seconds per answer of scoring ``rows`` typical RAG rows (no store, every answer sent)."""
-    import faithfulness_pipeline.judges.litellm_judge  # noqa: F401  (the one-time litellm import)
+    import faithfulness_pipeline.judging.llm.judge  # noqa: F401  (the one-time litellm import)
 
     frame = make_rows(rows, seed=seed)
     warm = make_rows(60, seed=seed + 1000).with_columns(pl.col("conversation_id") + "-warm")

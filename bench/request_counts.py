@@ -17,9 +17,9 @@ import polars as pl
 from common import litellm_judge, sample_rows, score
 from rag_rows import make_rows
 
-from faithfulness_pipeline.judges.settings import DEFAULT_PACK_TOKENS
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.settings.judge import DEFAULT_PACK_TOKENS
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 
 
 @dataclass

@@ -23,11 +23,11 @@ import polars as pl
 from common import FAKE_KEY_ENV, machine, machine_line, score
 from rag_rows import make_rows
 
-from faithfulness_pipeline.judges.factory import make_judge
-from faithfulness_pipeline.judges.settings import JudgeSettings
-from faithfulness_pipeline.judges.stored import open_store
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.judging.factory import make_judge
+from faithfulness_pipeline.judging.stored import open_store
+from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.postgres_cluster import missing_reason, postgres_cluster
 
 WRITES = 400

@@ -35,7 +35,7 @@ PER_TOKEN_MS = 2.0
 TARGET_FRACTION = 0.85
 TARGET_ANSWERS_PER_S_AT_16 = 50.0
 TARGET_COMPLETION_PER_ANSWER = 150.0
-RESPONDER = "tests.fakellm.scripted:GROUNDED_RESPONDER"
+RESPONDER = "faithfulness_pipeline.testing.scripted:GROUNDED_RESPONDER"
 
 
 class InFlightSampler:

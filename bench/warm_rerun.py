@@ -28,8 +28,8 @@ from overhead import BENCH_MODEL, bench_judge
 from rag_rows import make_rows
 
 from faithfulness_pipeline.core.config import ScoringConfig
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 
 TARGET_ANSWERS_PER_S = 50_000
 CHUNK_ROWS = ScoringConfig().chunk_rows

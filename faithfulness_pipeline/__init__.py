@@ -9,9 +9,9 @@ Public API (everything else is internal)::
 from faithfulness_pipeline.api import default_judge, score_frame, score_frame_async
 from faithfulness_pipeline.core.config import ColumnMap, ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError, InputError
-from faithfulness_pipeline.core.judge import Judge
-from faithfulness_pipeline.judges.factory import make_judge
-from faithfulness_pipeline.judges.settings import JudgeSettings
+from faithfulness_pipeline.core.port import Judge
+from faithfulness_pipeline.judging.factory import make_judge
+from faithfulness_pipeline.settings.judge import JudgeSettings
 
 __all__ = [
     "ColumnMap",

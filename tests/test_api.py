@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 
 from faithfulness_pipeline import InputError, score_frame, score_frame_async
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.user_shell import user_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,7 +135,7 @@ def test_the_readme_snippet_builds_the_litellm_judge_and_scores(
 
 
 def test_the_readme_command_tries_the_llm_path_without_a_key(tmp_path: Path) -> None:
-    command = _readme_block("bash", "tests.fakellm")
+    command = _readme_block("bash", "faithfulness_pipeline.testing.fakellm")
     out = tmp_path / "fake.parquet"
     assert command.count("out/fake.parquet") == 1
     done = subprocess.run(["bash", "-c", command.replace("out/fake.parquet", str(out))], cwd=ROOT, env=user_env(),

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 from faithfulness_pipeline.cli import main
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.defs.resources import JudgeResource
-from faithfulness_pipeline.judges.litellm_judge import LiteLLMJudge
-from faithfulness_pipeline.judges.settings import JudgeSettings
-from faithfulness_pipeline.settings import settings
+from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
+from faithfulness_pipeline.settings.derive import settings
+from faithfulness_pipeline.settings.judge import JudgeSettings
 from tests.reliability.support import child_env, short_rows
 
 RANGED = {s.name: s for s in settings(JudgeSettings)

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from faithfulness_pipeline.calibration_run import calibration_settings
+from faithfulness_pipeline.api.calibration import calibration_settings
 from faithfulness_pipeline.cli import calibrate, resolve_settings, score
-from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.core.labels import CalibrationSettings
 from faithfulness_pipeline.defs import DefsSettings
 from faithfulness_pipeline.defs.resources import CalibrationResource, JudgeResource, ScoringResource
-from faithfulness_pipeline.judges.settings import JudgeSettings
-from faithfulness_pipeline.settings import Setting, markdown_table, settings
+from faithfulness_pipeline.settings.calibration import CalibrationSettings
+from faithfulness_pipeline.settings.derive import Setting, markdown_table, settings
+from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SETTINGS = settings()

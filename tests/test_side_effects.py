@@ -12,9 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from faithfulness_pipeline.judges.litellm_config import OFFLINE_DEFAULTS
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.judging.llm.card import OFFLINE_DEFAULTS
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,8 +44,8 @@ for name in ("LITELLM_OFFLINE_MODE", "LITELLM_LOCAL_MODEL_COST_MAP"):
 before = state()
 import faithfulness_pipeline
 import faithfulness_pipeline.definitions  # the code location, as dagster loads it
-from faithfulness_pipeline.judges.factory import make_judge
-from faithfulness_pipeline.judges.settings import JudgeSettings
+from faithfulness_pipeline.judging.factory import make_judge
+from faithfulness_pipeline.settings.judge import JudgeSettings
 
 frame = pl.DataFrame({"output": ["Paris is in France. It has a tower."], "context": [["Paris is in France."]]})
 faithfulness_pipeline.score_frame(frame)

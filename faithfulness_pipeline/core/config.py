@@ -7,8 +7,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from faithfulness_pipeline.core.errors import ConfigError
 
 #: A user hook that returns the context passages of one input row (Mastra's ``getContext``).
@@ -64,66 +62,3 @@ class ScoringConfig:
 
 _COLUMNS: Final = ColumnMap()
 _SCORING: Final = ScoringConfig()
-
-
-def _flag(name: str) -> dict[str, Any]:
-    return {"cli": name}
-
-
-class ScoringSettings(BaseModel):
-    """The scoring settings users set: declared once here; the CLI flags, the Dagster resource fields and the
-    ``FP_*`` variables are derived from these fields (``faithfulness_pipeline.settings``), and so is the
-    README's table. Defaults are :class:`ScoringConfig`'s. ``cli`` in a field's ``json_schema_extra`` names
-    its flag where the flag is not ``--`` and the field name with dashes."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    output_column: str = Field(default=_COLUMNS.output, description="column holding the answer (flat shape)",
-                               json_schema_extra=_flag("--output-col"))
-    input_column: str = Field(default=_COLUMNS.input, description="column holding the question (optional)",
-                              json_schema_extra=_flag("--input-col"))
-    context_column: str = Field(default=_COLUMNS.context, description="column of context passages (list or text)",
-                                json_schema_extra=_flag("--context-col"))
-    messages_column: str = Field(default=_COLUMNS.messages, description="column of OpenAI chat messages (chat shape)",
-                                 json_schema_extra=_flag("--messages-col"))
-    id_column: str = Field(default=_COLUMNS.conversation_id, description="conversation id: the row key (+ turn)",
-                           json_schema_extra=_flag("--id-col"))
-    turn_column: str = Field(default=_COLUMNS.turn, description="turn column added to the key when present",
-                             json_schema_extra=_flag("--turn-col"))
-    key_column: str | None = Field(default=_COLUMNS.key, description="unique key column instead of id (+ turn)",
-                                   json_schema_extra=_flag("--key-col"))
-    model_column: str = Field(default="model", description="column naming the answering model, for per-model totals",
-                              json_schema_extra=_flag("--model-col"))
-    all_turns: bool = Field(default=_SCORING.all_turns, description="score every assistant turn of a chat, not only "
-                            "the last")
-    scale: float = Field(default=_SCORING.scale, gt=0, allow_inf_nan=False,
-                         description="maximum score (Mastra options.scale); scores are ratio x scale")
-    zero_claims: ZeroClaimPolicy = Field(default=_SCORING.zero_claims,
-                                         description="scores of answers without claims: 0 like Mastra, or null")
-    chunk_rows: int = Field(default=_SCORING.chunk_rows, ge=1,
-                            description="rows per processing chunk (bounds memory; each chunk costs fixed work)")
-    hallucination_threshold: float = Field(
-        default=0.5, ge=0, allow_inf_nan=False,
-        description="answers with a hallucination score above this (in score units, 0..scale) count as "
-        "hallucinating in the BI aggregates and summaries",
-    )
-    max_error_rate: float = Field(
-        default=0.05, ge=0, le=1,
-        description="largest share of error rows before the error-rate check fails (Dagster) or the summary warns",
-    )
-
-    def columns(self) -> ColumnMap:
-        return ColumnMap(
-            output=self.output_column, input=self.input_column, context=self.context_column,
-            messages=self.messages_column, conversation_id=self.id_column, turn=self.turn_column,
-            key=self.key_column,
-        )
-
-    def config(
-        self, *, static_context: tuple[str, ...] | None = None, context_hook: ContextHook | None = None
-    ) -> ScoringConfig:
-        """The core's configuration; the context sources that are code or lists come from the caller."""
-        return ScoringConfig(
-            columns=self.columns(), scale=self.scale, zero_claims=self.zero_claims, all_turns=self.all_turns,
-            static_context=static_context, context_hook=context_hook, chunk_rows=self.chunk_rows,
-        )

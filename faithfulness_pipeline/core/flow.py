@@ -19,7 +19,8 @@ import polars as pl
 import pyarrow as pa
 
 from faithfulness_pipeline.core import schema as S
-from faithfulness_pipeline.core.judge import (
+from faithfulness_pipeline.core.keys import is_blank
+from faithfulness_pipeline.core.port import (
     NO_USAGE,
     ClaimVerdict,
     ExtractItem,
@@ -35,7 +36,6 @@ from faithfulness_pipeline.core.judge import (
     billed_of,
     source_of,
 )
-from faithfulness_pipeline.core.keys import is_blank
 
 #: Receives how many rows (fractions allowed: each row passes two LLM steps) just advanced.
 RowProgress = Callable[[float], None]

@@ -20,8 +20,8 @@ from faithfulness_pipeline.core.combine import union_schema
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.flow import RowProgress, judge_chunk, overlap_rows, row_frame
-from faithfulness_pipeline.core.judge import Judge, Prepaying
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
+from faithfulness_pipeline.core.port import Judge, Prepaying
 from faithfulness_pipeline.core.reasons import add_reasons
 from faithfulness_pipeline.core.scoring import add_counts_and_scores, published_verdicts
 

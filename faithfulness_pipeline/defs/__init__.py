@@ -1,7 +1,7 @@
 """The Dagster layer: thin wiring of the scoring core (assets, checks, resources, automation).
 
 ``build_defs(DefsSettings.from_env())`` is what ``faithfulness_pipeline.definitions`` loads. Every judge and
-scoring setting is read from its ``FP_JUDGE_*`` / ``FP_*`` variable (``faithfulness_pipeline.settings``);
+scoring setting is read from its ``FP_JUDGE_*`` / ``FP_*`` variable (``faithfulness_pipeline.settings.derive``);
 the Dagster layer's own variables are ``FP_LANDING``, ``FP_TIMESTAMP_COLUMN``, ``FP_UNDATED_DAY``,
 ``FP_TIMEZONE``, ``FP_WAREHOUSE``, ``FP_DUCKDB``, ``FP_REPORT`` and ``FP_PARTITIONS_START`` (README,
 "Configuration"); the calibration's are the ``FP_CALIBRATION_*`` settings
@@ -22,8 +22,6 @@ from typing import Any, Final
 import dagster as dg
 from pydantic import BaseModel
 
-from faithfulness_pipeline.core.config import ScoringSettings
-from faithfulness_pipeline.core.labels import CalibrationSettings
 from faithfulness_pipeline.defs.assets import LLM_POOL, build_assets, build_checks
 from faithfulness_pipeline.defs.calibration import build_calibration_assets, build_calibration_job
 from faithfulness_pipeline.defs.io import WarehouseIOManager
@@ -37,8 +35,10 @@ from faithfulness_pipeline.defs.resources import (
     judge_identity,
 )
 from faithfulness_pipeline.defs.schedules import build_job, build_schedule, build_sensor
-from faithfulness_pipeline.judges.settings import JudgeSettings
-from faithfulness_pipeline.settings import from_env
+from faithfulness_pipeline.settings.calibration import CalibrationSettings
+from faithfulness_pipeline.settings.derive import from_env
+from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.flow import V_USAGE, X_USAGE, RowProgress
 from faithfulness_pipeline.core.io import file_schema
-from faithfulness_pipeline.core.judge import Judge
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
 from faithfulness_pipeline.core.outputs import claim_table as build_claim_table
 from faithfulness_pipeline.core.pipeline import judge_frame, score_step
+from faithfulness_pipeline.core.port import Judge
 from faithfulness_pipeline.defs import checks
 from faithfulness_pipeline.defs.calibration import latest_calibration
 from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
@@ -42,7 +42,7 @@ from faithfulness_pipeline.defs.metadata import (
     usage_totals,
 )
 from faithfulness_pipeline.defs.resources import JudgeResource, LandingResource, ScoringResource, WarehouseResource
-from faithfulness_pipeline.judges.factory import report_to
+from faithfulness_pipeline.judging.factory import report_to
 
 GROUP = "answer_quality"
 LLM_POOL = "llm_judge"
@@ -343,7 +343,7 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         "calibration when the warehouse has one). Opens offline; small enough to mail.",
     )
     def answer_quality_report(warehouse: WarehouseResource, scoring: ScoringResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        from faithfulness_pipeline.judges.offline import OFFLINE_MODEL_NAME
+        from faithfulness_pipeline.judging.offline.judge import OFFLINE_MODEL_NAME
         from faithfulness_pipeline.report import build_report, headline
 
         path, data = build_report(

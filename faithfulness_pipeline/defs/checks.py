@@ -21,7 +21,7 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.combine import column_types
 from faithfulness_pipeline.defs.landing import LandingFile
 from faithfulness_pipeline.defs.resources import ScoringResource
-from faithfulness_pipeline.judges.offline import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
+from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
 
 _EXAMPLES = 10
 

@@ -9,7 +9,7 @@ import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.core.descriptions import describe
-from faithfulness_pipeline.core.judge import JudgeStats
+from faithfulness_pipeline.core.port import JudgeStats
 
 if TYPE_CHECKING:
     from faithfulness_pipeline.report import Headline

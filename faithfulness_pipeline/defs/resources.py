@@ -17,14 +17,14 @@ import dagster as dg
 import polars as pl
 from pydantic import BaseModel, Field, ValidationError
 
-from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.io import atomic_path
-from faithfulness_pipeline.core.judge import Judge
-from faithfulness_pipeline.core.labels import CalibrationSettings
-from faithfulness_pipeline.judges.factory import make_judge
-from faithfulness_pipeline.judges.settings import JudgeSettings
-from faithfulness_pipeline.settings import config_error
+from faithfulness_pipeline.core.port import Judge
+from faithfulness_pipeline.judging.factory import make_judge
+from faithfulness_pipeline.settings.calibration import CalibrationSettings
+from faithfulness_pipeline.settings.derive import config_error
+from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 
 class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[type-arg]
@@ -59,10 +59,10 @@ class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[typ
 def judge_identity(model: str | None) -> tuple[str, str]:
     """(judge model, prompt version) without building a judge or importing litellm: for code versions."""
     if not model:
-        from faithfulness_pipeline.judges.offline import OFFLINE_MODEL_NAME, OFFLINE_PROMPT_VERSION
+        from faithfulness_pipeline.judging.offline.judge import OFFLINE_MODEL_NAME, OFFLINE_PROMPT_VERSION
 
         return OFFLINE_MODEL_NAME, OFFLINE_PROMPT_VERSION
-    from faithfulness_pipeline.core.prompts import PROMPT_VERSION
+    from faithfulness_pipeline.judging.llm.prompts import PROMPT_VERSION
 
     return model, PROMPT_VERSION
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.report.data import ReportData, is_warehouse, load_calibration, load_scored, summarise
 from faithfulness_pipeline.report.render import Headline, headline, render_html, write_report
+from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 _DEFAULT_SCORING = ScoringSettings()
 

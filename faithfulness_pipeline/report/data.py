@@ -17,9 +17,9 @@ from typing import Any
 import polars as pl
 
 from faithfulness_pipeline.core.aggregates import daily_aggregates
-from faithfulness_pipeline.core.config import ScoringSettings
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.io import resolve_inputs
+from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 #: Folder names a calibration table may have in a warehouse (issue 16 builds it; the report only shows it).
 CALIBRATION_TABLES = ("judge_calibration", "calibration")

@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 from sklearn.metrics import balanced_accuracy_score, cohen_kappa_score
 
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 
 ROOT = Path(__file__).resolve().parents[2]
 LABELLED = ROOT / "sample_labelled" / "conversations_labelled.parquet"

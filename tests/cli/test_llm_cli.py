@@ -18,8 +18,8 @@ import polars as pl
 import pytest
 
 from faithfulness_pipeline.core import schema as S
-from tests.fakellm import FakeLLMServer, FaultPlan, Latency
-from tests.fakellm.scripted import ScriptedJudge, typical_frame
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer, FaultPlan, Latency
+from faithfulness_pipeline.testing.scripted import ScriptedJudge, typical_frame
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "sk-canary-7f3a9c1e5b2d4e6f"

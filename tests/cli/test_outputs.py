@@ -20,8 +20,8 @@ import pytest
 
 from faithfulness_pipeline.core import output_files
 from faithfulness_pipeline.core.output_files import OutputError, committed_together
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.reliability.support import child_env, short_rows
 
 KEY = "sk-outputs-0c1d2e3f4a5b6c7d"

@@ -12,7 +12,7 @@ import pytest
 from faithfulness_pipeline import InputError, score_frame
 from faithfulness_pipeline.core.io import ParquetChunkWriter, atomic_path, file_schema, iter_chunks, resolve_inputs
 from faithfulness_pipeline.core.outputs import claim_table, mastra_records
-from tests.script_judge import ScriptedJudge
+from faithfulness_pipeline.testing.script_judge import ScriptedJudge
 
 
 def _scored() -> pl.DataFrame:

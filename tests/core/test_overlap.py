@@ -1,6 +1,6 @@
 """The overlapped pipeline (a judge with ``overlap_rows``) gives the very table of one call per step: every
 row, in input order, error rows and usage included. (The result-store wrapper's whole-row path is held
-to the same table in tests/judges/test_stored.py.)"""
+to the same table in tests/judging/test_stored.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.core.judge import (
+from faithfulness_pipeline.core.pipeline import chunks_of, score_chunks, score_frame_async
+from faithfulness_pipeline.core.port import (
     ExtractItem,
     ExtractResult,
     Hooks,
@@ -21,8 +22,7 @@ from faithfulness_pipeline.core.judge import (
     VerdictItem,
     VerdictResult,
 )
-from faithfulness_pipeline.core.pipeline import chunks_of, score_chunks, score_frame_async
-from tests.script_judge import ScriptedJudge
+from faithfulness_pipeline.testing.script_judge import ScriptedJudge
 
 
 class SlowOverlappingJudge(ScriptedJudge):

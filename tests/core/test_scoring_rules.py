@@ -10,7 +10,7 @@ import pytest
 from faithfulness_pipeline import ScoringConfig, score_frame
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.scoring import round_half_up
-from tests.script_judge import ScriptedJudge
+from faithfulness_pipeline.testing.script_judge import ScriptedJudge
 
 # Per language: a supported sentence, a contradicted one, an unsupported one, a hedged supported one.
 SENTENCES = {

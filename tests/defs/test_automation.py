@@ -17,9 +17,9 @@ import pytest
 from dagster._core.definitions.data_version import StaleStatus
 from dagster._utils.test.data_versions import get_stale_status_resolver
 
-from faithfulness_pipeline.core.prompts import PROMPT_VERSION
 from faithfulness_pipeline.defs import DefsSettings, JudgeResource, build_defs
 from faithfulness_pipeline.defs.resources import LandingResource
+from faithfulness_pipeline.judging.llm.prompts import PROMPT_VERSION
 from tests.defs.conftest import DAYS, REPO, SAMPLE, Built, make_lake
 
 LLM_ASSETS = ("extracted_claims", "judged_claims", "scored_conversations", "claim_table", "daily_answer_quality")

@@ -8,10 +8,10 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from faithfulness_pipeline.core.judge import Judge
+from faithfulness_pipeline.core.port import Judge
 from faithfulness_pipeline.defs.resources import JudgeResource, ScoringResource
+from faithfulness_pipeline.testing.script_judge import ScriptedJudge
 from tests.defs.conftest import SAMPLE, Built, Lake, copy_lake, make_lake
-from tests.script_judge import ScriptedJudge
 
 DAY = "2026-11-25"
 

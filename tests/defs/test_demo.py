@@ -20,7 +20,7 @@ import dagster as dg
 import duckdb
 import pytest
 
-from faithfulness_pipeline.demo import main
+from faithfulness_pipeline.cli.demo import main
 from tests.defs.conftest import free_port, instance_yaml
 from tests.user_shell import user_env
 

@@ -14,11 +14,11 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from faithfulness_pipeline.core.prompts import PROMPT_VERSION
 from faithfulness_pipeline.defs import DefsSettings, build_defs
+from faithfulness_pipeline.judging.llm.prompts import PROMPT_VERSION
+from faithfulness_pipeline.testing.fakellm.server import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge as ScriptedResponder
 from tests.defs.conftest import SAMPLE
-from tests.fakellm.scripted import ScriptedJudge as ScriptedResponder
-from tests.fakellm.server import FakeLLMServer
 
 KEY_ENV = "FP_TEST_DAGSTER_JUDGE_KEY"
 CANARY = "sk-fp-canary-dagster-4Hq8TzW1"
@@ -115,7 +115,7 @@ def test_a_day_scored_in_batch_mode_and_its_step_re_executed_pays_nothing_twice(
 ) -> None:
     """The schedule's job in batch mode: the LLM step submits and waits; run again, it finds everything in
     the warehouse's store (batch results are stored like interactive ones) and creates no batch."""
-    from tests.fakellm.batches import BatchTiming
+    from faithfulness_pipeline.testing.fakellm.batches import BatchTiming
 
     monkeypatch.setenv(KEY_ENV, CANARY)
     warehouse = tmp_path / "warehouse"

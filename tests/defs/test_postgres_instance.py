@@ -13,11 +13,11 @@ import pytest
 from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
 
 from faithfulness_pipeline.defs import DefsSettings, build_defs
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.defs.conftest import SAMPLE
 from tests.defs.pg_instance import POOL_LIMIT, postgres_home, set_up_instance
 from tests.defs.pool_events import POOL
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge
 from tests.postgres_cluster import Cluster
 
 KEY_ENV = "FP_TEST_PG_INSTANCE_KEY"

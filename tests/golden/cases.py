@@ -15,8 +15,8 @@ from pathlib import Path
 
 import polars as pl
 
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge, typical_rows
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge, typical_rows
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

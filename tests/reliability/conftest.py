@@ -9,8 +9,8 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.reliability.support import (
     REFERENCE_KEY,
     REFERENCE_ROWS,

@@ -17,8 +17,8 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from tests.fakellm.scripted import ScriptedJudge
-from tests.fakellm.server import ChatRequest
+from faithfulness_pipeline.testing.fakellm.server import ChatRequest
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 
 
 def echoes(key: str) -> list[str]:

@@ -23,8 +23,8 @@ from pathlib import Path
 import polars as pl
 
 from faithfulness_pipeline.core import schema as S
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 
 REPO = Path(__file__).resolve().parents[2]
 DAY = "2026-11-25"

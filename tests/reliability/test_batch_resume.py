@@ -16,14 +16,14 @@ import polars as pl
 import psycopg
 import pytest
 
-from faithfulness_pipeline.judges.factory import make_judge
-from faithfulness_pipeline.judges.litellm_batch import BatchFailed
-from faithfulness_pipeline.judges.settings import JudgeSettings
-from faithfulness_pipeline.judges.store_postgres import is_postgres_url
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.batches import BatchFaults, BatchTiming
-from tests.fakellm.scripted import ScriptedJudge
-from tests.judges.test_batch_mode import _frame, _score
+from faithfulness_pipeline.judging.factory import make_judge
+from faithfulness_pipeline.judging.llm.batch.judge import BatchFailed
+from faithfulness_pipeline.judging.store.postgres import is_postgres_url
+from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.fakellm.batches import BatchFaults, BatchTiming
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
+from tests.judging.test_batch_mode import _frame, _score
 from tests.reliability.support import (
     KEY_ENV,
     child_env,
@@ -68,7 +68,7 @@ def _start(cmd: list[str]) -> subprocess.Popen[bytes]:
 
 def test_sigkill_while_creating_and_while_waiting_never_pays_twice(tmp_path: Path) -> None:
     """With a SQLite store (the ledger's PostgreSQL backend runs the same statements; its records outliving
-    a run are tested below and in tests/judges/test_batch_mode.py)."""
+    a run are tested below and in tests/judging/test_batch_mode.py)."""
     src = tmp_path / "in.parquet"
     short_rows(120).write_parquet(src)
     store = str(tmp_path / "store.sqlite")

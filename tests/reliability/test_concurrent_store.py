@@ -14,8 +14,8 @@ from pathlib import Path
 
 import polars as pl
 
-from tests.fakellm import FakeLLMServer, Latency
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer, Latency
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.reliability.support import (
     KEY_ENV,
     Reference,

@@ -19,8 +19,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.fakellm import FakeLLMServer, Latency
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer, Latency
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.reliability.support import (
     DAY,
     KEY_ENV,

@@ -23,8 +23,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.fakellm import FakeLLMServer, FaultPlan, ServerStats
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer, FaultPlan, ServerStats
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.reliability.support import (
     DAY,
     KEY_ENV,

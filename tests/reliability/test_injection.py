@@ -21,9 +21,9 @@ from typing import Any
 import polars as pl
 import pytest
 
-from faithfulness_pipeline.core import prompts
-from tests.fakellm import ChatRequest, FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.judging.llm import prompts
+from faithfulness_pipeline.testing.fakellm import ChatRequest, FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.reliability.support import Reference, cli_command, comparable, run_cli, short_rows
 
 KEY = "sk-injection-0f9e8d7c6b5a4321"

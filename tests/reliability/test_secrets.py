@@ -22,7 +22,7 @@ from urllib.parse import quote
 import polars as pl
 import pytest
 
-from faithfulness_pipeline.judges.litellm_secrets import Redactor as LiteLLMRedactor
+from faithfulness_pipeline.judging.llm.secrets import Redactor as LiteLLMRedactor
 from tests.reliability.leaky import LeakyServer, echoes
 from tests.reliability.support import (
     DAY,

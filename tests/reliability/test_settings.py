@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakellm import FakeLLMServer
-from tests.fakellm.scripted import ScriptedJudge
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.reliability.support import cli_command, run_cli, short_rows
 
 

@@ -31,12 +31,12 @@ import psycopg
 import pytest
 
 from faithfulness_pipeline.api import score_frame
-from faithfulness_pipeline.judges.factory import make_judge
-from faithfulness_pipeline.judges.settings import JudgeSettings
+from faithfulness_pipeline.judging.factory import make_judge
+from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer, Latency
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.defs.pg_instance import POOL_LIMIT, postgres_home, set_up_instance
 from tests.defs.pool_events import POOL, pool_use
-from tests.fakellm import FakeLLMServer, Latency
-from tests.fakellm.scripted import ScriptedJudge
 from tests.postgres_cluster import Cluster
 from tests.reliability.support import (
     KEY_ENV,

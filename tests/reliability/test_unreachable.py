@@ -16,9 +16,9 @@ import polars as pl
 
 from faithfulness_pipeline.defs import DefsSettings, build_defs
 from faithfulness_pipeline.defs.resources import JudgeResource, LandingResource, WarehouseResource
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer, Latency
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.defs.conftest import Lake
-from tests.fakellm import FakeLLMServer, Latency
-from tests.fakellm.scripted import ScriptedJudge
 from tests.reliability.support import (
     DAY,
     KEY_ENV,

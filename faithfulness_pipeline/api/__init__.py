@@ -1,0 +1,106 @@
+"""The Python entry points: score a table with a judge (offline by default).
+
+``score_frame`` works in a plain script and inside a running event loop (a Jupyter notebook), where it
+runs the scoring on a worker thread with its own loop; ``await score_frame_async(...)`` scores on the
+caller's loop. Both take a polars or pandas DataFrame or a pyarrow Table (converted at the edge, every
+column passed through) and return a polars DataFrame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any, TypeAlias
+
+import polars as pl
+import pyarrow as pa
+
+from faithfulness_pipeline.core.config import ScoringConfig
+from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.core.flow import RowProgress
+from faithfulness_pipeline.core.pipeline import score_frame_async as _score_frame_async
+from faithfulness_pipeline.core.port import Judge
+
+#: What the entry points take: a polars DataFrame, a pyarrow Table or RecordBatch, or a pandas DataFrame
+#: (pandas is optional: it is never imported here, only recognised, so it cannot be named in the type).
+Table: TypeAlias = Any
+
+
+def default_judge() -> Judge:
+    """The offline lexical judge: no key, no network; a baseline that says so in ``judge_model``."""
+    from faithfulness_pipeline.judging.offline.judge import OfflineJudge
+
+    return OfflineJudge()
+
+
+def to_polars(table: Table) -> pl.DataFrame:
+    """``table`` as a polars DataFrame, every column kept (pandas needs ``pip install pandas``)."""
+    if isinstance(table, pl.DataFrame):
+        return table
+    if isinstance(table, pa.Table | pa.RecordBatch):
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+    if type(table).__module__.split(".")[0] == "pandas" and type(table).__name__ == "DataFrame":
+        # The pandas index is not a column; a named index would otherwise be lost silently.
+        if any(name is not None for name in table.index.names):
+            table = table.reset_index()
+        return pl.from_pandas(table)
+    raise InputError(
+        f"cannot score a {type(table).__module__}.{type(table).__name__}: give a polars or pandas DataFrame or a "
+        f"pyarrow Table"
+    )
+
+
+async def score_frame_async(
+    df: Table,
+    judge: Judge | None = None,
+    config: ScoringConfig | None = None,
+    progress: RowProgress | None = None,
+) -> pl.DataFrame:
+    """:func:`score_frame` for code already in an event loop (``await`` it in a notebook cell); closes the
+    judge when done."""
+    frame = to_polars(df)
+    chosen = _once_per_content(judge if judge is not None else default_judge())
+    try:
+        return await _score_frame_async(frame, chosen, config or ScoringConfig(), progress)
+    finally:
+        await chosen.aclose()
+
+
+def score_frame(
+    df: Table,
+    judge: Judge | None = None,
+    config: ScoringConfig | None = None,
+    progress: RowProgress | None = None,
+) -> pl.DataFrame:
+    """Score every row of ``df`` and return the scored table (one output row per judged answer).
+
+    A judge that names its result scope (the offline and the litellm judge do) is put behind the
+    stored-judge wrapper, without a store, unless it is one already: identical items are asked once.
+    Inside a running event loop (Jupyter) the scoring runs on a worker thread with a loop of its own, and
+    this call waits for it.
+
+    >>> import polars as pl
+    >>> df = pl.DataFrame({"output": ["Paris is the capital of France."],
+    ...                    "context": [["Paris is the capital of France."]]})
+    >>> score_frame(df).select("hallucination_score", "faithfulness_score").row(0)
+    (0.0, 1.0)
+    """
+    scoring = score_frame_async(df, judge, config, progress)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(scoring)
+    # asyncio.run refuses to nest in a running loop, and blocking that loop on itself would deadlock.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="score_frame") as pool:
+        return pool.submit(asyncio.run, scoring).result()
+
+
+def _once_per_content(judge: Judge) -> Judge:
+    from faithfulness_pipeline.judging.stored import Storable, StoredJudge
+
+    if isinstance(judge, StoredJudge) or not isinstance(judge, Storable):
+        return judge
+    wrapped: Judge = StoredJudge(judge, None)
+    return wrapped

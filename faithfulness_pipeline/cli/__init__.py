@@ -1,0 +1,467 @@
+"""``faithfulness-pipeline score INPUT -o OUTPUT``: the scoring core from the command line, without Dagster."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import itertools
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import polars as pl
+from pydantic import BaseModel
+
+from faithfulness_pipeline.cli.process import freeze_loaded_objects
+from faithfulness_pipeline.cli.report import report as report_command
+from faithfulness_pipeline.core.combine import conform
+from faithfulness_pipeline.core.config import ContextHook, ScoringConfig
+from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
+from faithfulness_pipeline.core.io import ParquetChunkWriter, count_rows, file_schema, iter_chunks, resolve_inputs
+from faithfulness_pipeline.core.output_files import OutputError, check_outputs, committed_together
+from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
+from faithfulness_pipeline.core.pipeline import prepay, score_chunks, scored_schema
+from faithfulness_pipeline.core.port import Judge
+from faithfulness_pipeline.judging.factory import check_key, estimate_cost, make_judge, report_to
+from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
+from faithfulness_pipeline.settings.calibration import CalibrationSettings
+from faithfulness_pipeline.settings.derive import Setting, from_env, settings
+from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.scoring import ScoringSettings
+
+
+@dataclass
+class Summary:
+    """What the run's summary says, added up chunk by chunk: the scored table itself is never held."""
+
+    model_column: str = "model"  # per-model lines when the input has this column
+    threshold: float = 0.5  # hallucination scores above it count as hallucinating
+    rows: int = 0
+    ok: int = 0
+    errors: int = 0
+    zero_claim_rows: int = 0
+    hallucination_sum: float = 0.0
+    faithfulness_sum: float = 0.0
+    scored_rows: int = 0  # ok rows with a (non-null) score
+    llm_calls: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = 0.0
+    over_threshold: int = 0
+    by_model: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # rows, scored, hallucination sum
+    billed_prompt_tokens: int = 0
+    billed_completion_tokens: int = 0
+    billed_cost_usd: float | None = 0.0
+    by_source: dict[str, int] = field(default_factory=dict)
+    first_errors: list[str] = field(default_factory=list)
+
+    def add(self, scored: pl.DataFrame) -> None:
+        self.rows += scored.height
+        ok = scored.filter(pl.col("status") == "ok")
+        self.ok += ok.height
+        self.errors += scored.height - ok.height
+        self.zero_claim_rows += ok.filter(pl.col("n_claims") == 0).height
+        with_scores = ok.filter(pl.col("hallucination_score").is_not_null())
+        self.scored_rows += with_scores.height
+        self.hallucination_sum += float(with_scores.get_column("hallucination_score").sum())
+        self.faithfulness_sum += float(with_scores.get_column("faithfulness_score").sum())
+        self.over_threshold += with_scores.filter(pl.col("hallucination_score") > self.threshold).height
+        if self.model_column in scored.columns:
+            per_model = scored.group_by(pl.col(self.model_column).cast(pl.String).fill_null("(none)")).agg(
+                pl.len().alias("rows"),
+                ((pl.col("status") == "ok") & pl.col("hallucination_score").is_not_null()).sum().alias("scored"),
+                pl.col("hallucination_score").filter(pl.col("status") == "ok").sum().alias("sum"),
+            )
+            for model, rows, n, total in per_model.iter_rows():
+                before = self.by_model.get(model, (0, 0, 0.0))
+                self.by_model[model] = (before[0] + rows, before[1] + n, before[2] + float(total or 0.0))
+        self.llm_calls += float(scored.get_column("llm_calls").sum())
+        self.prompt_tokens += int(scored.get_column("prompt_tokens").sum())
+        self.completion_tokens += int(scored.get_column("completion_tokens").sum())
+        cost = scored.get_column("cost_usd")
+        if self.cost_usd is not None:
+            self.cost_usd = None if cost.null_count() else self.cost_usd + float(cost.sum())
+        self.billed_prompt_tokens += int(scored.get_column("billed_prompt_tokens").sum())
+        self.billed_completion_tokens += int(scored.get_column("billed_completion_tokens").sum())
+        billed = scored.get_column("billed_cost_usd")
+        if self.billed_cost_usd is not None:
+            self.billed_cost_usd = None if billed.null_count() else self.billed_cost_usd + float(billed.sum())
+        for source, n in scored.group_by("result_source").len().iter_rows():
+            self.by_source[source] = self.by_source.get(source, 0) + n
+        if len(self.first_errors) < 3:
+            for key, error in scored.filter(pl.col("status") != "ok").select("row_key", "error").iter_rows():
+                if len(self.first_errors) < 3:
+                    self.first_errors.append(f"{key}: {error}")
+
+    def render(self, elapsed: float, outputs: list[str], judge: Judge, max_error_rate: float = 1.0) -> str:
+        def mean(total: float, n: int | None = None) -> str:
+            n = self.scored_rows if n is None else n
+            return f"{total / n:.3f}" if n else "n/a"
+
+        def dollars(value: float | None) -> str:
+            return "unknown (no price for this model)" if value is None else f"${value:.4f}"
+
+        stats = judge.stats()
+        sources = ", ".join(f"{n} {_SOURCE_WORDS.get(s, s)}" for s, n in sorted(self.by_source.items()))
+        lines = [
+            f"scored {self.rows} rows in {elapsed:.1f}s with {judge.model_name} (prompt {judge.prompt_version})",
+            f"  ok: {self.ok}   errors: {self.errors}   no claims: {self.zero_claim_rows}",
+            f"  mean hallucination: {mean(self.hallucination_sum)}   mean faithfulness: {mean(self.faithfulness_sum)}",
+            f"  hallucination above {self.threshold:g}: {self.over_threshold} of {self.scored_rows} scored answers",
+            f"  results: {sources or 'none'}",
+            f"  billed this run: {stats.requests} requests, {self.billed_prompt_tokens} prompt + "
+            f"{self.billed_completion_tokens} completion tokens, {dollars(self.billed_cost_usd)}",
+            f"  what producing the results cost (usage columns): {self.prompt_tokens} prompt + "
+            f"{self.completion_tokens} completion tokens, {dollars(self.cost_usd)}",
+        ]
+        for model, (rows, n, total) in sorted(self.by_model.items()):
+            lines.append(f"  {self.model_column} {model}: {rows} rows, mean hallucination {mean(total, n)}")
+        lines += [f"  note: {note}" for note in stats.notes]
+        if judge.model_name == OFFLINE_MODEL_NAME:
+            lines.append(f"  note: {OFFLINE_FALLBACK_NOTE}")
+        if self.rows and self.errors / self.rows > max_error_rate:
+            lines.append(f"  warning: {self.errors / self.rows:.1%} of the rows are errors, more than max_error_rate "
+                         f"{max_error_rate:g}")
+        lines += [f"  error: {e}" for e in self.first_errors]
+        lines += [f"  wrote {path}" for path in outputs]
+        return "\n".join(lines)
+
+
+_SOURCE_WORDS = {
+    "llm": "asked of the LLM", "store": "served from the store", "duplicate": "copied from an identical answer",
+    "offline": "by the offline judge", "none": "with nothing to judge",
+}
+
+
+class _Progress:
+    """A tqdm bar on a terminal; a plain line every few seconds otherwise (cron logs stay readable)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total = total
+        self.done = 0.0  # rows finish in fractions (a row's share of a packed request): shown as whole rows
+        self.enabled = enabled
+        self._bar: Any = None
+        self._last = time.monotonic()
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit="row", desc="scoring", file=sys.stderr, dynamic_ncols=True)
+
+    def __call__(self, rows: float) -> None:
+        self.done += rows
+        if self._bar is not None:
+            whole = min(int(self.done + 1e-9), self.total)
+            if whole > self._bar.n:
+                self._bar.update(whole - self._bar.n)
+        elif self.enabled and time.monotonic() - self._last >= 5:
+            self._last = time.monotonic()
+            pct = 100 * self.done / self.total if self.total else 100.0
+            click.echo(f"scoring: {self.done:.0f}/{self.total} rows ({pct:.0f}%)", err=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _load_hook(spec: str) -> ContextHook:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--context-hook must look like 'package.module:function', got {spec!r}")
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        hook = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load --context-hook {spec!r}: {exc}") from exc
+    if not callable(hook):
+        raise ConfigError(f"--context-hook {spec!r} is not callable")
+    result: ContextHook = hook
+    return result
+
+
+def _static_context(texts: tuple[str, ...], file: str | None) -> tuple[str, ...] | None:
+    passages = list(texts)
+    if file is not None:
+        raw = Path(file).read_text(encoding="utf-8")
+        try:
+            loaded = json.loads(raw)
+        except ValueError:
+            loaded = [raw]
+        if not isinstance(loaded, list) or not all(isinstance(p, str) for p in loaded):
+            raise ConfigError(f"--context-file {file!r} must be a JSON list of strings or plain text")
+        passages += loaded
+    return tuple(passages) if passages or file is not None else None
+
+
+def _click_type(setting: Setting) -> Any:
+    if setting.choices is not None:
+        return click.Choice(setting.choices)
+    # Numbers stay text until the settings model reads them: a bad one ('nan', '0', 'ten') is then the same
+    # one-line error naming flag, variable and resource field as a bad variable, not click's usage report.
+    return str
+
+
+def _help(setting: Setting) -> str:
+    default = "" if setting.default is None or setting.kind is bool else f" [default: {setting.default}]"
+    return f"{setting.description}.{default} [env {setting.env}]"
+
+
+def _setting_options(*models: type[BaseModel]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """One option per setting of ``models`` (``faithfulness_pipeline.settings.derive``): the flags are derived, never
+    declared here. Unset (None) means the variable, then the default."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        for setting in reversed([s for s in settings() if s.model in models]):
+            if setting.kind is bool:
+                option = click.option(setting.flag, setting.name, is_flag=True, default=None, help=_help(setting))
+            else:
+                metavar = {int: "INTEGER", float: "NUMBER"}.get(setting.kind, "TEXT")
+                option = click.option(setting.flag, setting.name, type=_click_type(setting), default=None,
+                                      metavar=metavar if setting.choices is None else None, help=_help(setting))
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def resolve_settings(options: dict[str, Any], env: Mapping[str, str]) -> tuple[JudgeSettings, ScoringSettings]:
+    """The settings of a run: the flags given, then the ``FP_*`` variables, then the defaults. ``options``
+    may hold the command's other parameters too."""
+
+    def given(model: type[BaseModel]) -> dict[str, Any]:
+        return {s.name: options[s.name] for s in settings(model) if options.get(s.name) is not None}
+
+    return from_env(JudgeSettings, env, given(JudgeSettings)), from_env(ScoringSettings, env, given(ScoringSettings))
+
+
+async def _run(
+    paths: list[str],
+    chunks: Iterator[pl.DataFrame],
+    out_schema: pl.Schema,
+    judge: Judge,
+    config: ScoringConfig,
+    outputs: dict[str, str],
+    progress: Callable[[float], None] | None,
+    summary: Summary,
+) -> None:
+    """Scores ``chunks`` (read from ``paths``, whose columns make ``out_schema``) into ``outputs`` (option ->
+    path: ``-o`` and optionally ``--claims-out``, ``--mastra-out``), which appear together when the run is
+    complete, or not at all. A judge that answers the whole run in bulk (batch mode) reads ``paths`` first."""
+    with committed_together(outputs) as tmps, ExitStack() as stack:
+        scored_writer = ParquetChunkWriter(tmps["-o"])
+        claims_writer = ParquetChunkWriter(tmps["--claims-out"]) if "--claims-out" in tmps else None
+        mastra_handle = (
+            stack.enter_context(open(tmps["--mastra-out"], "w", encoding="utf-8")) if "--mastra-out" in tmps else None
+        )
+        wrote_any = False
+        try:
+            await prepay(judge, lambda: iter_chunks(paths, config.chunk_rows), config)
+            async for chunk in score_chunks(chunks, judge, config, progress):
+                wrote_any = True
+                scored = conform(chunk, out_schema)  # files of other shapes or columns: one table
+                summary.add(scored)
+                with _naming(tmps["-o"]):
+                    scored_writer.write(scored)
+                if claims_writer is not None:
+                    with _naming(tmps["--claims-out"]):
+                        claims_writer.write(claim_table(scored))
+                if mastra_handle is not None:
+                    with _naming(tmps["--mastra-out"]):
+                        mastra_handle.writelines(mastra_jsonl_lines(scored))
+            if not wrote_any:
+                empty = pl.DataFrame(schema=out_schema)
+                scored_writer.write(empty)
+                if claims_writer is not None:
+                    claims_writer.write(claim_table(empty))
+        finally:
+            try:
+                with _naming(tmps["-o"]):
+                    scored_writer.close()
+                if claims_writer is not None:
+                    with _naming(tmps["--claims-out"]):
+                        claims_writer.close()
+            finally:
+                await judge.aclose()
+
+
+@contextmanager
+def _naming(tmp: Path) -> Iterator[None]:
+    """A failed write names the file it was writing (pyarrow's OSErrors name none)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(tmp)
+        raise
+
+
+_TERMINATED: list[bool] = []  # set once SIGTERM arrived
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Makes SIGTERM (a service manager or ``kill`` stopping the run) do what Ctrl-C does while the command
+    runs: it delivers SIGINT, so asyncio cancels the run and everything unwinds the same way — temporary
+    files removed, nothing partial written, the store keeping every result committed so far. The CLI's own
+    process only (library code never installs signal handlers); the previous handler is put back."""
+
+    def handler(signum: int, frame: object) -> None:
+        _TERMINATED.append(True)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        os.kill(os.getpid(), signal.SIGINT)
+
+    _TERMINATED.clear()
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _read_ahead(chunks: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+    """``chunks`` with the first one read now (while litellm may still be importing)."""
+    first = next(chunks, None)
+    return chunks if first is None else itertools.chain([first], chunks)
+
+
+@click.group()
+@click.version_option(package_name="faithfulness-pipeline")
+def main() -> None:
+    """Hallucination and faithfulness scores (Mastra semantics) for tables of LLM answers."""
+
+
+@main.command()
+@click.argument("input_spec", metavar="INPUT")
+@click.option("-o", "--output", required=True, help="Scored table to write (Parquet).")
+@click.option("--claims-out", help="Also write the claim table (one row per claim, Parquet).")
+@click.option("--mastra-out", help="Also write the Mastra-shaped export (JSON lines, one per row per scorer).")
+@click.option("--context", "static_texts", multiple=True, help="Static context passage for every row (repeatable).")
+@click.option("--context-file", default=None, help="Static context: a JSON list of strings, or one text passage.")
+@click.option("--context-hook", default=None, help="module:function returning a row's passages (beats all else).")
+@click.option("--dry-run", is_flag=True, help="Print requests, tokens and estimated cost; call nothing.")
+@click.option("--quiet", is_flag=True, help="No progress and no summary.")
+@click.option("--batch", is_flag=True, help="Same as --mode batch: the provider's Batch API, at its batch price.")
+@_setting_options(JudgeSettings, ScoringSettings)
+def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str | None,
+          static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None, dry_run: bool,
+          quiet: bool, batch: bool, **options: Any) -> None:
+    """Score INPUT (a Parquet, JSON Lines or CSV file, a directory of them, or a glob) and write the scored
+    table. Files may differ in shape (flat and chat) and columns: each is normalised on its own.
+
+    Every setting can also be given by its environment variable; a flag beats the variable.
+    """
+    started = time.monotonic()
+    with _sigterm_as_interrupt():
+        try:
+            if batch:
+                if options.get("mode") not in (None, "batch"):
+                    raise ConfigError(f"--batch contradicts --mode {options['mode']}")
+                options["mode"] = "batch"
+            judge_settings, scoring = resolve_settings(options, os.environ)
+            if judge_settings.model is not None:
+                # litellm takes seconds to import: it loads on a worker thread while the input is checked and
+                # read; building the judge below waits for it.
+                from faithfulness_pipeline.judging.llm.card import import_litellm_in_background
+
+                import_litellm_in_background()
+            config = scoring.config(
+                static_context=_static_context(static_texts, context_file),
+                context_hook=_load_hook(context_hook) if context_hook else None,
+            )
+            paths = resolve_inputs(input_spec)
+            # Every file's columns are validated before any call is paid for.
+            out_schema = scored_schema([(p, file_schema(p)) for p in paths], config)
+            if dry_run:  # a dry run sends nothing, so it needs no key and writes nothing
+                judge = make_judge(judge_settings, need_key=False)
+                freeze_loaded_objects()
+                click.echo(estimate_cost(judge, paths, config, batch=judge_settings.mode == "batch"))
+                asyncio.run(judge.aclose())
+                return
+            check_key(judge_settings)
+            # So do outputs that could not be written, or would overwrite each other or an input.
+            outputs = {"-o": output, "--claims-out": claims_out, "--mastra-out": mastra_out}
+            check_outputs(outputs, paths)
+            total = count_rows(paths)
+            chunks = _read_ahead(iter_chunks(paths, config.chunk_rows))
+            judge = make_judge(judge_settings, check_connection=True)
+            freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
+            if not quiet:
+                report_to(judge, lambda line: click.echo(line, err=True))
+            progress = _Progress(total, enabled=not quiet)
+            summary = Summary(model_column=scoring.model_column, threshold=scoring.hallucination_threshold)
+            try:
+                given = {option: path for option, path in outputs.items() if path}
+                asyncio.run(_run(paths, chunks, out_schema, judge, config, given, progress, summary))
+            finally:
+                progress.close()
+        except OutputError as exc:  # the machine's fault (a full disk, a read-only folder), not the command's
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        except FaithfulnessPipelineError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            how = "terminated" if _TERMINATED else "interrupted"
+            click.echo(f"{how}: nothing was written (stored results are kept for the next run)", err=True)
+            sys.exit(128 + (signal.SIGTERM if _TERMINATED else signal.SIGINT))
+        if not quiet:
+            written = [output] + [p for p in (claims_out, mastra_out) if p]
+            click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate), err=True)
+
+
+@main.command()
+@click.option("--scored", "scored_specs", multiple=True,
+              help="A scored table holding the labelled rows (repeatable: two or more compare judges). "
+              "None: the labelled rows are scored here with the judge the settings name.")
+@click.option("-o", "--output", default=None, help="Write the calibration table (Parquet).")
+@click.option("--disagreements-out", default=None, help="Write the rows where the judges disagree (Parquet).")
+@_setting_options(JudgeSettings, ScoringSettings, CalibrationSettings)
+def calibrate(scored_specs: tuple[str, ...], output: str | None, disagreements_out: str | None,
+              **options: Any) -> None:
+    """How far the judge agrees with people: score --labelled rows (or take --scored tables) and compare.
+
+    Prints the calibration table; exits 1 when a judge is below --agreement-floor and --below-floor is fail.
+    """
+    from faithfulness_pipeline.api import calibration as cal
+
+    try:
+        judge_settings, scoring = resolve_settings(options, os.environ)
+        calibration = cal.calibration_settings(options, os.environ)
+        labelled = cal.read_table(str(calibration.labelled))
+        scored = [(spec, cal.read_table(spec)) for spec in scored_specs]
+        result = cal.run(labelled, scored, scoring, calibration, judge_settings, cal.read_claim_labels(calibration))
+        for frame, path in ((result.table, output), (result.disagreements, disagreements_out)):
+            if path:
+                cal.write(frame, path)
+    except FaithfulnessPipelineError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    click.echo(cal.report(result))
+    if result.problems and calibration.below_floor == "fail":
+        sys.exit(1)
+
+
+main.add_command(report_command)
+
+
+@main.command()
+def demo() -> None:
+    """Materialise every Dagster asset for every sample day with the offline judge, then print a summary."""
+    from faithfulness_pipeline.cli.demo import main as run_demo
+
+    sys.exit(run_demo([]))
+
+
+if __name__ == "__main__":
+    main()

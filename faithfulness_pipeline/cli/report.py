@@ -1,0 +1,89 @@
+"""``faithfulness-pipeline report SOURCE -o report.html``: the answer-quality report from the command line.
+
+A leaf like ``cli.py`` (which only adds this command to its group). The column and threshold settings are
+the scoring settings (``ScoringSettings``): their flags and ``FP_*`` variables are derived, not declared here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
+from faithfulness_pipeline.settings.derive import from_env, settings
+from faithfulness_pipeline.settings.scoring import ScoringSettings
+
+#: The scoring settings the report uses (which columns hold what; the threshold and scale of the scores).
+REPORT_SETTINGS = ("model_column", "output_column", "input_column", "hallucination_threshold", "scale")
+#: The day boundary's time zone for a scored table's timestamps (the Dagster layer reads the same variable).
+TIMEZONE_ENV = "FP_TIMEZONE"
+
+
+def _options(command: Callable[..., None]) -> Callable[..., None]:
+    for setting in reversed([s for s in settings(ScoringSettings) if s.name in REPORT_SETTINGS]):
+        kind = {int: int, float: float, str: str}.get(setting.kind)
+        help_text = f"{setting.description}. [default: {setting.default}] [env {setting.env}]"
+        command = click.option(setting.flag, setting.name, type=kind, default=None, help=help_text)(command)
+    return command
+
+
+@click.command("report")
+@click.argument("source", metavar="WAREHOUSE_OR_SCORED_TABLE")
+@click.option("-o", "--output", required=True, help="HTML file to write (self-contained: mail it, open it offline).")
+@click.option("--calibration", default=None, help="The judge's calibration table (Parquet) to show. Default: the "
+              "warehouse's judge_calibration table when there is one.")
+@click.option("--timestamp-col", default="created_at", show_default=True,
+              help="Column whose date is a scored table's day (scored_at when absent); a warehouse uses its days.")
+@click.option("--timezone", default=None, help=f"Time zone of the day boundary [default: UTC] [env {TIMEZONE_ENV}].")
+@click.option("--worst", default=20, show_default=True, type=click.IntRange(0, 1000),
+              help="How many of the worst answers to show with their claims.")
+@_options
+def report(source: str, output: str, calibration: str | None, timestamp_col: str, timezone: str | None,
+           worst: int, **options: Any) -> None:
+    """Write the answer-quality report of a warehouse folder or a scored table (Parquet file, folder or glob)."""
+    from faithfulness_pipeline.judging.offline.judge import OFFLINE_MODEL_NAME
+    from faithfulness_pipeline.report import build_report, headline
+
+    started = time.monotonic()
+    try:
+        given = {k: v for k, v in options.items() if v is not None}
+        scoring = from_env(ScoringSettings, os.environ, given)
+        zone = timezone or os.environ.get(TIMEZONE_ENV) or "UTC"
+        path, data = build_report(
+            source,
+            output,
+            baseline_judges=frozenset({OFFLINE_MODEL_NAME}),
+            calibration=calibration,
+            timestamp_column=timestamp_col,
+            timezone=_zone(zone),
+            scoring=scoring,
+            worst=worst,
+        )
+    except (FaithfulnessPipelineError, OSError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    top = headline(data)
+    click.echo(
+        f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB) in {time.monotonic() - started:.1f}s: "
+        f"{top.answers} answers over {top.period}, judged by {top.judges}",
+        err=True,
+    )
+
+
+def _zone(name: str) -> str:
+    """``name`` when it is an IANA time zone, else a usage error naming the flag and the variable."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from faithfulness_pipeline.core.errors import ConfigError
+
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"--timezone / {TIMEZONE_ENV} {name!r} is not a time zone name (e.g. UTC, "
+                          f"Europe/Berlin, Asia/Seoul)") from None
+    return name

@@ -1,0 +1,186 @@
+"""What the litellm judge learns of its model before any request: window, output limit, prices, tokenizer.
+
+A few lookups in litellm's model map (the settings that override them are ``judges.settings``), holding
+no state. litellm is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+from faithfulness_pipeline.judging.llm.packing import Count
+from faithfulness_pipeline.settings.judge import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT_TOKENS, JudgeSettings
+
+# ------------------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCard:
+    """What the judge knows of its model, from litellm's model map or the config overrides."""
+
+    context_window: int
+    max_output_tokens: int
+    json_schema: bool
+    input_cost_per_token: float | None
+    output_cost_per_token: float | None
+    notes: tuple[str, ...] = ()
+    #: What the provider's Batch API charges (litellm's ``*_cost_per_token_batches``); None: unknown
+    batch_input_cost_per_token: float | None = None
+    batch_output_cost_per_token: float | None = None
+
+    @property
+    def priced(self) -> bool:
+        return self.input_cost_per_token is not None and self.output_cost_per_token is not None
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> tuple[float, float] | None:
+        if self.input_cost_per_token is None or self.output_cost_per_token is None:
+            return None
+        return prompt_tokens * self.input_cost_per_token, completion_tokens * self.output_cost_per_token
+
+    def for_batches(self) -> ModelCard:
+        """The card as the Batch API prices it: batch prices where known, else the interactive ones (noted)."""
+        if self.batch_input_cost_per_token is None or self.batch_output_cost_per_token is None:
+            note = ("no batch price known for this model: batch usage is priced at the interactive prices "
+                    "(set input_cost_per_token and output_cost_per_token to the batch prices)")
+            return replace(self, notes=(*self.notes, note) if self.priced else self.notes)
+        return replace(self, input_cost_per_token=self.batch_input_cost_per_token,
+                       output_cost_per_token=self.batch_output_cost_per_token)
+
+
+def lenient(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception:  # litellm raises assorted types for "unknown model"
+        return None
+
+
+#: What litellm reads when it is first imported, and our defaults: litellm fetches nothing on its own
+#: (its price map, model catalogues, tokenizers); requests still go wherever the judge is pointed.
+OFFLINE_DEFAULTS: Final = {"LITELLM_OFFLINE_MODE": "true", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+
+def import_litellm() -> Any:
+    """``import litellm`` in offline mode unless the environment already says otherwise.
+
+    Left alone, litellm downloads its price map from GitHub while it is imported: seconds on a good
+    day, a hang where a warehouse network drops packets, and a connection nobody asked for. Offline, it
+    prices calls from the map bundled with the installed (pinned) litellm. To let it fetch, set
+    ``LITELLM_OFFLINE_MODE=false`` and ``LITELLM_LOCAL_MODEL_COST_MAP=False`` before the run.
+    """
+    for name, value in OFFLINE_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    import litellm
+
+    return litellm
+
+
+def import_litellm_in_background() -> threading.Thread:
+    """Starts :func:`import_litellm` on a daemon thread and returns it; a later ``import_litellm()`` waits
+    for it (the import lock) instead of importing again. For a program that knows early it will need
+    litellm (the CLI with a model) and has input to read meanwhile; an import error is left for that later
+    call to raise where it can be reported."""
+
+    def run() -> None:
+        try:
+            import_litellm()
+        except BaseException:  # reported by the caller's own import_litellm()
+            return
+
+    thread = threading.Thread(target=run, name="import-litellm", daemon=True)
+    thread.start()
+    return thread
+
+
+def model_card(config: JudgeSettings, model: str) -> ModelCard:
+    """Window, output limit, schema support and prices of the model (config overrides win)."""
+    litellm = import_litellm()
+
+    notes: list[str] = []
+    info = lenient(lambda: litellm.get_model_info(model)) or {}
+    window = config.context_window or info.get("max_input_tokens") or info.get("max_tokens")
+    if not window:
+        window = DEFAULT_CONTEXT_WINDOW
+        notes.append(
+            f"context window of {model} unknown to litellm: assuming {window} tokens "
+            "(set context_window to change it)"
+        )
+    max_out = config.max_output_tokens or info.get("max_output_tokens") or DEFAULT_MAX_OUTPUT_TOKENS
+    if config.use_json_schema == "auto":
+        schema = bool(lenient(lambda: litellm.supports_response_schema(model=model)))
+    else:
+        schema = config.use_json_schema == "yes"
+    in_cost, out_cost = config.input_cost_per_token, config.output_cost_per_token
+    if in_cost is None or out_cost is None:
+        known = lenient(lambda: litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1))
+        if known is not None:
+            in_cost = float(known[0]) if in_cost is None else in_cost
+            out_cost = float(known[1]) if out_cost is None else out_cost
+        else:
+            notes.append(
+                f"no price known for {model}: cost_usd is null "
+                "(set input_cost_per_token and output_cost_per_token to price it)"
+            )
+    if config.input_cost_per_token is not None and config.output_cost_per_token is not None:
+        # Prices set by hand are what the user pays, in either mode.
+        batch_in, batch_out = in_cost, out_cost
+    else:
+        batch_in, batch_out = info.get("input_cost_per_token_batches"), info.get("output_cost_per_token_batches")
+    return ModelCard(
+        batch_input_cost_per_token=None if batch_in is None else float(batch_in),
+        batch_output_cost_per_token=None if batch_out is None else float(batch_out),
+        context_window=int(window),
+        max_output_tokens=int(max_out),
+        json_schema=schema,
+        input_cost_per_token=in_cost,
+        output_cost_per_token=out_cost,
+        notes=tuple(notes),
+    )
+
+
+#: The litellm version whose internal names :func:`token_counter` uses (litellm has no public way to get
+#: the tiktoken encoding it counts a model with); tests/judging/test_private_litellm.py fails on any other
+#: version, or when a name moved, so that the fast path is never lost without a word.
+CHECKED_WITH_LITELLM: Final = "1.110.2"
+
+
+def token_counter(model: str) -> Count:
+    """litellm's offline token count for ``model``, never a tokenizer download (tiktoken instead).
+
+    The encoding litellm's own ``token_counter`` would use, called directly: ``token_counter`` spends
+    0.1-0.3 ms per call resolving the model before it counts, and the judge counts every item. Llama and
+    Cohere tokenizers would be fetched from the Hugging Face hub: those are approximated by gpt-4o's.
+    """
+    litellm = import_litellm()
+    name = "gpt-4o" if huggingface_kind(model) in ("llama2", "llama3", "cohere") else model
+    encoding = tiktoken_encoding(name)
+    if encoding is not None:
+        return lambda text: len(encoding.encode(text, disallowed_special=()))
+    return lambda text: int(litellm.token_counter(model=name, text=text))
+
+
+def huggingface_kind(model: str) -> str | None:
+    """Which Hugging Face tokenizer litellm would fetch for ``model`` (a litellm internal), or None."""
+    try:
+        from litellm.utils import huggingface_tokenizer_kind
+    except ImportError:  # caught by tests/judging/test_private_litellm.py
+        return None
+    kind = huggingface_tokenizer_kind(model)
+    return kind if isinstance(kind, str) else None
+
+
+def tiktoken_encoding(model: str) -> Any:
+    """litellm's tiktoken encoding for ``model`` (litellm internals), or None when litellm counts it another
+    way; then litellm's public ``token_counter`` counts, more slowly."""
+    try:
+        from litellm.litellm_core_utils.token_counter import openai_tokenizer_encoding
+        from litellm.utils import select_tokenizer
+    except ImportError:  # caught by tests/judging/test_private_litellm.py
+        return None
+    if select_tokenizer(model)["type"] != "openai_tokenizer":
+        return None
+    encoding = openai_tokenizer_encoding(model)
+    return encoding if callable(getattr(encoding, "encode", None)) else None

@@ -1,0 +1,230 @@
+"""Strict reading of judge replies, item by item, so that one bad item never spoils the others.
+
+A reply is one JSON object keyed by the request's local ids (see ``core.prompts``). It is read member
+by member: a reply cut short by an output limit still yields every member that was complete before the
+cut. Each member is then validated on its own (pydantic, strict types; the verdict code grammar; the
+exact number of verdicts; evidence indices in range). The caller keeps ``ok`` and re-asks only for
+``failed`` items. Ids the request did not contain are reported, never used.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, TypeVar
+
+from pydantic import StrictInt, StrictStr, TypeAdapter, ValidationError
+
+from faithfulness_pipeline.core.port import ClaimVerdict, Verdict
+
+T = TypeVar("T")
+
+_STRINGS: Final = TypeAdapter(list[StrictStr])
+_ENTRIES: Final = TypeAdapter(list[StrictInt | StrictStr])
+_DECODER: Final = json.JSONDecoder()
+_FENCE: Final = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?|\n?```\s*$")
+_CODE: Final = re.compile(r"\s*([SCUscu])\s*(\?)?\s*(\d+)?\s*(?:\|(.*))?", re.DOTALL)
+_LETTERS: Final[dict[str, Verdict]] = {"S": "supported", "C": "contradicted", "U": "unsupported"}
+_MAX_REASON_CHARS: Final = 2000
+
+#: Deepest nesting of arrays and objects a reply may have. A valid reply nests three levels; a reply nested
+#: thousands deep would exhaust the decoder's recursion limit, so it is refused before decoding, as invalid.
+MAX_DEPTH: Final = 32
+
+#: Item failures that say "the reply never covered this item" rather than "the item's part was bad".
+MISSING: Final = "missing from the reply"
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedReply(Generic[T]):
+    """What one reply gave: validated items, failed items with a reason, and ids nobody asked for."""
+
+    ok: dict[str, T]
+    failed: dict[str, str]
+    unknown_ids: tuple[str, ...] = ()
+    complete: bool = True  # False when the JSON object was cut short or was not JSON at all
+    #: reply characters per validated id: the weights for sharing a reply's completion tokens
+    weights: dict[str, int] = field(default_factory=dict)
+
+
+def read_members(text: str) -> tuple[list[tuple[str, Any, int]], bool]:
+    """The ``(key, value, chars)`` members of the first JSON object in ``text``, and whether it closed.
+
+    Tolerates code fences and prose around the object; stops at the first member that does not parse.
+    """
+    body = _FENCE.sub("", text.strip())
+    start = body.find("{")
+    if start < 0 or _too_deep(body):
+        return [], False
+    members: list[tuple[str, Any, int]] = []
+    pos = _skip(body, start + 1)
+    if pos < len(body) and body[pos] == "}":
+        return members, True
+    while pos < len(body):
+        begin = pos
+        try:
+            key, pos = _DECODER.raw_decode(body, pos)
+        except (json.JSONDecodeError, RecursionError):
+            return members, False
+        pos = _skip(body, pos)
+        if not isinstance(key, str) or pos >= len(body) or body[pos] != ":":
+            return members, False
+        try:
+            value, pos = _DECODER.raw_decode(body, _skip(body, pos + 1))
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: a backstop for the depth check
+            return members, False
+        members.append((key, value, pos - begin))
+        pos = _skip(body, pos)
+        if pos < len(body) and body[pos] == ",":
+            pos = _skip(body, pos + 1)
+            continue
+        return members, pos < len(body) and body[pos] == "}"
+    return members, False
+
+
+def _too_deep(body: str) -> bool:
+    """Whether arrays and objects nest deeper than ``MAX_DEPTH`` (brackets inside strings do not count).
+    Replies with few brackets cannot, and are not scanned."""
+    if body.count("[") + body.count("{") <= MAX_DEPTH:
+        return False
+    depth, in_string, escaped = 0, False, False
+    for char in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
+def _skip(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def _collect(text: str, ids: Sequence[str]) -> tuple[dict[str, tuple[Any, int]], dict[str, str], tuple[str, ...], bool]:
+    members, complete = read_members(text)
+    wanted = set(ids)
+    seen: dict[str, tuple[Any, int]] = {}
+    failed: dict[str, str] = {}
+    unknown: list[str] = []
+    for key, value, chars in members:
+        if key not in wanted:
+            unknown.append(key)
+        elif key in seen or key in failed:
+            seen.pop(key, None)
+            failed[key] = "the reply gave this id more than once"
+        else:
+            seen[key] = (value, chars)
+    if complete:
+        absent = MISSING
+    elif members:
+        absent = "the reply was cut short before this item"
+    else:
+        absent = f"the reply is not a JSON object (or nests deeper than {MAX_DEPTH} levels)"
+    for i in ids:
+        if i not in seen and i not in failed:
+            failed[i] = absent
+    return seen, failed, tuple(unknown), complete
+
+
+def parse_extract_reply(text: str, sentences: Mapping[str, Sequence[str]]) -> ParsedReply[tuple[str, ...]]:
+    """Claims per id, rebuilt from the reply's sentence numbers and written-out claims.
+
+    ``sentences[id]`` are the numbered sentences the request showed (number ``n`` is
+    ``sentences[id][n - 1]``). A member is valid when it is a list whose entries are either a sentence
+    number (a JSON integer) or a non-empty claim text (a JSON string), with the numbers in range and
+    strictly increasing (claims come in answer order, none twice). An empty list is a valid "no claims".
+
+    The JSON type alone tells the two apart: a string is always a written-out claim, even one made only
+    of digits ("1990", "2"), so that a claim can never be mistaken for a sentence number.
+    """
+    seen, failed, unknown, complete = _collect(text, list(sentences))
+    ok: dict[str, tuple[str, ...]] = {}
+    weights: dict[str, int] = {}
+    for key, (value, chars) in seen.items():
+        try:
+            ok[key] = _claims(value, sentences[key])
+        except ValueError as exc:
+            failed[key] = str(exc)
+            continue
+        weights[key] = chars
+    return ParsedReply(ok=ok, failed=failed, unknown_ids=unknown, complete=complete, weights=weights)
+
+
+def _claims(value: Any, sentences: Sequence[str]) -> tuple[str, ...]:
+    try:
+        entries = _ENTRIES.validate_python(value, strict=True)
+    except ValidationError:
+        raise ValueError("claims are not a list of sentence numbers and texts") from None
+    claims: list[str] = []
+    last = 0
+    for entry in entries:
+        if isinstance(entry, str):
+            text = entry.strip()
+            if not text:
+                raise ValueError("a claim is empty")
+            claims.append(text)
+            continue
+        if not 1 <= entry <= len(sentences):
+            raise ValueError(f"sentence {entry} does not exist (the answer has {len(sentences)})")
+        if entry <= last:
+            raise ValueError("sentence numbers are repeated or out of order")
+        last = entry
+        claims.append(sentences[entry - 1])
+    return tuple(claims)
+
+
+def parse_code(code: str, n_passages: int) -> ClaimVerdict:
+    """One verdict code (``S0``, ``S?2``, ``C1|reason``, ``U?|reason``); ValueError when it is not one."""
+    match = _CODE.fullmatch(code)
+    if match is None:
+        raise ValueError(f"not a verdict code: {code[:40]!r}")
+    letter, spec, evidence_text, reason_text = match.groups()
+    verdict = _LETTERS[letter.upper()]
+    evidence = int(evidence_text) if evidence_text is not None else None
+    if evidence is not None and evidence >= n_passages:
+        raise ValueError(f"evidence passage {evidence} does not exist (the item has {n_passages})")
+    reason = reason_text.strip()[:_MAX_REASON_CHARS] if reason_text is not None else None
+    if not reason:
+        reason = None
+    if verdict != "supported" and reason is None:
+        raise ValueError(f"a {verdict} verdict needs a reason")
+    return ClaimVerdict(verdict=verdict, speculative=spec is not None, reason=reason, evidence=evidence)
+
+
+def parse_verdict_reply(text: str, expected: Mapping[str, tuple[int, int]]) -> ParsedReply[tuple[ClaimVerdict, ...]]:
+    """Verdicts per id; ``expected[id] = (number of claims, number of passages shown)``."""
+    seen, failed, unknown, complete = _collect(text, list(expected))
+    ok: dict[str, tuple[ClaimVerdict, ...]] = {}
+    weights: dict[str, int] = {}
+    for key, (value, chars) in seen.items():
+        n_claims, n_passages = expected[key]
+        try:
+            codes = _STRINGS.validate_python(value, strict=True)
+        except ValidationError:
+            failed[key] = "verdicts are not a list of code strings"
+            continue
+        if len(codes) != n_claims:
+            failed[key] = f"{len(codes)} verdicts for {n_claims} claims"
+            continue
+        try:
+            ok[key] = tuple(parse_code(c, n_passages) for c in codes)
+        except ValueError as exc:
+            failed[key] = str(exc)
+            continue
+        weights[key] = chars
+    return ParsedReply(ok=ok, failed=failed, unknown_ids=unknown, complete=complete, weights=weights)

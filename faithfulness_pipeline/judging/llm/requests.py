@@ -1,0 +1,293 @@
+"""Requests of the litellm judge: how often packs were tried, and the one place a request is sent.
+
+:class:`Sender` is the only place a completion is asked of litellm: one request under the shared
+:class:`RequestLimiter`, with litellm's own retries off, and the classification of its failure (rate
+limit, transient, timeout, too big, an item to isolate, fatal) that decides what the judge does next.
+It knows nothing of steps, plans or the store, so the judge's retry loop (``LiteLLMJudge._run_pack``)
+reads as policy while the litellm specifics stay here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from faithfulness_pipeline.core.port import JudgeStats
+from faithfulness_pipeline.judging.llm.card import import_litellm
+from faithfulness_pipeline.judging.llm.limits import RequestLimiter, retry_after_from_headers
+from faithfulness_pipeline.judging.llm.packing import Count
+from faithfulness_pipeline.judging.llm.reachability import shown
+
+if TYPE_CHECKING:
+    from faithfulness_pipeline.settings.judge import JudgeSettings
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+#: 429s are the server asking for patience, not a broken request: they get a larger retry budget.
+RATE_LIMIT_RETRY_FACTOR: Final = 4
+#: Connection failures in a row (no reply of any kind between them) that trip the circuit breaker: at
+#: least this many, and more than one wave of requests in flight, so that a failure has outlived a
+#: back-off before the endpoint is taken for dead.
+BREAKER_MIN_FAILURES: Final = 8
+
+
+def breaker_threshold(max_concurrency: int) -> int:
+    return max(BREAKER_MIN_FAILURES, max_concurrency + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Tries:
+    """How often the items of a pack have been sent and failed; sub-packs inherit it."""
+
+    sent: int = 0
+    errors: int = 0  # failed requests and invalid replies
+    limited: int = 0  # 429 replies
+    #: (the unusable reply, what was wrong with it): quoted in the next request of the same items
+    repair: tuple[str, str] | None = None
+
+    def sending(self) -> Tries:
+        return replace(self, sent=self.sent + 1)
+
+    def failed(self, rate_limited: bool) -> Tries:
+        if rate_limited:
+            return replace(self, limited=self.limited + 1)
+        return replace(self, errors=self.errors + 1)
+
+    def unusable_reply(self, reply: str, why: str) -> Tries:
+        return replace(self, repair=(reply, why))
+
+    def exhausted(self, max_retries: int) -> bool:
+        return self.errors > max_retries or self.limited > RATE_LIMIT_RETRY_FACTOR * max(1, max_retries)
+
+    def gave_up(self, reason: str) -> str:
+        return f"gave up after {self.sent} requests: {reason}"
+
+
+class RequestFailed(Exception):
+    """A request that produced no usable reply. ``kind`` decides what happens next."""
+
+    def __init__(
+        self,
+        kind: Literal["rate_limit", "transient", "timeout", "too_big", "isolate", "fatal", "stale"],
+        reason: str,
+        sent: bool = True,
+    ) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+        self.sent = sent
+
+
+#: Counting time of one turn on the counting thread, ~20 verdict items: the packs it closes are queued
+#: (and can be sent) only when the turn is over. Shorter turns cost a thread hop and a pass of the event
+#: loop each; counting on the loop itself, 2 ms starved the packing on a busy machine and 8 ms kept the
+#: loop's 99th percentile wait near 0.1 s. On a thread the loop is not blocked while the tokenizer runs.
+TURN_S: Final = 0.008
+#: How far ahead of its arrival a waiting request queues (``RequestLimiter.slot``). Extraction first:
+#: its replies are what the verdict requests wait for. Then per token of its reply budget: the long
+#: requests of a wave take the free slots first, so a run's last replies do not all come from long
+#: packs sent last. Bounded: a request is passed only by ones that arrived at most the difference of
+#: the two head starts later (about 2.5 s at most for packs of a few hundred tokens).
+EXTRACTION_HEAD_START_S: Final = 2.0
+HEAD_START_S_PER_TOKEN: Final = 0.001
+
+
+@dataclass(frozen=True, slots=True)
+class Turns:
+    """What the calls of one judge share on one event loop."""
+
+    loop: asyncio.AbstractEventLoop
+    packs: asyncio.Semaphore  # packs taken off the queues and not yet answered: 2 x max_concurrency
+    counting: asyncio.Lock  # held by the call whose items are being counted and packed
+
+
+class Sender:
+    """Sends one request through litellm under the shared limiter; classifies what went wrong.
+
+    Holds the API key (handed to litellm only) and what the requests so far taught: ``fatal`` once a
+    failure means no further request can work (a refused key, an unknown model), and how many replies
+    came back (a refused request before the first reply is the setup's fault, after it an item's).
+    """
+
+    def __init__(
+        self,
+        config: JudgeSettings,
+        *,
+        api_key: str | None,
+        api_key_env: str | None,
+        limiter: RequestLimiter,
+        count_tokens: Count,
+        redact: Callable[[str], str],
+        stats: JudgeStats,
+    ) -> None:
+        self.config = config
+        self.model = config.model or ""
+        self.endpoint = shown(config.api_base) if config.api_base else None
+        self.api_key_env = api_key_env
+        self.limiter = limiter
+        self.count_tokens = count_tokens
+        self.fatal: str | None = None  # set by a failure that dooms every further request
+        self._api_key = api_key
+        self._redact = redact
+        self._stats = stats  # the judge's: requests are counted as they are sent
+        self._replies = 0  # successful requests so far
+        self._unreachable = 0  # connection failures since the endpoint last answered anything
+        self._breaker = breaker_threshold(config.max_concurrency)
+
+    async def send(
+        self,
+        messages: list[dict[str, str]],
+        response_format: dict[str, Any] | None,
+        max_tokens: int,
+        prompt_estimate: int,
+        still_needed: Callable[[], bool] | None = None,
+        head_start_s: float = 0.0,
+    ) -> Reply:
+        """One request. ``still_needed`` is asked once the request holds its slot, right before it is sent:
+        False (its items were stored meanwhile, by another process) gives up the slot unsent ("stale")."""
+        litellm = import_litellm()
+        cfg = self.config
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": cfg.temperature,
+            "max_tokens": max_tokens,
+            "timeout": cfg.timeout_s,
+            # Our limiter must see every 429: no retries inside litellm or the provider SDK.
+            "num_retries": 0,
+            "max_retries": 0,
+            "drop_params": True,
+        }
+        if cfg.seed is not None:
+            kwargs["seed"] = cfg.seed
+        if cfg.api_base:
+            kwargs["api_base"] = cfg.api_base
+        if self._api_key:
+            kwargs["api_key"] = self._api_key
+        if response_format is not None:
+            kwargs["response_format"] = response_format
+        async with self.limiter.slot(prompt_estimate + max_tokens, head_start_s) as slot:
+            if self.fatal is not None:  # learnt while this request waited for its slot
+                raise RequestFailed("fatal", self.fatal, sent=False)
+            if still_needed is not None and not still_needed():
+                slot.unused()
+                raise RequestFailed("stale", "stored by another process while waiting for a slot", sent=False)
+            self._stats.requests += 1
+            try:
+                # The outer timeout is a backstop for providers that ignore ``timeout`` (a context
+                # manager, not wait_for: no extra task and loop hop for every request).
+                async with asyncio.timeout(cfg.timeout_s * 1.5 + 5):
+                    response = await litellm.acompletion(**kwargs)
+            except Exception as exc:
+                raise self.classify(exc) from None
+            text = _content(response)
+            usage = getattr(response, "usage", None)
+            prompt = _int(getattr(usage, "prompt_tokens", None)) or prompt_estimate
+            completion = _int(getattr(usage, "completion_tokens", None)) or self.count_tokens(text)
+            slot.settle(prompt + completion)
+        self.limiter.on_success()
+        self._replies += 1
+        self._unreachable = 0
+        return Reply(text=text, prompt_tokens=prompt, completion_tokens=completion)
+
+    def classify(self, exc: BaseException) -> RequestFailed:
+        from litellm import exceptions as litellm
+
+        detail = self._redact(" ".join(str(exc).split()))[:200]
+        name = type(exc).__name__
+        if isinstance(exc, litellm.RateLimitError):
+            self._unreachable = 0
+            headers = getattr(exc, "litellm_response_headers", None)
+            response = getattr(exc, "response", None)
+            if headers is None and response is not None:
+                headers = getattr(response, "headers", None)
+            pause = self.limiter.on_rate_limited(retry_after_from_headers(dict(headers) if headers else None))
+            return RequestFailed("rate_limit", f"rate limited (429; paused {pause:.3g} s)")
+        if isinstance(exc, litellm.ContextWindowExceededError):
+            return RequestFailed("too_big", f"the request exceeds the model's context window: {detail}")
+        if isinstance(exc, litellm.Timeout | TimeoutError | asyncio.TimeoutError):
+            return RequestFailed("timeout", f"timed out after {self.config.timeout_s:g} s")
+        if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError):
+            where = f" (key from {self.api_key_env})" if self.api_key_env else ""
+            self.fatal = f"{name}{where}: {detail}"
+            return RequestFailed("fatal", self.fatal)
+        if isinstance(exc, litellm.ContentPolicyViolationError):
+            return RequestFailed("isolate", f"the provider refused the content: {detail}")
+        if _never_reached_a_server(exc):
+            return self._connection_failed(detail)
+        self._unreachable = 0  # the endpoint answered, if with an error
+        status = _int(getattr(exc, "status_code", None))
+        if isinstance(exc, litellm.BadRequestError) or (status is not None and 400 <= status < 500 and status != 408):
+            # Once requests have worked, a refused one is about its items: isolate them. Before that it is
+            # most likely the setup (a parameter the server rejects): do not multiply the requests.
+            return RequestFailed("isolate" if self._replies else "fatal", f"{name}: {detail}")
+        return RequestFailed("transient", f"{name}{f' {status}' if status else ''}: {detail}")
+
+    def _connection_failed(self, detail: str) -> RequestFailed:
+        """A request that reached no server. Many in a row (``breaker_threshold``) trip the circuit breaker:
+        the endpoint is taken for dead, nothing more is sent, and every item not yet judged becomes an error
+        row saying so (results so far are kept, in the store too, for the re-run)."""
+        self._unreachable += 1
+        if self._unreachable < self._breaker or self.fatal is not None:
+            return RequestFailed("transient", f"connection error: {detail}")
+        where = self.endpoint or "the provider"
+        self.fatal = (
+            f"not scored: the judge's endpoint {where} could not be reached for {self._unreachable} requests in a "
+            f"row (circuit breaker; last: {detail[:120]}); re-run once it is back: results so far are kept"
+        )
+        self._stats.notes.append(self.fatal)
+        return RequestFailed("fatal", self.fatal)
+
+
+def _never_reached_a_server(exc: BaseException) -> bool:
+    """Whether the request failed for want of a connection (refused, reset, unknown host), not with a reply.
+
+    litellm reports such a failure of an OpenAI-compatible provider as a 500 (``InternalServerError``,
+    "Connection error.") and other providers as ``APIConnectionError``; what happened is in the chain of
+    causes: the client library's connection error. A timeout is not one: the server may just be slow.
+    """
+    from litellm import exceptions as litellm
+
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        name = f"{type(current).__module__}.{type(current).__name__}"
+        if isinstance(current, TimeoutError) or "Timeout" in name:
+            return False
+        if isinstance(current, ConnectionError | litellm.APIConnectionError) or name in _CONNECTION_ERRORS:
+            return True
+        todo += [current.__cause__, current.__context__]
+    return False
+
+
+#: The client libraries' own "no connection" errors, by name: importing them here would tie this module
+#: to litellm's choice of HTTP client.
+_CONNECTION_ERRORS: Final = frozenset({
+    "openai.APIConnectionError", "httpx.ConnectError", "httpx.RemoteProtocolError", "httpx.ReadError",
+    "anthropic.APIConnectionError", "aiohttp.client_exceptions.ClientConnectorError",
+    "aiohttp.client_exceptions.ServerDisconnectedError", "aiohttp.client_exceptions.ClientOSError",
+})
+
+
+def _content(response: Any) -> str:
+    try:
+        content = response.choices[0].message.content
+    except (AttributeError, IndexError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+

@@ -1,0 +1,113 @@
+"""The judge's settings: declared once here; the CLI flags, the Dagster resource fields and the ``FP_JUDGE_*``
+variables are derived from these fields (``faithfulness_pipeline.settings.derive``), and so is the README's table.
+
+A field's description is what the CLI's ``--help``, the Dagster UI and the README show. ``cli`` in a field's
+``json_schema_extra`` names its flag where the flag is not ``--`` and the field name with dashes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Prompt tokens per request, instructions included. Chosen by measurement on typical RAG rows (3-6
+#: sentence answers, 3-8 passages of 60-150 words; see BENCHMARKS.md and bench/overhead.py): ~8 answers'
+#: verdicts a request. Fewer, bigger requests keep the client's own CPU per answer low; bigger still
+#: lengthens the requests so much that short steps end on half-empty waves. A model's window caps it.
+DEFAULT_PACK_TOKENS: Final = 16000
+#: Items per request at most. Binds for claim extraction (answers are short): 32 answers' sentence
+#: numbers make a reply of ~400 tokens.
+DEFAULT_MAX_ITEMS_PER_PACK: Final = 32
+#: For models litellm has no card for (local and proxy models): a window most of them have.
+DEFAULT_CONTEXT_WINDOW: Final = 8192
+DEFAULT_MAX_OUTPUT_TOKENS: Final = 4096
+
+
+def _flag(name: str) -> dict[str, Any]:
+    return {"cli": name}
+
+
+class JudgeSettings(BaseModel):
+    """Which judge scores, how it is limited, what it costs and where its results are kept."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str | None = Field(
+        default=None,
+        description="litellm model (openai/gpt-4o-mini, anthropic/..., ollama/...); unset: the offline baseline judge",
+    )
+    api_base: str | None = Field(default=None, description="base URL of an OpenAI-compatible or self-hosted server")
+    api_key_env: str | None = Field(
+        default=None,
+        description="environment variable holding the API key (default: the provider's usual one, e.g. "
+        "OPENAI_API_KEY; none for local providers such as ollama)",
+    )
+    max_concurrency: int = Field(default=16, ge=1, description="requests in flight at most")
+    rpm: int | None = Field(default=None, ge=1, description="requests per minute at most")
+    tpm: int | None = Field(default=None, ge=1, description="tokens per minute at most (prompt + completion)")
+    timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False,
+                             description="seconds one request may take before it is retried",
+                             json_schema_extra=_flag("--timeout"))
+    max_retries: int = Field(default=6, ge=0, description="re-sends of an item after a failed request or reply")
+    backoff_base_s: float = Field(
+        default=1.0, ge=0, allow_inf_nan=False,
+        description="first retry pause after a failed request or a 429 without Retry-After, "
+        "in seconds; it doubles per consecutive failure", json_schema_extra=_flag("--backoff-base"),
+    )
+    backoff_max_s: float = Field(default=60.0, ge=0, allow_inf_nan=False,
+                                 description="longest retry pause, in seconds",
+                                 json_schema_extra=_flag("--backoff-max"))
+    pack_tokens: int = Field(default=DEFAULT_PACK_TOKENS, ge=256, description="prompt-token budget of one request")
+    max_items_per_pack: int = Field(default=DEFAULT_MAX_ITEMS_PER_PACK, ge=1, description="items per request at most")
+    context_window: int | None = Field(
+        default=None, ge=512, description="the model's input window in tokens (default: litellm's model card, "
+        f"else {DEFAULT_CONTEXT_WINDOW})",
+    )
+    max_output_tokens: int | None = Field(
+        default=None, ge=64, description="the model's output limit in tokens (default: litellm's model card, "
+        f"else {DEFAULT_MAX_OUTPUT_TOKENS})",
+    )
+    input_cost_per_token: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False,
+        description="USD per prompt token (default: litellm's price map; unknown: null cost)"
+    )
+    output_cost_per_token: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False,
+        description="USD per completion token (default: litellm's price map; unknown: null cost)"
+    )
+    temperature: float = Field(default=0.0, ge=0, le=2, allow_inf_nan=False, description="sampling temperature")
+    seed: int | None = Field(default=0, description="sampling seed, where the provider supports one")
+    use_json_schema: Literal["auto", "yes", "no"] = Field(
+        default="auto", description="JSON-schema response_format: auto = where litellm says the model supports it"
+    )
+    store: str | None = Field(
+        default=None,
+        description="result store that makes runs resumable and re-runs free: a SQLite file path, or a "
+        "postgresql:// URL shared by workers on several machines (Dagster default: "
+        "<warehouse>/_judge_store.sqlite for the litellm judge)",
+    )
+    refresh: bool = Field(default=False, description="ignore stored results (new results are still stored)")
+    store_lease_s: float = Field(
+        default=60.0, gt=0, description="seconds an item another worker sharing the store is asking for stays "
+        "reserved to it (renewed while it works); then a waiting worker takes it over",
+        json_schema_extra=_flag("--store-lease"),
+    )
+    mode: Literal["interactive", "batch"] = Field(
+        default="interactive",
+        description="interactive: requests as the run goes; batch: the provider's Batch API (OpenAI's and "
+        "compatible ones: half price, results within 24 h; needs a result store, which holds the batches)",
+    )
+    batch_poll_s: float = Field(
+        default=30.0, gt=0, description="first pause between two looks at a running batch, in seconds; it grows "
+        "by half each time, to 10 minutes at most", json_schema_extra=_flag("--batch-poll"),
+    )
+    batch_max_wait_s: float = Field(
+        default=86400.0, gt=0, description="how long a run waits for its batches, in seconds (default: the "
+        "provider's 24 h window); then it stops, leaving them to a later run",
+        json_schema_extra=_flag("--batch-max-wait"),
+    )
+    batch_fallback: Literal["batch", "interactive"] = Field(
+        default="batch", description="how items whose batch lines failed or did not validate are asked again: in a "
+        "follow-up batch, or interactively",
+    )

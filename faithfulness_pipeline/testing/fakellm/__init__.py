@@ -1,0 +1,47 @@
+"""A fake OpenAI-compatible LLM server for tests and benchmarks (no litellm import).
+
+    from faithfulness_pipeline.testing.fakellm import FakeLLMServer, FaultPlan, Latency, ChatRequest
+
+    with FakeLLMServer(lambda req: '{"claims": []}', faults=FaultPlan(rate_429=0.2)) as server:
+        litellm.acompletion(model="openai/judge", api_base=server.base_url, api_key="k", ...)
+        server.stats().by_outcome
+
+The Files and Batches endpoints (``/v1/files``, ``/v1/batches``) answer each batch line the same way;
+``BatchTiming`` sets how long a batch takes, ``BatchFaults`` its faults (see ``batches.py``).
+
+Run as a process: ``python -m faithfulness_pipeline.testing.fakellm --port 0 --responder pkg.module:attr``.
+"""
+
+from faithfulness_pipeline.testing.fakellm.batches import BatchFaults, BatchTiming, validate_input
+from faithfulness_pipeline.testing.fakellm.server import (
+    MALFORMED_CONTENT,
+    ChatRequest,
+    FakeLLMServer,
+    FaultPlan,
+    Latency,
+    Responder,
+    ServerStats,
+    canonical_body,
+    count_prompt_tokens,
+    count_tokens,
+    echo_json,
+    stats_to_dict,
+)
+
+__all__ = [
+    "MALFORMED_CONTENT",
+    "BatchFaults",
+    "BatchTiming",
+    "ChatRequest",
+    "FakeLLMServer",
+    "FaultPlan",
+    "Latency",
+    "Responder",
+    "ServerStats",
+    "canonical_body",
+    "count_prompt_tokens",
+    "count_tokens",
+    "echo_json",
+    "stats_to_dict",
+    "validate_input",
+]
