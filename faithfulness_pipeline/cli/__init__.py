@@ -462,6 +462,3 @@ def demo() -> None:
 
     sys.exit(run_demo([]))
 
-
-if __name__ == "__main__":
-    main()

@@ -9,7 +9,7 @@ range, description). From them come:
 - the Dagster resource fields: ``JudgeResource`` and ``ScoringResource`` inherit the models' fields;
 - the environment variables: ``FP_JUDGE_<FIELD>`` for the judge, ``FP_<FIELD>`` for scoring, read by the
   Dagster code location and, as the flags' defaults, by the CLI (:func:`from_env`);
-- the README's settings table (:func:`markdown_table`; ``python -m faithfulness_pipeline.settings.derive`` prints it).
+- the README's settings table (:func:`markdown_table`; ``python -m faithfulness_pipeline.settings`` prints it).
 
 Precedence: a CLI flag or a resource value given in the launchpad, then the variable, then the default.
 """
