@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-
-def _flag(name: str) -> dict[str, Any]:
-    return {"cli": name}
+from faithfulness_pipeline.settings.fields import flag
 
 
 class CalibrationSettings(BaseModel):
@@ -25,7 +23,7 @@ class CalibrationSettings(BaseModel):
     labelled: str | None = Field(
         default=None, description="labelled rows (Parquet file, folder or glob) with label_hallucinated and/or "
         "label_faithfulness; in Dagster the labelled_conversations asset reads it",
-        json_schema_extra=_flag("--labelled"),
+        json_schema_extra=flag("--labelled"),
     )
     group_columns: str = Field(
         default="language,source,model", description="columns reported group by group besides overall "

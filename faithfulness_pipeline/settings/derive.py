@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
+from faithfulness_pipeline.settings.fields import CLI
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
@@ -77,7 +78,7 @@ def settings(model: type[BaseModel] | None = None) -> list[Setting]:
             extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
             kind, choices, optional = _kind(field.annotation)
             out.append(Setting(
-                model=cls, name=name, flag=str(extra.get("cli") or "--" + name.replace("_", "-")),
+                model=cls, name=name, flag=str(extra.get(CLI) or "--" + name.replace("_", "-")),
                 env=prefix + name.upper(), resource=resource, kind=kind, choices=choices, optional=optional,
                 default=field.default, description=field.description or "",
             ))

@@ -7,9 +7,11 @@ A field's description is what the CLI's ``--help``, the Dagster UI and the READM
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from faithfulness_pipeline.settings.fields import flag
 
 #: Prompt tokens per request, instructions included. Chosen by measurement on typical RAG rows (3-6
 #: sentence answers, 3-8 passages of 60-150 words; see BENCHMARKS.md and bench/overhead.py): ~8 answers'
@@ -22,10 +24,6 @@ DEFAULT_MAX_ITEMS_PER_PACK: Final = 32
 #: For models litellm has no card for (local and proxy models): a window most of them have.
 DEFAULT_CONTEXT_WINDOW: Final = 8192
 DEFAULT_MAX_OUTPUT_TOKENS: Final = 4096
-
-
-def _flag(name: str) -> dict[str, Any]:
-    return {"cli": name}
 
 
 class JudgeSettings(BaseModel):
@@ -48,16 +46,16 @@ class JudgeSettings(BaseModel):
     tpm: int | None = Field(default=None, ge=1, description="tokens per minute at most (prompt + completion)")
     timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False,
                              description="seconds one request may take before it is retried",
-                             json_schema_extra=_flag("--timeout"))
+                             json_schema_extra=flag("--timeout"))
     max_retries: int = Field(default=6, ge=0, description="re-sends of an item after a failed request or reply")
     backoff_base_s: float = Field(
         default=1.0, ge=0, allow_inf_nan=False,
         description="first retry pause after a failed request or a 429 without Retry-After, "
-        "in seconds; it doubles per consecutive failure", json_schema_extra=_flag("--backoff-base"),
+        "in seconds; it doubles per consecutive failure", json_schema_extra=flag("--backoff-base"),
     )
     backoff_max_s: float = Field(default=60.0, ge=0, allow_inf_nan=False,
                                  description="longest retry pause, in seconds",
-                                 json_schema_extra=_flag("--backoff-max"))
+                                 json_schema_extra=flag("--backoff-max"))
     pack_tokens: int = Field(default=DEFAULT_PACK_TOKENS, ge=256, description="prompt-token budget of one request")
     max_items_per_pack: int = Field(default=DEFAULT_MAX_ITEMS_PER_PACK, ge=1, description="items per request at most")
     context_window: int | None = Field(
@@ -91,7 +89,7 @@ class JudgeSettings(BaseModel):
     store_lease_s: float = Field(
         default=60.0, gt=0, description="seconds an item another worker sharing the store is asking for stays "
         "reserved to it (renewed while it works); then a waiting worker takes it over",
-        json_schema_extra=_flag("--store-lease"),
+        json_schema_extra=flag("--store-lease"),
     )
     mode: Literal["interactive", "batch"] = Field(
         default="interactive",
@@ -100,12 +98,12 @@ class JudgeSettings(BaseModel):
     )
     batch_poll_s: float = Field(
         default=30.0, gt=0, description="first pause between two looks at a running batch, in seconds; it grows "
-        "by half each time, to 10 minutes at most", json_schema_extra=_flag("--batch-poll"),
+        "by half each time, to 10 minutes at most", json_schema_extra=flag("--batch-poll"),
     )
     batch_max_wait_s: float = Field(
         default=86400.0, gt=0, description="how long a run waits for its batches, in seconds (default: the "
         "provider's 24 h window); then it stops, leaving them to a later run",
-        json_schema_extra=_flag("--batch-max-wait"),
+        json_schema_extra=flag("--batch-max-wait"),
     )
     batch_fallback: Literal["batch", "interactive"] = Field(
         default="batch", description="how items whose batch lines failed or did not validate are asked again: in a "

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from faithfulness_pipeline.core.config import _COLUMNS, _SCORING, ColumnMap, ContextHook, ScoringConfig, ZeroClaimPolicy
-
-
-def _flag(name: str) -> dict[str, Any]:
-    return {"cli": name}
+from faithfulness_pipeline.settings.fields import flag
 
 
 class ScoringSettings(BaseModel):
@@ -22,21 +17,21 @@ class ScoringSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     output_column: str = Field(default=_COLUMNS.output, description="column holding the answer (flat shape)",
-                               json_schema_extra=_flag("--output-col"))
+                               json_schema_extra=flag("--output-col"))
     input_column: str = Field(default=_COLUMNS.input, description="column holding the question (optional)",
-                              json_schema_extra=_flag("--input-col"))
+                              json_schema_extra=flag("--input-col"))
     context_column: str = Field(default=_COLUMNS.context, description="column of context passages (list or text)",
-                                json_schema_extra=_flag("--context-col"))
+                                json_schema_extra=flag("--context-col"))
     messages_column: str = Field(default=_COLUMNS.messages, description="column of OpenAI chat messages (chat shape)",
-                                 json_schema_extra=_flag("--messages-col"))
+                                 json_schema_extra=flag("--messages-col"))
     id_column: str = Field(default=_COLUMNS.conversation_id, description="conversation id: the row key (+ turn)",
-                           json_schema_extra=_flag("--id-col"))
+                           json_schema_extra=flag("--id-col"))
     turn_column: str = Field(default=_COLUMNS.turn, description="turn column added to the key when present",
-                             json_schema_extra=_flag("--turn-col"))
+                             json_schema_extra=flag("--turn-col"))
     key_column: str | None = Field(default=_COLUMNS.key, description="unique key column instead of id (+ turn)",
-                                   json_schema_extra=_flag("--key-col"))
+                                   json_schema_extra=flag("--key-col"))
     model_column: str = Field(default="model", description="column naming the answering model, for per-model totals",
-                              json_schema_extra=_flag("--model-col"))
+                              json_schema_extra=flag("--model-col"))
     all_turns: bool = Field(default=_SCORING.all_turns, description="score every assistant turn of a chat, not only "
                             "the last")
     scale: float = Field(default=_SCORING.scale, gt=0, allow_inf_nan=False,
