@@ -13,6 +13,7 @@ import pytest
 
 from faithfulness_pipeline.api.calibration import calibration_settings
 from faithfulness_pipeline.cli import calibrate, resolve_settings, score
+from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.defs import DefsSettings
 from faithfulness_pipeline.defs.resources import CalibrationResource, JudgeResource, ScoringResource
@@ -155,3 +156,25 @@ def test_the_readme_holds_the_derived_table() -> None:
         "README's settings table is not the one derived from the settings models: replace it with the output of "
         "`python -m faithfulness_pipeline.settings`"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "bad"),
+    [("scale", 0), ("scale", -1.0), ("scale", math.inf), ("scale", math.nan), ("zero_claims", "none"),
+     ("chunk_rows", 0), ("chunk_rows", -5)],
+)
+def test_the_scoring_config_and_the_scoring_settings_refuse_the_same_values(name: str, bad: Any) -> None:
+    """One declaration of each constraint (``core.config``): the Python API's ScoringConfig and the settings
+    users set refuse the same values, each with one line naming the setting."""
+    with pytest.raises(ConfigError, match=rf"^{name} must be ") as info:
+        ScoringConfig(**{name: bad})
+    assert "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match=f"scoring.{name}"):
+        ScoringResource(**{name: bad})
+
+
+def test_the_scoring_config_takes_what_the_settings_take() -> None:
+    config = ScoringSettings(scale=10, zero_claims="null", chunk_rows=1).config()
+    assert (config.scale, config.zero_claims, config.chunk_rows) == (10, "null", 1)
+    with pytest.raises(ConfigError, match="scale must be a finite number > 0"):
+        ScoringConfig(scale="10")  # type: ignore[arg-type]  # text is no number to the Python API

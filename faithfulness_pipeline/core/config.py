@@ -2,17 +2,41 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, get_args
+
+from pydantic import Field, TypeAdapter, ValidationError
 
 from faithfulness_pipeline.core.errors import ConfigError
 
 #: A user hook that returns the context passages of one input row (Mastra's ``getContext``).
 ContextHook = Callable[[Mapping[str, Any]], Sequence[str] | None]
 
+# The constrained settings of the core, declared once: ``ScoringSettings`` (CLI flags, variables, Dagster
+# fields) uses these types for its fields, and ``ScoringConfig`` (the Python API) checks its values with them.
+#: The maximum score: scores are ratio x scale, so it must be a finite number above 0.
+Scale = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: What answers without claims score: 0 like Mastra ("zero"), or null.
 ZeroClaimPolicy = Literal["zero", "null"]
+#: Rows per processing chunk: one at least.
+ChunkRows = Annotated[int, Field(ge=1)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """How ``ScoringConfig`` checks one field: the field's type, and what the one-line error says."""
+
+    adapter: TypeAdapter[Any]
+    must: str  # what the value must be
+    hint: str = ""  # how to set a good one
+
+
+_RULES: Final = {
+    "scale": _Rule(TypeAdapter(Scale), "a finite number > 0", " (e.g. --scale 1 or --scale 10)"),
+    "zero_claims": _Rule(TypeAdapter(ZeroClaimPolicy), " or ".join(repr(v) for v in get_args(ZeroClaimPolicy))),
+    "chunk_rows": _Rule(TypeAdapter(ChunkRows), ">= 1"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +59,7 @@ class ScoringConfig:
 
     columns: ColumnMap = field(default_factory=ColumnMap)
     #: maximum score value (Mastra ``options.scale``); scores are ratio x scale, rounded half-up to 2 decimals
-    scale: float = 1.0
+    scale: Scale = 1.0
     #: answers with no claims score 0 like Mastra ("zero"), or get null scores ("null")
     zero_claims: ZeroClaimPolicy = "zero"
     #: score every assistant turn of a chat conversation, not only the last one
@@ -47,15 +71,16 @@ class ScoringConfig:
     #: rows per chunk: bounds memory and is the unit of progress and of output writes. Each chunk also
     #: costs ~25 ms of fixed work (polars query set-up, thread hand-offs) whatever its size: at 5,000 rows
     #: that was a third of a warm re-run's time; 10,000 rows cost ~15-70 MB more peak memory (BENCHMARKS.md)
-    chunk_rows: int = 10_000
+    chunk_rows: ChunkRows = 10_000
 
     def __post_init__(self) -> None:
-        if not isinstance(self.scale, int | float) or not math.isfinite(self.scale) or self.scale <= 0:
-            raise ConfigError(f"scale must be a finite number > 0, got {self.scale!r} (e.g. --scale 1 or --scale 10)")
-        if self.zero_claims not in ("zero", "null"):
-            raise ConfigError(f"zero_claims must be 'zero' or 'null', got {self.zero_claims!r}")
-        if self.chunk_rows < 1:
-            raise ConfigError(f"chunk_rows must be >= 1, got {self.chunk_rows!r}")
+        for name, rule in _RULES.items():
+            value = getattr(self, name)
+            try:
+                # Strict: a dataclass keeps what it is given, so text such as "10" must not pass as a number.
+                rule.adapter.validate_python(value, strict=True)
+            except ValidationError:
+                raise ConfigError(f"{name} must be {rule.must}, got {value!r}{rule.hint}") from None
         if self.static_context is not None and not all(isinstance(p, str) for p in self.static_context):
             raise ConfigError("static_context must be a list of strings")
 

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from faithfulness_pipeline.core.config import _COLUMNS, _SCORING, ColumnMap, ContextHook, ScoringConfig, ZeroClaimPolicy
+from faithfulness_pipeline.core.config import (
+    _COLUMNS,
+    _SCORING,
+    ChunkRows,
+    ColumnMap,
+    ContextHook,
+    Scale,
+    ScoringConfig,
+    ZeroClaimPolicy,
+)
 from faithfulness_pipeline.settings.fields import flag
 
 
@@ -34,12 +43,12 @@ class ScoringSettings(BaseModel):
                               json_schema_extra=flag("--model-col"))
     all_turns: bool = Field(default=_SCORING.all_turns, description="score every assistant turn of a chat, not only "
                             "the last")
-    scale: float = Field(default=_SCORING.scale, gt=0, allow_inf_nan=False,
+    scale: Scale = Field(default=_SCORING.scale,
                          description="maximum score (Mastra options.scale); scores are ratio x scale")
     zero_claims: ZeroClaimPolicy = Field(default=_SCORING.zero_claims,
                                          description="scores of answers without claims: 0 like Mastra, or null")
-    chunk_rows: int = Field(default=_SCORING.chunk_rows, ge=1,
-                            description="rows per processing chunk (bounds memory; each chunk costs fixed work)")
+    chunk_rows: ChunkRows = Field(default=_SCORING.chunk_rows,
+                                  description="rows per processing chunk (bounds memory; each chunk costs fixed work)")
     hallucination_threshold: float = Field(
         default=0.5, ge=0, allow_inf_nan=False,
         description="answers with a hallucination score above this (in score units, 0..scale) count as "
