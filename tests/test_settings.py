@@ -1,7 +1,8 @@
 """Every setting is reachable from all three places users set things: a CLI flag, its FP_ variable and a
 Dagster resource field; bad values are one clear error wherever they come from; the README's table is the
-one derived from the settings models. A field added to JudgeSettings, ScoringSettings or CalibrationSettings is
-checked here without touching this file (the calibration settings are flags of ``calibrate`` only)."""
+one derived from the settings models. A field added to any registered settings model is checked here without
+touching this file (the calibration settings are flags of ``calibrate`` only; the Dagster layer's landing,
+warehouse and partition settings are no flags, and the first partition is no resource field)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,18 @@ import pytest
 
 from faithfulness_pipeline.api.calibration import calibration_settings
 from faithfulness_pipeline.cli import calibrate, resolve_settings, score
+from faithfulness_pipeline.cli.report import report as report_command
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.defs import DefsSettings
-from faithfulness_pipeline.defs.resources import CalibrationResource, JudgeResource, ScoringResource
+from faithfulness_pipeline.defs.partitions import DEFAULT_START
+from faithfulness_pipeline.defs.resources import (
+    CalibrationResource,
+    JudgeResource,
+    LandingResource,
+    ScoringResource,
+    WarehouseResource,
+)
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import Setting, markdown_table, settings
 from faithfulness_pipeline.settings.judge import JudgeSettings
@@ -24,14 +33,21 @@ from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SETTINGS = settings()
-SCORE_SETTINGS = [s for s in SETTINGS if s.model is not CalibrationSettings]
+SCORE_SETTINGS = [s for s in SETTINGS if s.model in (JudgeSettings, ScoringSettings)]
 CALIBRATION_SETTINGS = settings(CalibrationSettings)
 RESOURCES: dict[str, type[Any]] = {"judge": JudgeResource, "scoring": ScoringResource,
-                                   "calibration": CalibrationResource}
+                                   "calibration": CalibrationResource, "landing": LandingResource,
+                                   "warehouse": WarehouseResource}  # fmt: skip
+#: Settings whose other value must mean something to the code location (it checks the time zone on load).
+OTHER_TEXT: dict[str, str] = {"timezone": "Asia/Seoul", "undated_day": "2026-01-02", "partitions_start": "2026-01-01"}
 
 
 def _other_value(setting: Setting) -> tuple[str, Any]:
     """A value other than the default, as text (flag or variable) and as the field holds it."""
+    if setting.name in OTHER_TEXT:
+        return OTHER_TEXT[setting.name], OTHER_TEXT[setting.name]
+    if setting.kind is list:
+        return "first, second", ["first", "second"]
     if setting.kind is bool:
         return "true", not setting.default
     if setting.choices is not None:
@@ -57,10 +73,12 @@ def test_the_models_declare_every_setting_the_issue_asks_for() -> None:
         "max_output_tokens", "temperature", "seed", "store", "output_column", "input_column", "context_column",
         "messages_column", "id_column", "turn_column", "key_column", "scale", "zero_claims",
         "hallucination_threshold", "max_error_rate", "labelled", "group_columns", "bootstrap", "bootstrap_seed",
-        "agreement_floor", "below_floor",
+        "agreement_floor", "below_floor", "path", "timestamp_column", "required_columns", "undated_day", "timezone",
+        "root", "duckdb_path", "report_path", "partitions_start",
     }
     assert wanted <= names, wanted - names
-    assert len({s.flag for s in SETTINGS}) == len(SETTINGS) and len({s.env for s in SETTINGS}) == len(SETTINGS)
+    flags = [s.cli_flag for s in SETTINGS if s.cli_flag is not None]
+    assert len(set(flags)) == len(flags) and len({s.env for s in SETTINGS}) == len(SETTINGS)
     assert all(s.description for s in SETTINGS)
 
 
@@ -100,17 +118,18 @@ def test_its_variable_sets_it_for_the_cli_and_for_dagster(setting: Setting) -> N
     if setting.model is CalibrationSettings:
         assert getattr(_calibration({}, env) if setting.name != "labelled" else calibration_settings({}, env),
                        setting.name) == value
-    else:
+    elif setting.model in (JudgeSettings, ScoringSettings):
         assert _field(resolve_settings({}, env), setting) == value
     defs = DefsSettings.from_env(env)
-    assert getattr(getattr(defs, setting.resource), setting.name) == value
+    assert getattr(getattr(defs, setting.resource) if setting.resource else defs, setting.name) == value
 
 
-@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
+@pytest.mark.parametrize("setting", [s for s in SETTINGS if s.resource], ids=lambda s: s.name)
 def test_the_dagster_resource_has_it_with_the_same_default(setting: Setting) -> None:
+    assert setting.resource is not None
     resource = RESOURCES[setting.resource]
     assert setting.name in resource.model_fields
-    assert resource.model_fields[setting.name].default == setting.default
+    assert resource.model_fields[setting.name].get_default(call_default_factory=True) == setting.default
     _, value = _other_value(setting)
     assert getattr(resource(**{setting.name: value}), setting.name) == value
 
@@ -148,6 +167,93 @@ def test_a_variable_that_is_not_a_number_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="FP_JUDGE_RPM"):
         DefsSettings.from_env({"FP_JUDGE_RPM": "many"})
     assert math.isclose(DefsSettings.from_env({"FP_JUDGE_TIMEOUT_S": " 2.5 "}).judge.timeout_s, 2.5)
+
+
+DAGSTER_LAYER = [s for s in SETTINGS if s.model not in (JudgeSettings, ScoringSettings, CalibrationSettings)]
+
+
+def test_the_dagster_layer_keeps_its_variables_and_defaults() -> None:
+    """The variables users set before these settings joined the registry keep their names."""
+    got = {f"{s.resource}.{s.name}" if s.resource else s.name: (s.env, s.default) for s in DAGSTER_LAYER}
+    assert got == {
+        "landing.path": ("FP_LANDING", "sample_data"),
+        "landing.timestamp_column": ("FP_TIMESTAMP_COLUMN", "created_at"),
+        "landing.required_columns": ("FP_REQUIRED_COLUMNS", []),
+        "landing.undated_day": ("FP_UNDATED_DAY", None),
+        "landing.timezone": ("FP_TIMEZONE", "UTC"),
+        "warehouse.root": ("FP_WAREHOUSE", "warehouse"),
+        "warehouse.duckdb_path": ("FP_DUCKDB", None),
+        "warehouse.report_path": ("FP_REPORT", None),
+        # defs.partitions keeps its own copy of the first day (its daily_partitions default): they must agree
+        "partitions_start": ("FP_PARTITIONS_START", DEFAULT_START),
+    }
+    defaults = DefsSettings.from_env({})
+    assert defaults.landing == LandingResource() and defaults.warehouse == WarehouseResource()
+    assert defaults.partitions_start == DefsSettings().partitions_start == DEFAULT_START
+
+
+class _Recording(dict[str, str]):
+    """An environment that remembers which variables were looked up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> str:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+
+def test_the_code_location_reads_every_registered_variable_and_no_other() -> None:
+    env = _Recording()
+    DefsSettings.from_env(env)
+    assert env.read == {s.env for s in SETTINGS}
+
+
+@pytest.mark.parametrize("setting", DAGSTER_LAYER, ids=lambda s: s.name)
+def test_the_table_shows_no_flag_of_the_dagster_layer_that_no_command_has(setting: Setting) -> None:
+    options = {o for command in (score, calibrate, report_command) for p in command.params for o in p.opts}
+    assert not {o for p in score.params for o in p.opts} & {s.cli_flag for s in DAGSTER_LAYER}
+    row = next(line for line in markdown_table().splitlines() if f"`{setting.env}`" in line)
+    if setting.cli_flag is None:
+        with pytest.raises(LookupError, match=setting.env):
+            _ = setting.flag
+        assert "--" + setting.name.replace("_", "-") not in options
+        assert row.startswith(f"| {setting.name} | none | ")
+    else:  # a flag the report command declares itself
+        assert setting.cli_flag in {o for p in report_command.params for o in p.opts}
+        assert row.startswith(f"| {setting.name} | `{setting.cli_flag}` | ")
+
+
+def test_only_the_report_s_time_zone_is_a_flag_of_the_dagster_layer() -> None:
+    assert {s.name: s.cli_flag for s in DAGSTER_LAYER if s.cli_flag} == {"timezone": "--timezone"}
+
+
+def test_the_first_partition_is_no_resource_field() -> None:
+    (start,) = [s for s in SETTINGS if s.name == "partitions_start"]
+    assert start.resource is None
+    assert not any(start.name in resource.model_fields for resource in RESOURCES.values())
+    assert "| none (fixed when the code location loads) |" in markdown_table()
+
+
+def test_required_columns_are_comma_separated_in_their_variable() -> None:
+    landing = DefsSettings.from_env({"FP_REQUIRED_COLUMNS": " conversation_id, tenant,, "}).landing
+    assert landing.required_columns == ["conversation_id", "tenant"]
+    assert DefsSettings.from_env({"FP_REQUIRED_COLUMNS": " , "}).landing.required_columns == []
+
+
+def test_a_bad_time_zone_stops_the_code_location_with_one_line() -> None:
+    with pytest.raises(ConfigError, match="FP_TIMEZONE") as info:
+        DefsSettings.from_env({"FP_TIMEZONE": "Mars/Olympus"})
+    assert "\n" not in str(info.value)
 
 
 def test_the_readme_holds_the_derived_table() -> None:

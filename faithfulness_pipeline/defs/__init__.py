@@ -1,12 +1,11 @@
 """The Dagster layer: thin wiring of the scoring core (assets, checks, resources, automation).
 
-``build_defs(DefsSettings.from_env())`` is what ``faithfulness_pipeline.definitions`` loads. Every judge and
-scoring setting is read from its ``FP_JUDGE_*`` / ``FP_*`` variable (``faithfulness_pipeline.settings.derive``);
-the Dagster layer's own variables are ``FP_LANDING``, ``FP_TIMESTAMP_COLUMN``, ``FP_UNDATED_DAY``,
-``FP_TIMEZONE``, ``FP_WAREHOUSE``, ``FP_DUCKDB``, ``FP_REPORT`` and ``FP_PARTITIONS_START`` (README,
-"Configuration"); the calibration's are the ``FP_CALIBRATION_*`` settings
-(``core.labels.CalibrationSettings``). Relative paths resolve from the working directory: run Dagster from
-the repository root or give absolute paths.
+``build_defs(DefsSettings.from_env())`` is what ``faithfulness_pipeline.definitions`` loads. Every setting is
+read from its ``FP_*`` variable through the registry (``faithfulness_pipeline.settings.derive``): the judge's
+``FP_JUDGE_*``, the scoring and calibration settings', and the Dagster layer's own (``settings.landing``:
+``FP_LANDING``, ``FP_WAREHOUSE``, ``FP_TIMEZONE``, ``FP_PARTITIONS_START``, ...; README, "Configuration").
+Relative paths resolve from the working directory: run Dagster from the repository root or give absolute
+paths.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from pydantic import BaseModel
 from faithfulness_pipeline.defs.assets import LLM_POOL, build_assets, build_checks
 from faithfulness_pipeline.defs.calibration import build_calibration_assets, build_calibration_job
 from faithfulness_pipeline.defs.io import WarehouseIOManager
-from faithfulness_pipeline.defs.partitions import DEFAULT_START, daily_partitions
+from faithfulness_pipeline.defs.partitions import daily_partitions
 from faithfulness_pipeline.defs.resources import (
     CalibrationResource,
     JudgeResource,
@@ -38,14 +37,16 @@ from faithfulness_pipeline.defs.schedules import build_job, build_schedule, buil
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.landing import LandingSettings, PartitionSettings, WarehouseSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 
 @dataclass(frozen=True)
 class DefsSettings:
-    """Everything the code location is built from. Resources stay editable per run in the launchpad."""
+    """Everything the code location is built from. Resources stay editable per run in the launchpad; the first
+    partition is not a resource: the partitions are fixed when the code location loads."""
 
-    partitions_start: str = DEFAULT_START
+    partitions_start: str = PartitionSettings().partitions_start
     judge: JudgeResource = field(default_factory=JudgeResource)
     scoring: ScoringResource = field(default_factory=ScoringResource)
     landing: LandingResource = field(default_factory=LandingResource)
@@ -61,21 +62,12 @@ class DefsSettings:
         # dg.EnvVar: Dagster reads the key in each step process and shows only the variable's name.
         judge = JudgeResource(**_given(judge_settings), api_key=dg.EnvVar(key_env) if key_env else None)
         scoring = ScoringResource(**_given(from_env(ScoringSettings, env)))
-        landing = LandingResource(
-            path=env.get("FP_LANDING") or "sample_data",
-            timestamp_column=env.get("FP_TIMESTAMP_COLUMN") or "created_at",
-            undated_day=env.get("FP_UNDATED_DAY") or None,
-            timezone=env.get("FP_TIMEZONE") or "UTC",
-        )
+        landing = LandingResource(**_given(from_env(LandingSettings, env)))
         landing.zone()  # a bad FP_TIMEZONE stops the code location with one line
-        warehouse = WarehouseResource(
-            root=env.get("FP_WAREHOUSE") or "warehouse",
-            duckdb_path=env.get("FP_DUCKDB"),
-            report_path=env.get("FP_REPORT"),
-        )
+        warehouse = WarehouseResource(**_given(from_env(WarehouseSettings, env)))
         calibration = CalibrationResource(**_given(from_env(CalibrationSettings, env)))
         return DefsSettings(
-            partitions_start=env.get("FP_PARTITIONS_START") or DEFAULT_START,
+            partitions_start=from_env(PartitionSettings, env).partitions_start,
             judge=judge,
             scoring=scoring,
             landing=landing,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from faithfulness_pipeline.judging.factory import make_judge
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import config_error
 from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.landing import LandingSettings, WarehouseSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 
@@ -89,55 +89,9 @@ class CalibrationResource(dg.ConfigurableResource, CalibrationSettings):  # type
     (described there, and in the README's table)."""
 
 
-class LandingResource(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """Where raw conversations land: Parquet files of either input shape."""
-
-    path: str = Field(
-        default="sample_data",
-        description="A Parquet file, a folder (every *.parquet below it) or a glob; local or an object-store URI. "
-        "Relative paths resolve from the working directory.",
-    )
-    timestamp_column: str = Field(
-        default="created_at",
-        description="Column whose date (in timezone) picks a row's daily partition (datetime, date or ISO-8601 "
-        "text).",
-    )
-    required_columns: list[str] = Field(
-        default_factory=list,
-        description="Columns every landing file must have (the input_schema check fails otherwise).",
-    )
-    undated_day: str | None = Field(
-        default=None,
-        description="Day (YYYY-MM-DD) for rows without a timestamp. Default: the UTC date the file arrived "
-        "(its modification time).",
-    )
-
-    timezone: str = Field(
-        default="UTC",
-        description="IANA time zone of the day boundary (UTC, Europe/Berlin, Asia/Seoul): a row's day is its "
-        "timestamp's date there, and the daily partitions and schedule follow it. Set it with FP_TIMEZONE: the "
-        "partitions are fixed when the code location loads.",
-    )
-
-    def zone(self) -> str:
-        """``timezone``, checked: a name that is no time zone is one line naming FP_TIMEZONE."""
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            ZoneInfo(self.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ConfigError(
-                f"FP_TIMEZONE / landing.timezone {self.timezone!r} is not a time zone name (e.g. UTC, Asia/Seoul)"
-            ) from None
-        return self.timezone
-
-    def undated(self) -> date | None:
-        if not self.undated_day:
-            return None
-        try:
-            return date.fromisoformat(self.undated_day)
-        except ValueError as exc:
-            raise ConfigError(f"undated_day must be YYYY-MM-DD, got {self.undated_day!r}") from exc
+class LandingResource(dg.ConfigurableResource, LandingSettings):  # type: ignore[type-arg]
+    """Where raw conversations land: the ``LandingSettings`` fields (described there, and in the README's
+    table). ``timezone`` is best set with FP_TIMEZONE: the partitions are fixed when the code location loads."""
 
 
 def _one_component(value: str, what: str) -> None:
@@ -155,32 +109,9 @@ def _inside(root: Path, relative: str, what: str) -> Path:
     return path
 
 
-class WarehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """Where tables are written: ``<root>/<table>/ds=YYYY-MM-DD/data.parquet``, one file per day."""
-
-    root: str = Field(
-        default="warehouse",
-        description="Warehouse folder (local or mounted). Relative paths resolve from the working directory.",
-    )
-    duckdb_path: str | None = Field(
-        default=None, description="DuckDB file with the BI views. Default: <root>/answer_quality.duckdb."
-    )
-    report_path: str | None = Field(
-        default=None, description="The HTML answer-quality report. Default: <root>/answer_quality_report.html."
-    )
-
-    def root_path(self) -> Path:
-        return Path(self.root).expanduser().resolve()
-
-    def duckdb_file(self) -> Path:
-        if self.duckdb_path:
-            return Path(self.duckdb_path).expanduser().resolve()
-        return self.root_path() / "answer_quality.duckdb"
-
-    def report_file(self) -> Path:
-        if self.report_path:
-            return Path(self.report_path).expanduser().resolve()
-        return self.root_path() / "answer_quality_report.html"
+class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ignore[type-arg]
+    """Where tables are written: ``<root>/<table>/ds=YYYY-MM-DD/data.parquet``, one file per day. The fields are
+    the ``WarehouseSettings`` fields (described there, and in the README's table)."""
 
     def judge_store(self) -> str:
         return str(self.root_path() / "_judge_store.sqlite")

@@ -1,14 +1,18 @@
-"""Where every setting is reachable: derived from the two settings models, never declared again.
+"""Where every setting is reachable: derived from the settings models, never declared again.
 
-:class:`~faithfulness_pipeline.settings.judge.JudgeSettings` and
-:class:`~faithfulness_pipeline.core.config.ScoringSettings` declare each setting once (name, type, default,
-range, description). From them come:
+The models (``judge``, ``scoring``, ``calibration`` and ``landing`` in this package) declare each setting once
+(name, type, default, range, description); :data:`MODELS` says how users reach each model's fields. From them
+come:
 
-- the CLI flags (``faithfulness-pipeline score --timeout ...``), built by ``cli.py`` from :func:`settings`
-  (``calibrate`` also takes the :class:`~faithfulness_pipeline.core.labels.CalibrationSettings`);
-- the Dagster resource fields: ``JudgeResource`` and ``ScoringResource`` inherit the models' fields;
-- the environment variables: ``FP_JUDGE_<FIELD>`` for the judge, ``FP_<FIELD>`` for scoring, read by the
-  Dagster code location and, as the flags' defaults, by the CLI (:func:`from_env`);
+- the CLI flags (``faithfulness-pipeline score --timeout ...``), built by ``cli`` from :func:`settings` for
+  the models whose settings are flags (``calibrate`` also takes the calibration settings); the landing,
+  warehouse and partition settings are the Dagster layer's and are none (but ``report``'s own ``--timezone``);
+- the Dagster resource fields: ``JudgeResource``, ``ScoringResource``, ``CalibrationResource``,
+  ``LandingResource`` and ``WarehouseResource`` inherit the models' fields (the first partition is fixed when
+  the code location loads, so no resource has it);
+- the environment variables: the model's prefix and the field name in capitals (``FP_JUDGE_TIMEOUT_S``,
+  ``FP_SCALE``), or the name a field gives (``fields.variable``: ``FP_LANDING`` for ``landing.path``), read
+  by the Dagster code location and, as the flags' defaults, by the CLI (:func:`from_env`);
 - the README's settings table (:func:`markdown_table`; ``python -m faithfulness_pipeline.settings`` prints it).
 
 Precedence: a CLI flag or a resource value given in the launchpad, then the variable, then the default.
@@ -19,23 +23,40 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeVar, Union, get_args, get_origin
+from typing import Any, Final, Literal, NamedTuple, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
-from faithfulness_pipeline.settings.fields import CLI
+from faithfulness_pipeline.settings.fields import CLI, ENV
 from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.landing import LandingSettings, PartitionSettings, WarehouseSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 M = TypeVar("M", bound=BaseModel)
 
-#: The settings models, the prefix of their variables and the Dagster resource that carries their fields.
-MODELS: Final[tuple[tuple[type[BaseModel], str, str], ...]] = (
-    (JudgeSettings, "FP_JUDGE_", "judge"),
-    (ScoringSettings, "FP_", "scoring"),
-    (CalibrationSettings, "FP_CALIBRATION_", "calibration"),
+
+class Registered(NamedTuple):
+    """A settings model and how users reach its fields."""
+
+    model: type[BaseModel]
+    prefix: str  # of its variables (a field may name its own: fields.variable)
+    resource: str | None  # the Dagster resource with its fields; None: fixed when the code location loads
+    # Whether its fields are CLI flags (``--`` and the name with dashes, unless ``fields.flag`` names one). The
+    # Dagster layer's settings are not; such a field names only a flag a command declares itself
+    # (``report --timezone``), so the table never shows a flag no command has.
+    flags: bool = True
+
+
+#: Every settings model, in the order of the settings table.
+MODELS: Final[tuple[Registered, ...]] = (
+    Registered(JudgeSettings, "FP_JUDGE_", "judge"),
+    Registered(ScoringSettings, "FP_", "scoring"),
+    Registered(CalibrationSettings, "FP_CALIBRATION_", "calibration"),
+    Registered(LandingSettings, "FP_", "landing", flags=False),
+    Registered(WarehouseSettings, "FP_", "warehouse", flags=False),
+    Registered(PartitionSettings, "FP_", None, flags=False),
 )
 
 
@@ -45,14 +66,21 @@ class Setting:
 
     model: type[BaseModel]
     name: str  # the field: the Dagster resource field and the Python keyword
-    flag: str  # the CLI flag
+    cli_flag: str | None  # the CLI flag; None: no command has one for the setting
     env: str  # the environment variable
-    resource: str  # the Dagster resource that has the field
-    kind: type  # str, int, float or bool
+    resource: str | None  # the Dagster resource that has the field; None: none has it
+    kind: type  # str, int, float, bool, or list (of str; comma-separated in a variable)
     choices: tuple[str, ...] | None  # the allowed values of a choice
     optional: bool  # None (unset) is a value
     default: Any
     description: str
+
+    @property
+    def flag(self) -> str:
+        """The CLI flag. The CLI builds options only for models with flags: asking a setting without one is a bug."""
+        if self.cli_flag is None:
+            raise LookupError(f"{self.model.__name__}.{self.name} is no CLI flag (set it with {self.env})")
+        return self.cli_flag
 
 
 def _kind(annotation: Any) -> tuple[type, tuple[str, ...] | None, bool]:
@@ -65,28 +93,37 @@ def _kind(annotation: Any) -> tuple[type, tuple[str, ...] | None, bool]:
         return str, tuple(str(v) for v in get_args(annotation)), optional
     if annotation in (str, int, float, bool):
         return annotation, None, optional
-    raise TypeError(f"a setting must be str, int, float, bool or a Literal of str, got {annotation!r}")
+    if get_origin(annotation) is list and get_args(annotation) == (str,):
+        return list, None, optional
+    raise TypeError(f"a setting must be str, int, float, bool, list[str] or a Literal of str, got {annotation!r}")
 
 
 def settings(model: type[BaseModel] | None = None) -> list[Setting]:
     """Every setting (of one model), in declaration order."""
     out: list[Setting] = []
-    for cls, prefix, resource in MODELS:
+    for registered in MODELS:
+        cls = registered.model
         if model is not None and cls is not model:
             continue
         for name, field in cls.model_fields.items():
             extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
             kind, choices, optional = _kind(field.annotation)
+            derived = "--" + name.replace("_", "-") if registered.flags else None
+            cli_flag = str(extra[CLI]) if extra.get(CLI) else derived
             out.append(Setting(
-                model=cls, name=name, flag=str(extra.get(CLI) or "--" + name.replace("_", "-")),
-                env=prefix + name.upper(), resource=resource, kind=kind, choices=choices, optional=optional,
-                default=field.default, description=field.description or "",
+                model=cls, name=name, cli_flag=cli_flag, env=str(extra.get(ENV) or registered.prefix + name.upper()),
+                resource=registered.resource, kind=kind, choices=choices, optional=optional,
+                default=field.get_default(call_default_factory=True), description=field.description or "",
             ))
     return out
 
 
+def _field(setting: Setting) -> str:
+    return f"{setting.resource}.{setting.name}" if setting.resource else setting.name
+
+
 def _where(setting: Setting) -> str:
-    return f"{setting.flag} / {setting.env} / {setting.resource}.{setting.name}"
+    return " / ".join(([setting.cli_flag] if setting.cli_flag else []) + [setting.env, _field(setting)])
 
 
 def build(model: type[M], values: Mapping[str, Any]) -> M:
@@ -115,8 +152,15 @@ def from_env(model: type[M], env: Mapping[str, str], given: Mapping[str, Any] | 
     for setting in settings(model):
         raw = env.get(setting.env, "").strip()
         if setting.name not in values and raw:
-            values[setting.name] = raw
+            values[setting.name] = _from_text(setting, raw)
     return build(model, values)
+
+
+def _from_text(setting: Setting, raw: str) -> Any:
+    """A variable's text as pydantic reads the field: a list is comma-separated (blanks dropped)."""
+    if setting.kind is list:
+        return [item.strip() for item in raw.split(",") if item.strip()]
+    return raw
 
 
 def _default(setting: Setting) -> str:
@@ -124,6 +168,8 @@ def _default(setting: Setting) -> str:
         return "unset"
     if setting.kind is bool:
         return "on" if setting.default else "off"
+    if setting.kind is list:
+        return f"`{','.join(setting.default)}`" if setting.default else "none"
     return f"`{setting.default}`"
 
 
@@ -135,9 +181,10 @@ def markdown_table() -> str:
     ]
     for s in settings():
         choices = f" (one of {', '.join(s.choices)})" if s.choices else ""
+        flag = f"`{s.cli_flag}`" if s.cli_flag else "none"
+        field = f"`{s.resource}.{s.name}`" if s.resource else "none (fixed when the code location loads)"
         lines.append(
-            f"| {s.name} | `{s.flag}` | `{s.env}` | `{s.resource}.{s.name}` | {_default(s)} | "
-            f"{s.description.replace('|', '/')}{choices} |"
+            f"| {s.name} | {flag} | `{s.env}` | {field} | {_default(s)} | {s.description.replace('|', '/')}{choices} |"
         )
     return "\n".join(lines)
 

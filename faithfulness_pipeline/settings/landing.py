@@ -1,0 +1,120 @@
+"""The Dagster layer's settings: where conversations land, where the warehouse is, the first daily partition.
+
+They are no flags of ``score`` or ``calibrate`` (the registry in ``derive`` says so; ``report`` has its own
+``--timezone``); they are ``FP_*`` variables and, but for the first partition, the Dagster ``landing`` and
+``warehouse`` resource fields. Their variables predate these
+models, so fields whose variable is not ``FP_`` and the field name in capitals name it (``fields.variable``).
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+from typing import Final
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.settings.fields import flag, variable
+
+#: The sample data's first day.
+DEFAULT_PARTITIONS_START: Final = "2026-11-24"
+
+
+class LandingSettings(BaseModel):
+    """Where raw conversations land and how a row's day is read from them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str = Field(
+        default="sample_data",
+        description="landing location: a Parquet, JSON Lines or CSV file, a folder (every such file below it) or a "
+        "glob; local or an object-store URI (relative paths resolve from the working directory)",
+        json_schema_extra=variable("FP_LANDING"),
+    )
+    timestamp_column: str = Field(
+        default="created_at",
+        description="column whose date (in timezone) picks a row's daily partition (datetime, date or ISO-8601 text)",
+    )
+    required_columns: list[str] = Field(
+        default_factory=list,
+        description="columns every landing file must have, else the input_schema check fails (comma-separated)",
+    )
+    undated_day: str | None = Field(
+        default=None,
+        description="day (YYYY-MM-DD) for rows without a timestamp (unset: the day, in timezone, the file arrived: "
+        "its modification time)",
+    )
+    timezone: str = Field(
+        default="UTC",
+        description="IANA time zone of the day boundary (UTC, Europe/Berlin, Asia/Seoul): a row's day is its "
+        "timestamp's date there (naive timestamps are UTC); the daily partitions, the schedule and the report "
+        "command follow it (its own --timezone beats the variable there); set it with FP_TIMEZONE, as the "
+        "partitions are fixed when the code location loads",
+        # report declares this flag itself (cli/report.py); naming it here keeps the table true.
+        json_schema_extra=flag("--timezone"),
+    )
+
+    def zone(self) -> str:
+        """``timezone``, checked: a name that is no time zone is one line naming FP_TIMEZONE."""
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(
+                f"FP_TIMEZONE / landing.timezone {self.timezone!r} is not a time zone name (e.g. UTC, Asia/Seoul)"
+            ) from None
+        return self.timezone
+
+    def undated(self) -> date | None:
+        if not self.undated_day:
+            return None
+        try:
+            return date.fromisoformat(self.undated_day)
+        except ValueError as exc:
+            raise ConfigError(f"undated_day must be YYYY-MM-DD, got {self.undated_day!r}") from exc
+
+
+class WarehouseSettings(BaseModel):
+    """Where tables, the BI database and the report are written."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    root: str = Field(
+        default="warehouse",
+        description="warehouse folder (local or mounted; relative paths resolve from the working directory)",
+        json_schema_extra=variable("FP_WAREHOUSE"),
+    )
+    duckdb_path: str | None = Field(
+        default=None, description="DuckDB file with the BI views (unset: <root>/answer_quality.duckdb)",
+        json_schema_extra=variable("FP_DUCKDB"),
+    )
+    report_path: str | None = Field(
+        default=None, description="the HTML answer-quality report (unset: <root>/answer_quality_report.html)",
+        json_schema_extra=variable("FP_REPORT"),
+    )
+
+    def root_path(self) -> Path:
+        return Path(self.root).expanduser().resolve()
+
+    def duckdb_file(self) -> Path:
+        if self.duckdb_path:
+            return Path(self.duckdb_path).expanduser().resolve()
+        return self.root_path() / "answer_quality.duckdb"
+
+    def report_file(self) -> Path:
+        if self.report_path:
+            return Path(self.report_path).expanduser().resolve()
+        return self.root_path() / "answer_quality_report.html"
+
+
+class PartitionSettings(BaseModel):
+    """The daily partitions' first day. The partitions are built once, when the code location loads, so this is
+    no resource field: a value in the launchpad could not change them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    partitions_start: str = Field(
+        default=DEFAULT_PARTITIONS_START,
+        description="first daily partition (YYYY-MM-DD; the default is the sample data's first day)",
+    )
