@@ -244,6 +244,15 @@ def test_the_first_partition_is_no_resource_field() -> None:
     assert "| none (fixed when the code location loads) |" in markdown_table()
 
 
+def test_the_code_location_reads_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in (("FP_LANDING", "/data/landing"), ("FP_WAREHOUSE", "/data/warehouse"),
+                        ("FP_PARTITIONS_START", "2026-02-01"), ("FP_TIMEZONE", "Europe/Berlin")):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    defs = DefsSettings.from_env()
+    assert (defs.landing.path, defs.warehouse.root) == ("/data/landing", "/data/warehouse")
+    assert (defs.partitions_start, defs.landing.zone()) == ("2026-02-01", "Europe/Berlin")
+
+
 def test_required_columns_are_comma_separated_in_their_variable() -> None:
     landing = DefsSettings.from_env({"FP_REQUIRED_COLUMNS": " conversation_id, tenant,, "}).landing
     assert landing.required_columns == ["conversation_id", "tenant"]
