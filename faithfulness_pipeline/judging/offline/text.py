@@ -634,29 +634,19 @@ def features(text: str) -> Features:
     return Features(frozenset(latin), found, negations, hedged, absolute, n, han, hangul)
 
 
-def analyze(text: str) -> tuple[dict[Unit, float], list[float]]:
-    """Content units (with weights, see ``Features.units``) and numbers of a text."""
-    feats = features(text)
-    return feats.units, feats.numbers
-
-
 def has_content(text: str) -> bool:
-    """Whether a sentence holds any content unit or number (cheaper than ``analyze``)."""
+    """Whether a sentence holds any content unit or number (cheaper than ``features``)."""
     if _DIGIT_RE.search(text) or (not text.isascii() and _CJK_RE.search(text)):
         return True
     distinct = set(_latin_words(prepare(text).lower()))
     return any(map(_word_units(distinct).__getitem__, distinct))
 
 
-def content_units(text: str) -> dict[Unit, float]:
-    return analyze(text)[0]
-
-
 def numbers(text: str) -> list[float]:
     """Numeric values in the text: digits (with thousands separators and multipliers such as
     'million', 万, 억), English number words from two upward, Chinese numerals before a measure word.
     """
-    return analyze(text)[1]
+    return features(text).numbers
 
 
 def passage_units(text: str) -> tuple[set[Unit], tuple[float, ...], bool]:
@@ -876,7 +866,6 @@ _NUMBER_RE = re.compile(r"(\d[\d,.]*)(?:\s*(thousand|million|billion|trillion|bn
 _PLAIN_NUMBER_RE = re.compile(r"\d[\d,.]*")
 # The same numbers without their trailing commas and periods (which _parse_digits strips anyway).
 _STRIPPED_NUMBER_RE = re.compile(r"\d(?:[\d,.]*\d)?")
-_STRIPPED_NUMBER_OR_BREAK_RE = re.compile(r"\d(?:[\d,.]*\d)?|\n")
 _NOT_NUMBER = bytes(c for c in range(128) if not (chr(c).isdigit() or chr(c) in ",."))
 _ASCII_NUMBER_RUNS = bytes.maketrans(_NOT_NUMBER, b" " * len(_NOT_NUMBER))
 _THOUSANDS_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
