@@ -30,9 +30,8 @@ from faithfulness_pipeline.judging.offline.judge import (
     PROCESSES_ENV,
     OfflineJudge,
     default_processes,
-    extract_claims,
-    judge_claims,
 )
+from faithfulness_pipeline.judging.offline.rules import extract_claims, judge_claims
 from faithfulness_pipeline.judging.offline.text import (
     features,
     numbers,
@@ -386,7 +385,7 @@ def test_numbers_in_all_scripts():
 
 _DETERMINISM_SCRIPT = """
 import json, sys
-from faithfulness_pipeline.judging.offline.judge import extract_claims, judge_claims
+from faithfulness_pipeline.judging.offline.rules import extract_claims, judge_claims
 cases = json.loads(sys.stdin.read())
 out = []
 for answer, context in cases:

@@ -15,7 +15,8 @@ import pytest
 from faithfulness_pipeline.core.port import VerdictItem
 from faithfulness_pipeline.judging.offline import judge as offline
 from faithfulness_pipeline.judging.offline import text as offline_text
-from faithfulness_pipeline.judging.offline.judge import OfflineJudge, extract_claims, judge_claims
+from faithfulness_pipeline.judging.offline.judge import OfflineJudge
+from faithfulness_pipeline.judging.offline.rules import extract_claims, judge_claims
 from faithfulness_pipeline.judging.offline.text import (
     Haystack,
     cjk_may_negate,
