@@ -32,12 +32,8 @@ from faithfulness_pipeline.judging.offline.judge import (
     default_processes,
 )
 from faithfulness_pipeline.judging.offline.rules import extract_claims, judge_claims
-from faithfulness_pipeline.judging.offline.text import (
-    features,
-    numbers,
-    passage_units,
-    split_sentences,
-)
+from faithfulness_pipeline.judging.offline.text.sentences import split_sentences
+from faithfulness_pipeline.judging.offline.text.units import features, numbers, passage_units
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -29,26 +29,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from faithfulness_pipeline.core.port import ClaimVerdict
-from faithfulness_pipeline.judging.offline.text import (
-    Features,
+from faithfulness_pipeline.judging.offline.text.cues import absolutes, cjk_may_negate, negated, negated_sentences
+from faithfulness_pipeline.judging.offline.text.haystack import (
     Haystack,
     Sentences,
-    absolutes,
-    cjk_may_negate,
-    features,
-    has_content,
-    is_lead_in,
-    is_pleasantry,
-    is_question,
-    may_approximate,
     missing_terms,
-    negated,
-    negated_sentences,
-    number_matches,
     passage_content,
     sentence_index,
-    split_sentences,
 )
+from faithfulness_pipeline.judging.offline.text.numbers import may_approximate, number_matches
+from faithfulness_pipeline.judging.offline.text.sentences import is_lead_in, is_pleasantry, is_question, split_sentences
+from faithfulness_pipeline.judging.offline.text.units import Features, features, has_content
 
 #: Share of a claim's weighted content units the best passage must contain to support it (words).
 SUPPORT_COVERAGE = 0.7
