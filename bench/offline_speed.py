@@ -31,7 +31,8 @@ from rag_rows import make_rows
 
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.pipeline import chunks_of, score_chunks
-from faithfulness_pipeline.judging.offline.judge import OfflineJudge, default_processes, extract_claims, judge_claims
+from faithfulness_pipeline.judging.offline.judge import OfflineJudge, default_processes
+from faithfulness_pipeline.judging.offline.rules import extract_claims, judge_claims
 
 TARGET_ANSWERS_PER_S = 2000
 _COMPARED = ["claims", "verdicts", "hallucination_score", "faithfulness_score", "status"]

@@ -30,15 +30,10 @@ from faithfulness_pipeline.judging.offline.judge import (
     PROCESSES_ENV,
     OfflineJudge,
     default_processes,
-    extract_claims,
-    judge_claims,
 )
-from faithfulness_pipeline.judging.offline.text import (
-    features,
-    numbers,
-    passage_units,
-    split_sentences,
-)
+from faithfulness_pipeline.judging.offline.rules import extract_claims, judge_claims
+from faithfulness_pipeline.judging.offline.text.sentences import split_sentences
+from faithfulness_pipeline.judging.offline.text.units import features, numbers, passage_units
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -386,7 +381,7 @@ def test_numbers_in_all_scripts():
 
 _DETERMINISM_SCRIPT = """
 import json, sys
-from faithfulness_pipeline.judging.offline.judge import extract_claims, judge_claims
+from faithfulness_pipeline.judging.offline.rules import extract_claims, judge_claims
 cases = json.loads(sys.stdin.read())
 out = []
 for answer, context in cases:

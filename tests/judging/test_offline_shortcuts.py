@@ -14,19 +14,19 @@ import pytest
 
 from faithfulness_pipeline.core.port import VerdictItem
 from faithfulness_pipeline.judging.offline import judge as offline
-from faithfulness_pipeline.judging.offline import text as offline_text
-from faithfulness_pipeline.judging.offline.judge import OfflineJudge, extract_claims, judge_claims
-from faithfulness_pipeline.judging.offline.text import (
+from faithfulness_pipeline.judging.offline.judge import OfflineJudge
+from faithfulness_pipeline.judging.offline.rules import extract_claims, judge_claims
+from faithfulness_pipeline.judging.offline.text import scripts
+from faithfulness_pipeline.judging.offline.text.cues import cjk_may_negate
+from faithfulness_pipeline.judging.offline.text.haystack import (
     Haystack,
-    cjk_may_negate,
-    features,
-    fold_chinese,
     passage_content,
     passage_haystack,
-    passage_sentences,
-    prepare,
     sentence_index,
 )
+from faithfulness_pipeline.judging.offline.text.scripts import fold_chinese, prepare
+from faithfulness_pipeline.judging.offline.text.sentences import passage_sentences
+from faithfulness_pipeline.judging.offline.text.units import features
 
 PASSAGES = [
     "The museum opened in 1995. It did not open on Sundays. Visitors can't bring food.",
@@ -63,8 +63,8 @@ def test_the_negation_hint_in_two_parts_is_the_whole_hint(text: str) -> None:
 
 def test_folding_maps_han_characters_to_han_characters_only() -> None:
     # What lets a text without Han characters skip the fold and the numeral scan.
-    table = offline_text._T2S_PAIRS
-    assert all(offline_text._HAN_RE.fullmatch(ch) for ch in table)
+    table = scripts._T2S_PAIRS
+    assert all(scripts._HAN_RE.fullmatch(ch) for ch in table)
 
 
 @pytest.mark.parametrize("text", PASSAGES)

@@ -1,0 +1,138 @@
+"""Cues: negation, hedges and absolute quantifiers, in English, Chinese and Korean.
+
+They change a verdict without being content: a negation on one side only contradicts, a hedge marks
+the claim speculative, an absolute ("only", 只有, 모든) the context lacks leaves it unsupported. Apart
+from ``units`` because the judge asks for a passage's cues only when a claim nearly matches it, sentence
+by sentence; ``units.features`` reuses these patterns on the claim side.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from itertools import accumulate
+
+from faithfulness_pipeline.judging.offline.text.scripts import prepare
+from faithfulness_pipeline.judging.offline.text.sentences import passage_sentences
+from faithfulness_pipeline.judging.offline.text.words import _latin_words, _words
+
+_EN_NEGATION_WORDS = _words("not no never none nobody nothing neither nor cannot without")
+_EN_NOT_NEGATION_RE = re.compile(r"\b(?:not only|not just|no doubt|no longer than|nothing but)\b")
+# Chinese words that contain a negation character but do not negate.
+_ZH_NOT_NEGATION_RE = re.compile(
+    "非常|未来|未來|无论|無論|不过|不過|不断|不斷|不仅|不僅|不但|不少|不久|不管|非洲|除非|莫非|毫无疑问|"
+    "无数|無數|不得不|没错|沒錯|不错|不錯|是否|否则|否則"
+)
+# 别/別 is left out: it negates only in commands (别去) and far more often means "other" (别人).
+_ZH_NEGATION_RE = re.compile("[不没沒未非无無勿否]")
+_KO_NEGATION_RE = re.compile(r"(?:^|\s)(?:안|못|아니)(?=\s)|않|없|못하|못했|못한|못할|아니[다라고며었야에요]|아닌|아닙")
+# The same matches, split so that each pattern starts with a character class the regex engine can
+# skip ahead by: about twice as fast when only the presence of a negation matters.
+_KO_NEGATION_INNER_RE = re.compile("않|없|못[하했한할]|아니[다라고며었야에요]|아닌|아닙")
+_KO_NEGATION_WORD_RE = re.compile(r"\s(?:안|못|아니)(?=\s)")
+_KO_NEGATION_FIRST_WORD_RE = re.compile(r"(?:안|못|아니)(?=\s)")
+
+_EN_HEDGES = _words(
+    "might could possibly perhaps probably likely unlikely maybe presumably apparently seemingly seem seems"
+)
+_ZH_HEDGE_RE = re.compile("可能|也许|也許|或许|或許|大概|恐怕|似乎|好像|估计|估計|说不定|說不定|大约|大約")
+_KO_HEDGE_RE = re.compile(r"아마|것 ?같|듯|지도 모르|가능성|수도 있|[\uac00-\ud7a3]\s*수\s*(?:도\s*)?있")
+_MAY_RE = re.compile(r"\bmay\b", re.IGNORECASE)
+
+_EN_ABSOLUTES = _words("only always every everyone everything entirely solely exclusively")
+_CJK_ABSOLUTE_RE = re.compile(
+    "只有|所有|一直|每个|每個|从来|從來|永远|永遠|全部|总是|總是|唯一|" "모든|항상|오직|전부|언제나|반드시"
+)
+
+
+def _en_negations(words: list[str], lower: str) -> int:
+    hits = _EN_NEGATION_WORDS.intersection(words)
+    n = sum(map(words.count, hits)) if hits else 0
+    if "n't" in lower:
+        n += sum(1 for w in words if w.endswith("n't"))
+    if n and hits:
+        n -= len(_EN_NOT_NEGATION_RE.findall(lower))  # "not only", "no doubt"
+    return n
+
+
+def _en_hedged(words: list[str], text: str) -> bool:
+    if not _EN_HEDGES.isdisjoint(words):
+        return True
+    if "appear to" in text or "appears to" in text or "Appears to" in text:
+        return True
+    if "may" in words:
+        # "may" hedges; capitalised "May" after the first word is the month.
+        return any(m.group(0) == "may" or m.start() == 0 for m in _MAY_RE.finditer(text))
+    return False
+
+
+def _has_ko_negation(text: str) -> bool:
+    """``bool(_KO_NEGATION_RE.search(text))``, faster."""
+    return bool(
+        _KO_NEGATION_INNER_RE.search(text)
+        or _KO_NEGATION_WORD_RE.search(text)
+        or _KO_NEGATION_FIRST_WORD_RE.match(text)
+    )
+
+
+def _cjk_negations(text: str) -> int:
+    n = len(_ZH_NEGATION_RE.findall(_ZH_NOT_NEGATION_RE.sub("", text)))
+    return n + len(_KO_NEGATION_RE.findall(text))
+
+
+def _ko_hedged(text: str) -> bool:
+    for m in _KO_HEDGE_RE.finditer(text):
+        token = m.group(0)
+        if not token.endswith("있"):
+            return True
+        # "~ㄹ 수 있": the syllable before 수 must end in ㄹ (할, 될, 갈 ...); "~는 수" is not a hedge.
+        syllable = token[0]
+        if syllable == "도" or (ord(syllable) - 0xAC00) % 28 == 8:
+            return True
+    return False
+
+
+def negated(text: str) -> bool:
+    """Whether a sentence contains a negation (English, Chinese or Korean)."""
+    text = prepare(text)
+    lower = text.lower()
+    n = _en_negations(_latin_words(lower), lower)
+    if not text.isascii():
+        n += _cjk_negations(text)
+    return n > 0
+
+
+# Where a negation may be, in lowercased text: starting with a literal keeps the scan fast; every
+# hit is confirmed by ``negated`` on its sentence ("piano" ends in "no").
+_NEGATION_HINT_RE = re.compile(r"n(?:ot|o|ever|one|obody|othing|either|or)\b|cannot|without|n't")
+
+
+def negated_sentences(text: str) -> list[str]:
+    """The sentences of a passage (as ``passage_sentences`` splits it) that contain a negation."""
+    text = prepare(text)
+    parts = passage_sentences(text)
+    lower = "\n".join(parts).lower()
+    positions = [m.start() for m in _NEGATION_HINT_RE.finditer(lower)]
+    if not text.isascii():
+        positions += [m.start() for m in _ZH_NEGATION_RE.finditer(lower)]
+        positions += [m.start() for m in _KO_NEGATION_RE.finditer(lower)]
+    if not positions:
+        return []
+    starts = list(accumulate((len(x) + 1 for x in parts[:-1]), initial=0))
+    hit = sorted({bisect_right(starts, pos) - 1 for pos in positions})
+    return [parts[i] for i in hit if negated(parts[i])]
+
+
+def cjk_may_negate(text: str) -> bool:
+    """Whether a passage may contain a Chinese or Korean negation (an over-approximation)."""
+    text = prepare(text)
+    return not text.isascii() and (bool(_ZH_NEGATION_RE.search(text)) or _has_ko_negation(text))
+
+
+def absolutes(text: str) -> frozenset[str]:
+    """Absolute quantifiers ("only", "always", 只有, 모든 ...): a claim adding one overgeneralises."""
+    text = prepare(text)
+    found = _EN_ABSOLUTES.intersection(_latin_words(text.lower()))
+    if not text.isascii():
+        found = found.union(_CJK_ABSOLUTE_RE.findall(text))
+    return found
