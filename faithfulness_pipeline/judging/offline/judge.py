@@ -39,6 +39,7 @@ from faithfulness_pipeline.core.port import (
     Hooks,
     JudgeStats,
     ProgressCallback,
+    ResultScope,
     Verdict,
     VerdictItem,
     VerdictResult,
@@ -63,7 +64,6 @@ from faithfulness_pipeline.judging.offline.text import (
     sentence_index,
     split_sentences,
 )
-from faithfulness_pipeline.judging.stored import ResultScope
 
 OFFLINE_MODEL_NAME = "offline-lexical-v1"
 #: Bump whenever the algorithm or its constants change: stored results are keyed by it.
