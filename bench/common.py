@@ -19,8 +19,8 @@ for _name, _value in {"LITELLM_OFFLINE_MODE": "true", "LITELLM_LOCAL_MODEL_COST_
 
 import polars as pl  # noqa: E402
 
+from faithfulness_pipeline.api import score_frame_async  # noqa: E402
 from faithfulness_pipeline.core.config import ScoringConfig  # noqa: E402
-from faithfulness_pipeline.core.pipeline import score_frame_async  # noqa: E402
 from faithfulness_pipeline.core.port import Judge  # noqa: E402
 
 FAKE_KEY_ENV = "FP_BENCH_KEY"
@@ -64,13 +64,8 @@ def litellm_judge(base_url: str, **overrides: Any) -> Judge:
 
 
 def score(df: pl.DataFrame, judge: Judge, config: ScoringConfig | None = None) -> pl.DataFrame:
-    async def run() -> pl.DataFrame:
-        try:
-            return await score_frame_async(df, judge, config or ScoringConfig())
-        finally:
-            await judge.aclose()
-
-    return asyncio.run(run())
+    """``df`` scored with ``judge``, which is closed after (``score_frame_async`` does)."""
+    return asyncio.run(score_frame_async(df, judge, config or ScoringConfig()))
 
 
 def sample_rows() -> pl.DataFrame:

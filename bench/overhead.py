@@ -34,17 +34,18 @@ BENCH_MODEL = "openai/gpt-4o-mini"
 
 def bench_judge(base_url: str, *, store_path: Path | None = None, **overrides: Any) -> Any:
     """The litellm judge at its defaults, for ``BENCH_MODEL`` served by the fake server at ``base_url``,
-    behind the stored-judge wrapper as the CLI builds it; with a result store at ``store_path`` if given."""
+    in the judge stack as the CLI builds it; with a result store at ``store_path`` if given."""
     from faithfulness_pipeline.cli.process import freeze_loaded_objects
     from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
-    from faithfulness_pipeline.judging.stored import StoredJudge, open_store
+    from faithfulness_pipeline.judging.stack import JudgeStack
+    from faithfulness_pipeline.judging.store.open import open_store
     from faithfulness_pipeline.settings.judge import JudgeSettings
 
     settings: dict[str, Any] = {"model": BENCH_MODEL, "api_base": base_url, "api_key_env": FAKE_KEY_ENV}
     settings.update(overrides)
-    # The judge as the CLI builds it (the stored-judge wrapper, with a store when one is given), and what the
+    # The judge as the CLI builds it (the judge stack, with a store when one is given), and what the
     # CLI does for its own process once its judge is built (faithfulness_pipeline.cli.process).
-    judge = StoredJudge(LiteLLMJudge(JudgeSettings(**settings)), None if store_path is None else open_store(store_path))
+    judge = JudgeStack(LiteLLMJudge(JudgeSettings(**settings)), None if store_path is None else open_store(store_path))
     freeze_loaded_objects()
     return judge
 

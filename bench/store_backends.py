@@ -24,7 +24,7 @@ from common import FAKE_KEY_ENV, machine, machine_line, score
 from rag_rows import make_rows
 
 from faithfulness_pipeline.judging.factory import make_judge
-from faithfulness_pipeline.judging.stored import open_store
+from faithfulness_pipeline.judging.store.open import open_store
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
 from faithfulness_pipeline.testing.scripted import ScriptedJudge

@@ -16,6 +16,7 @@ chunk once) cost what re-scoring 100,000 different answers would.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import tempfile
 import time
@@ -28,6 +29,9 @@ from overhead import BENCH_MODEL, bench_judge
 from rag_rows import make_rows
 
 from faithfulness_pipeline.core.config import ScoringConfig
+from faithfulness_pipeline.core.pipeline import chunks_of, score_chunks
+from faithfulness_pipeline.core.port import Judging, RowCache
+from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
 
@@ -36,48 +40,76 @@ CHUNK_ROWS = ScoringConfig().chunk_rows
 
 
 class TimedJudge:
-    """The Judge port around the stored judge, adding up the wall time spent inside it: whole chunks of rows
-    (``judge_rows``: store lookups, decoding, keeping rows) and the per-item steps of what is not stored."""
+    """A judge stack's port and row cache, adding up the wall time spent inside each: whole chunks of rows
+    (the row cache: store lookups, decoding, keeping rows) and the per-item steps of what is not stored.
+    Scored through :meth:`judging`, as a real run hands the stack to the core."""
 
-    def __init__(self, judge: Any) -> None:
-        self.judge = judge
-        self.model_name = judge.model_name
-        self.prompt_version = judge.prompt_version
+    def __init__(self, stack: JudgeStack) -> None:
+        self.stack = stack
+        self.model_name = stack.model_name
+        self.prompt_version = stack.prompt_version
         self.seconds = {"rows": 0.0, "extract": 0.0, "verdict": 0.0}
+
+    def judging(self) -> Judging:
+        inner = self.stack.judging()
+        rows = None if inner.rows is None else TimedRows(inner.rows, self.seconds)
+        return Judging(self, rows, inner.overlap_rows)
 
     async def extract_claims(self, items: Any, hooks: Any = None) -> Any:
         start = time.perf_counter()
         try:
-            return await self.judge.extract_claims(items, hooks)
+            return await self.stack.extract_claims(items, hooks)
         finally:
             self.seconds["extract"] += time.perf_counter() - start
 
     async def judge_claims(self, items: Any, hooks: Any = None) -> Any:
         start = time.perf_counter()
         try:
-            return await self.judge.judge_claims(items, hooks)
+            return await self.stack.judge_claims(items, hooks)
         finally:
             self.seconds["verdict"] += time.perf_counter() - start
 
-    # The judge's optional capabilities (core.judge.Overlapping, RowJudge) pass through, timed too: a
-    # wrapper that hid them would measure the per-item path instead of what a real run does.
-    @property
-    def overlap_rows(self) -> int | None:
-        value = self.judge.overlap_rows
-        return None if value is None else int(value)
+    def stats(self) -> Any:
+        return self.stack.stats()
 
-    async def judge_rows(self, rows: Any, progress: Any) -> Any:
+    async def aclose(self) -> None:
+        await self.stack.aclose()
+
+
+class TimedRows:
+    """A row cache, its two calls timed into ``seconds['rows']`` (they run on worker threads)."""
+
+    def __init__(self, rows: RowCache, seconds: dict[str, float]) -> None:
+        self.rows = rows
+        self.seconds = seconds
+
+    def find(self, rows: pl.DataFrame) -> pl.DataFrame | None:
         start = time.perf_counter()
         try:
-            return await self.judge.judge_rows(rows, progress)
+            return self.rows.find(rows)
         finally:
             self.seconds["rows"] += time.perf_counter() - start
 
-    def stats(self) -> Any:
-        return self.judge.stats()
+    def keep(self, rows: pl.DataFrame, results: pl.DataFrame) -> None:
+        start = time.perf_counter()
+        try:
+            self.rows.keep(rows, results)
+        finally:
+            self.seconds["rows"] += time.perf_counter() - start
 
-    async def aclose(self) -> None:
-        await self.judge.aclose()
+
+def score_timed(df: pl.DataFrame, judge: TimedJudge) -> pl.DataFrame:
+    """``df`` scored through the timed port and row cache, as ``score_frame_async`` scores it."""
+
+    async def run() -> pl.DataFrame:
+        config = ScoringConfig()
+        try:
+            parts = [p async for p in score_chunks(chunks_of(df, config.chunk_rows), judge.judging(), config)]
+            return pl.concat(parts, how="vertical")
+        finally:
+            await judge.aclose()
+
+    return asyncio.run(run())
 
 
 def repeated(rows: int, distinct: int, seed: int = 41) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -100,7 +132,7 @@ def run(rows: int = 100_000, distinct: int = CHUNK_ROWS) -> dict[str, Any]:
         server.reset_stats()
         judge = TimedJudge(bench_judge(server.base_url, store_path=store))
         start, cpu_start = time.perf_counter(), time.process_time()
-        scored = score(big, judge)
+        scored = score_timed(big, judge)
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         stats = judge.stats()
         requests = server.stats().requests

@@ -18,7 +18,7 @@ import pyarrow as pa
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.flow import RowProgress
-from faithfulness_pipeline.core.pipeline import score_frame_async as _score_frame_async
+from faithfulness_pipeline.core.pipeline import chunks_of, rows_of, score_chunks
 from faithfulness_pipeline.core.port import Judge
 
 #: What the entry points take: a polars DataFrame, a pyarrow Table or RecordBatch, or a pandas DataFrame
@@ -60,12 +60,18 @@ async def score_frame_async(
 ) -> pl.DataFrame:
     """:func:`score_frame` for code already in an event loop (``await`` it in a notebook cell); closes the
     judge when done."""
+    from faithfulness_pipeline.judging.stack import stack_of
+
     frame = to_polars(df)
-    chosen = _once_per_content(judge if judge is not None else default_judge())
+    config = config or ScoringConfig()
+    stack = stack_of(judge if judge is not None else default_judge())
     try:
-        return await _score_frame_async(frame, chosen, config or ScoringConfig(), progress)
+        await stack.prepay(rows_of(lambda: chunks_of(frame, config.chunk_rows), config))
+        parts = [part async for part in score_chunks(chunks_of(frame, config.chunk_rows), stack.judging(), config,
+                                                     progress)]
+        return pl.concat(parts, how="vertical")
     finally:
-        await chosen.aclose()
+        await stack.aclose()
 
 
 def score_frame(
@@ -76,8 +82,8 @@ def score_frame(
 ) -> pl.DataFrame:
     """Score every row of ``df`` and return the scored table (one output row per judged answer).
 
-    A judge that names its result scope (the offline and the litellm judge do) is put behind the
-    stored-judge wrapper, without a store, unless it is one already: identical items are asked once.
+    A judge that names its result scope (the offline and the litellm judge do) is put in a judge stack
+    (``judging.stack``), without a store, unless it is one already: identical items are asked once.
     Inside a running event loop (Jupyter) the scoring runs on a worker thread with a loop of its own, and
     this call waits for it.
 
@@ -95,12 +101,3 @@ def score_frame(
     # asyncio.run refuses to nest in a running loop, and blocking that loop on itself would deadlock.
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="score_frame") as pool:
         return pool.submit(asyncio.run, scoring).result()
-
-
-def _once_per_content(judge: Judge) -> Judge:
-    from faithfulness_pipeline.judging.stored import Storable, StoredJudge
-
-    if isinstance(judge, StoredJudge) or not isinstance(judge, Storable):
-        return judge
-    wrapped: Judge = StoredJudge(judge, None)
-    return wrapped

@@ -29,10 +29,12 @@ from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineE
 from faithfulness_pipeline.core.io import ParquetChunkWriter, count_rows, file_schema, iter_chunks, resolve_inputs
 from faithfulness_pipeline.core.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
-from faithfulness_pipeline.core.pipeline import prepay, score_chunks, scored_schema
+from faithfulness_pipeline.core.pipeline import score_chunks, scored_schema, spilled_rows
 from faithfulness_pipeline.core.port import Judge
-from faithfulness_pipeline.judging.factory import check_key, estimate_cost, make_judge, report_to
+from faithfulness_pipeline.judging.dryrun import estimate_cost
+from faithfulness_pipeline.judging.factory import check_key, make_judge
 from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
+from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import Setting, from_env, settings
 from faithfulness_pipeline.settings.judge import JudgeSettings
@@ -246,7 +248,7 @@ async def _run(
     paths: list[str],
     chunks: Iterator[pl.DataFrame],
     out_schema: pl.Schema,
-    judge: Judge,
+    judge: JudgeStack,
     config: ScoringConfig,
     outputs: dict[str, str],
     progress: Callable[[float], None] | None,
@@ -263,8 +265,9 @@ async def _run(
         )
         wrote_any = False
         try:
-            await prepay(judge, lambda: iter_chunks(paths, config.chunk_rows), config)
-            async for chunk in score_chunks(chunks, judge, config, progress):
+            with spilled_rows(lambda: iter_chunks(paths, config.chunk_rows), config) as rows:
+                await judge.prepay(rows)
+            async for chunk in score_chunks(chunks, judge.judging(), config, progress):
                 wrote_any = True
                 scored = conform(chunk, out_schema)  # files of other shapes or columns: one table
                 summary.add(scored)
@@ -394,10 +397,9 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             check_outputs(outputs, paths)
             total = count_rows(paths)
             chunks = _read_ahead(iter_chunks(paths, config.chunk_rows))
-            judge = make_judge(judge_settings, check_connection=True)
+            judge = make_judge(judge_settings, check_connection=True,
+                               report=None if quiet else lambda line: click.echo(line, err=True))
             freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
-            if not quiet:
-                report_to(judge, lambda line: click.echo(line, err=True))
             progress = _Progress(total, enabled=not quiet)
             summary = Summary(model_column=scoring.model_column, threshold=scoring.hallucination_threshold)
             try:

@@ -1,19 +1,21 @@
-"""The one claims -> verdicts flow: a chunk's rows through a judge's port, extraction overlapping verdicts.
+"""The one claims -> verdicts flow: a chunk's rows through the row cache and the port, extraction
+overlapping verdicts.
 
-The CLI, the Python API and the Dagster assets all judge rows here. A chunk becomes a small frame of
-the columns the judge needs (:data:`ROW_COLUMNS`); the judge's results come back as
-:data:`RESULT_COLUMNS`, with extraction and verdict usage apart (``x_*`` and ``v_*``), and are put back on
-the chunk by :func:`judge_chunk`. A judge that takes whole rows itself (``core.judge.RowJudge``, such as
-the result-store wrapper) gets the frame; every other judge is called item by item by
-:func:`judge_rows`. No row is ever dropped: a row the judge could not handle carries its error.
+The CLI, the Python API and the Dagster assets all judge rows here. A chunk becomes a small frame of the
+columns the judge needs (:data:`ROW_COLUMNS`). The row cache (``core.port.RowCache``: whole rows kept in
+the result store) answers what it holds; the port answers the rest, item by item (:func:`judge_rows`), and
+the rows it finished go back to the row cache. The results come back as :data:`RESULT_COLUMNS`, with
+extraction and verdict usage apart (``x_*`` and ``v_*``; :func:`summed_usage` adds them up), and are put
+back on the chunk by :func:`judge_chunk`. No row is ever dropped: a row the judge could not handle
+carries its error.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import polars as pl
 import pyarrow as pa
@@ -27,9 +29,8 @@ from faithfulness_pipeline.core.port import (
     ExtractResult,
     Hooks,
     Judge,
-    Overlapping,
+    Judging,
     ResultSource,
-    RowJudge,
     Usage,
     VerdictItem,
     VerdictResult,
@@ -48,6 +49,8 @@ INDEX: Final = "_i"
 BLANK: Final = "_blank"
 #: What a judge is given of each row.
 ROW_COLUMNS: Final = (INDEX, S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT, BLANK)
+#: Reads a run's rows (:data:`ROW_COLUMNS` frames, chunk by chunk) anew each time it is called.
+Rows: TypeAlias = Callable[[], Iterable[pl.DataFrame]]
 #: Usage of the extraction and of the verdicts of a row, kept apart until they are added up.
 X_USAGE: Final = tuple(f"x_{c}" for c in S.USAGE_COLUMNS)
 V_USAGE: Final = tuple(f"v_{c}" for c in S.USAGE_COLUMNS)
@@ -72,36 +75,55 @@ def row_frame(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-async def judge_chunk(
-    df: pl.DataFrame, judge: Judge, progress: RowProgress | None = None, *, split_usage: bool = False
-) -> pl.DataFrame:
-    """A prepared chunk with its claims, verdicts, truncation flag, error and usage columns, row for row.
-
-    The usage columns add up the extraction and the verdicts; ``split_usage`` gives them apart instead
-    (``x_*`` and ``v_*``, as :data:`RESULT_COLUMNS` holds them).
-    """
+async def judge_chunk(df: pl.DataFrame, judging: Judging, progress: RowProgress | None = None) -> pl.DataFrame:
+    """A prepared chunk with its claims, verdicts, truncation flag, error, usage (``x_*`` and ``v_*``), source
+    and billed columns, row for row."""
     rows = row_frame(df)
-    if isinstance(judge, RowJudge):
-        found = await judge.judge_rows(rows, progress)
+    cache = judging.rows
+    kept = None
+    if cache is not None:
+        kept = await asyncio.to_thread(cache.find, rows.filter(~pl.col(BLANK)))
+    if kept is not None and progress is not None:
+        progress(float(kept.height))
+    if kept is not None and kept.height == rows.height:  # a warm re-run: nothing left to ask
+        found = kept
     else:
-        found = await judge_rows(rows, judge, progress)
+        rest = rows if kept is None else rows.filter(~pl.col(INDEX).is_in(kept.get_column(INDEX).implode()))
+        fresh = (await judge_rows(rest, judging.judge, progress, overlap=judging.overlap_rows)).sort(INDEX)
+        if cache is not None:
+            await asyncio.to_thread(cache.keep, rest, fresh)
+        found = fresh if kept is None else pl.concat([fresh, kept.select(fresh.columns)], how="vertical")
     if found.height != df.height:  # a judge that loses or invents rows is a bug, never a row outcome
         raise RuntimeError(f"the judge returned {found.height} result rows for {df.height} rows")
     found = found.sort(INDEX)
-    if split_usage:
-        usage = [found.get_column(c) for c in (*X_USAGE, *V_USAGE)]
-    else:
-        usage = [(found.get_column(x) + found.get_column(v)).alias(c)
-                 for c, x, v in zip(S.USAGE_COLUMNS, X_USAGE, V_USAGE, strict=True)]
+    return df.with_columns([found.get_column(c) for c in RESULT_COLUMNS if c != INDEX])
+
+
+def summed_usage(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with the extraction and verdict usage (``x_*``, ``v_*``) added up into the usage columns."""
     return df.with_columns(
-        found.get_column(S.CLAIMS),
-        found.get_column(S.ERROR),
-        found.get_column(S.VERDICTS),
-        found.get_column(S.CONTEXT_TRUNCATED),
-        *usage,
-        found.get_column(S.RESULT_SOURCE),
-        *[found.get_column(c) for c in S.BILLED_COLUMNS],
-    )
+        (pl.col(x) + pl.col(v)).alias(c) for c, x, v in zip(S.USAGE_COLUMNS, X_USAGE, V_USAGE, strict=True)
+    ).drop([*X_USAGE, *V_USAGE])
+
+
+def extract_items(rows: pl.DataFrame) -> list[ExtractItem]:
+    """What ``rows`` (:data:`ROW_COLUMNS`) ask of a judge's extraction: every answer that is not blank (a
+    blank one has no claims and costs no call)."""
+    sendable = rows.filter(~pl.col(BLANK)).select(S.ROW_KEY, S.ANSWER, S.QUESTION)
+    return [ExtractItem(key, answer, question) for key, answer, question in sendable.iter_rows()]
+
+
+def verdict_items(
+    extract: Sequence[ExtractItem], claims: Sequence[Sequence[str] | None], rows: pl.DataFrame
+) -> list[VerdictItem]:
+    """What ``rows``' answers (``extract``: their :func:`extract_items`) ask of a judge's verdicts, given
+    their claims: those with claims and passages (claims without passages are all unsupported, no call)."""
+    contexts = rows.filter(~pl.col(BLANK)).get_column(S.CONTEXT).to_list()
+    return [
+        VerdictItem(it.id, tuple(found), tuple(passages), it.question)
+        for it, found, passages in zip(extract, claims, contexts, strict=True)
+        if found and passages
+    ]
 
 
 def _verdict_column(per_row: list[Sequence[ClaimVerdict] | None]) -> pl.Series:
@@ -142,22 +164,19 @@ def _check_ids(step: str, sent: list[str], got: list[str]) -> None:
         raise RuntimeError(f"judge broke the port contract in {step}: results do not match items one to one")
 
 
-def overlap_rows(judge: object) -> int | None:
-    """Answers per extraction call when the judge overlaps its calls, else None (one call a step)."""
-    return judge.overlap_rows if isinstance(judge, Overlapping) else None
-
-
-async def judge_rows(rows: pl.DataFrame, judge: Judge, progress: RowProgress | None = None) -> pl.DataFrame:
+async def judge_rows(
+    rows: pl.DataFrame, judge: Judge, progress: RowProgress | None = None, *, overlap: int | None = None
+) -> pl.DataFrame:
     """The :data:`RESULT_COLUMNS` of ``rows`` (in no particular row order) through the per-item port.
 
     Blank answers have no claims and cost no call; claims with an empty context are all ``unsupported``
-    without a call (SPEC §3b). With an overlapping judge the answers go in calls of ``overlap_rows`` and
+    without a call (SPEC §3b). With ``overlap`` (``Judging.overlap_rows``) the answers go in calls of that many and
     each call's verdicts leave as soon as its claims are back. Work that is not a request stays off the
     path of the first and the last one: passages become Python strings only when their call's verdicts
     are due, and each call's rows become a small result frame as soon as its verdicts are back.
     """
     n = rows.height
-    size = max(1, overlap_rows(judge) or n)
+    size = max(1, overlap or n)
     row_ids = rows.get_column(INDEX)
     passages = rows.get_column(S.CONTEXT)
     keys = rows.get_column(S.ROW_KEY).to_list()

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -19,9 +21,9 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.combine import union_schema
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.core.flow import RowProgress, judge_chunk, overlap_rows, row_frame
+from faithfulness_pipeline.core.flow import RowProgress, Rows, judge_chunk, row_frame, summed_usage
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
-from faithfulness_pipeline.core.port import Judge, Prepaying
+from faithfulness_pipeline.core.port import Judge, Judging
 from faithfulness_pipeline.core.reasons import add_reasons
 from faithfulness_pipeline.core.scoring import add_counts_and_scores, published_verdicts
 
@@ -87,82 +89,115 @@ def scored_schema(schemas: Sequence[tuple[str, Mapping[str, pl.DataType]]], conf
 
 async def score_chunks(
     chunks: Iterable[pl.DataFrame],
-    judge: Judge,
+    judging: Judging | Judge,
     config: ScoringConfig,
     progress: RowProgress | None = None,
 ) -> AsyncIterator[pl.DataFrame]:
     """Scores an input stream chunk by chunk; keys are checked for duplicates across the whole stream.
 
-    With a judge that waits on requests (``core.judge.Overlapping``), the next chunk is prepared and its
-    calls start while the current one is finishing: two chunks in flight at most, yielded in input order.
-    A judge that waits on its own CPU (the offline judge) gets one chunk at a time.
+    With calls that overlap (``Judging.overlap_rows``), the next chunk is prepared and its calls start
+    while the current one is finishing: two chunks in flight at most, yielded in input order. A judge that
+    waits on its own CPU (the offline judge) gets one chunk at a time.
     """
+    judging = Judging.of(judging)
+    judge = judging.judge
     registry = KeyRegistry()
     scored_at = datetime.now(UTC)
+    overlap = judging.overlap_rows is not None
+    stream = iter(chunks)
 
     def scored(df: pl.DataFrame) -> pl.DataFrame:
         return score_step(
-            df, config, judge_model=judge.model_name, prompt_version=judge.prompt_version, scored_at=scored_at
+            summed_usage(df), config, judge_model=judge.model_name, prompt_version=judge.prompt_version,
+            scored_at=scored_at,
         )
 
-    if overlap_rows(judge) is None:
-        for chunk in chunks:
-            yield scored(await judge_chunk(prepare(chunk, config, registry), judge, progress))
-        return
+    def next_prepared() -> pl.DataFrame | None:
+        piece = next(stream, None)
+        return None if piece is None else prepare(piece, config, registry)
 
     async def run(prepared: pl.DataFrame) -> pl.DataFrame:
-        judged = await judge_chunk(prepared, judge, progress)
-        return await asyncio.to_thread(scored, judged)
+        judged = await judge_chunk(prepared, judging, progress)
+        # Scoring a chunk on a worker thread lets the chunk in flight be handed on meanwhile.
+        return await asyncio.to_thread(scored, judged) if overlap else scored(judged)
 
-    stream = iter(chunks)
-
-    async def next_ready() -> pl.DataFrame | None:
-        # Reading and preparing a chunk (10-30 ms) on a worker thread leaves the event loop free to hand
-        # the chunk in flight on to its next stage meanwhile.
-        return await asyncio.to_thread(_next_prepared, stream, config, registry)
-
-    async for done in _two_in_flight(next_ready, run):
+    async for done in _in_order(next_prepared, run, overlap, threaded=True):
         yield done
 
 
 async def judge_frame(
-    df: pl.DataFrame, judge: Judge, chunk_rows: int, progress: RowProgress | None = None, *, split_usage: bool = False
+    df: pl.DataFrame, judging: Judging | Judge, chunk_rows: int, progress: RowProgress | None = None
 ) -> pl.DataFrame:
-    """A prepared table with its claims, verdicts and usage (``core.flow.judge_chunk``), judged in chunks
-    of ``chunk_rows`` rows, two in flight with an overlapping judge. ``split_usage`` keeps the extraction
-    and verdict usage apart (``x_*`` / ``v_*``) instead of adding them up."""
-    await prepay(judge, lambda: chunks_of(df, chunk_rows), None)
+    """A prepared table with its claims, verdicts and usage (``core.flow.judge_chunk``: extraction and
+    verdict usage apart), judged in chunks of ``chunk_rows`` rows, two in flight when calls overlap."""
+    judging = Judging.of(judging)
     stream = iter(chunks_of(df, chunk_rows))
 
     async def run(chunk: pl.DataFrame) -> pl.DataFrame:
-        return await judge_chunk(chunk, judge, progress, split_usage=split_usage)
+        return await judge_chunk(chunk, judging, progress)
 
-    if overlap_rows(judge) is None:
-        parts = [await run(chunk) for chunk in stream]
-    else:
-
-        async def next_ready() -> pl.DataFrame | None:
-            return next(stream, None)
-
-        parts = [part async for part in _two_in_flight(next_ready, run)]
+    parts = [part async for part in _in_order(lambda: next(stream, None), run, judging.overlap_rows is not None)]
     return pl.concat(parts, how="vertical")
 
 
-async def prepay(
-    judge: Judge, chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig | None
-) -> None:
-    """Lets a judge that answers a whole run in bulk (``core.judge.Prepaying``: provider batch jobs) obtain
-    its results before the run is scored; any other judge is left alone. ``chunks`` reads the run's input
-    again each time it is called; ``config`` None: its chunks are prepared already."""
-    if not isinstance(judge, Prepaying):
-        return
+def rows_of(chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig | None) -> Rows:
+    """The run's rows (``core.flow.ROW_COLUMNS`` frames) for a bulk judge's prepay, read from ``chunks``
+    anew each time (``config`` None: the chunks are prepared already)."""
 
     def rows() -> Iterator[pl.DataFrame]:
         registry = KeyRegistry()
         for chunk in chunks():
             yield row_frame(chunk if config is None else prepare(chunk, config, registry))
 
-    await judge.prepay(rows)
+    return rows
+
+
+@contextlib.contextmanager
+def spilled_rows(chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig) -> Iterator[Rows]:
+    """:func:`rows_of`, the input read once however often the rows are: the first pass keeps each chunk's
+    rows in a temporary Parquet file, later passes read those files (a bulk judge reads the rows once per
+    step, and the scoring pass reads the input again: twice in all). The files go when the block ends."""
+    with tempfile.TemporaryDirectory(prefix="fp-rows-") as folder:
+        parts: list[Path] = []
+        complete = False
+
+        def rows() -> Iterator[pl.DataFrame]:
+            nonlocal complete
+            if complete:
+                for part in parts:
+                    yield pl.read_parquet(part)
+                return
+            parts.clear()  # a pass that was left midway is no copy of the input: read it again
+            for frame in rows_of(chunks, config)():
+                part = Path(folder) / f"rows-{len(parts):06d}.parquet"
+                frame.write_parquet(part, compression="lz4")
+                parts.append(part)
+                yield frame
+            complete = True
+
+        yield rows
+
+
+async def _in_order(
+    next_chunk: Callable[[], pl.DataFrame | None],
+    run: Callable[[pl.DataFrame], Coroutine[Any, Any, pl.DataFrame]],
+    overlap: bool,
+    *,
+    threaded: bool = False,
+) -> AsyncIterator[pl.DataFrame]:
+    """``run`` over each chunk ``next_chunk`` gives (None: the end), results in input order: one chunk at a
+    time, or (``overlap``) two in flight, the next one read (on a worker thread when ``threaded``: reading
+    and preparing a chunk takes 10-30 ms) while the current one is finishing."""
+    if not overlap:
+        while (chunk := next_chunk()) is not None:
+            yield await run(chunk)
+        return
+
+    async def next_ready() -> pl.DataFrame | None:
+        return await asyncio.to_thread(next_chunk) if threaded else next_chunk()
+
+    async for done in _two_in_flight(next_ready, run):
+        yield done
 
 
 async def _two_in_flight(
@@ -200,24 +235,7 @@ async def _two_in_flight(
                 await pending
 
 
-def _next_prepared(
-    stream: Iterator[pl.DataFrame], config: ScoringConfig, registry: KeyRegistry
-) -> pl.DataFrame | None:
-    """The next chunk prepared, or None at the end. One call at a time: chunks are read in order."""
-    piece = next(stream, None)
-    return None if piece is None else prepare(piece, config, registry)
-
-
 def chunks_of(df: pl.DataFrame, rows: int) -> Iterable[pl.DataFrame]:
     """Slices of at most ``rows`` rows; an empty table gives one empty slice so its schema flows through."""
     for offset in range(0, max(df.height, 1), rows):
         yield df.slice(offset, rows)
-
-
-async def score_frame_async(
-    df: pl.DataFrame, judge: Judge, config: ScoringConfig, progress: RowProgress | None = None
-) -> pl.DataFrame:
-    """Scores a whole in-memory table. The caller owns the judge (and closes it)."""
-    await prepay(judge, lambda: chunks_of(df, config.chunk_rows), config)
-    parts = [part async for part in score_chunks(chunks_of(df, config.chunk_rows), judge, config, progress)]
-    return pl.concat(parts, how="vertical")

@@ -1,21 +1,30 @@
-"""The judge port: the one narrow interface between the scoring core and any model.
+"""The port: everything the scoring core asks of the world outside it, and nothing else.
 
-A judge receives many items at once and returns exactly one result per item, in the same order.
-How it groups items into requests (packing), limits, retries and caches them is its own business;
-the core only sees per-item results. A failure is a per-item result with ``error`` set, never an
-exception that loses the other items, and never a made-up value.
+The core owns this interface and every judge implements it (ports and adapters: the port belongs to the
+application, not to the adapters), so the core never imports a judge, and a new judge is one class.
 
-Implementations: ``judges.offline.OfflineJudge`` (deterministic, no network),
-``judges.litellm_judge.LiteLLMJudge`` (the product) and the scripted fakes of the tests. Capabilities that
-any judge can use (the result store) wrap a judge and are judges themselves (``judges.stored``); the core
-knows nothing of them.
+- :class:`Judge`: many items in, exactly one result per item out, in the same order. How a judge groups
+  items into requests (packing), limits, retries them is its own business; a failure is a per-item result
+  with ``error`` set, never an exception that loses the other items, and never a made-up value.
+- :class:`RowCache`: whole finished rows held outside the port (the result store), asked before the
+  port and handed the rows the port finished: a stage of the core's flow, not a judge.
+- :class:`Judging`: what a flow is given: the port, the row cache, how the port's calls may overlap.
+- Three optional capabilities a judge may have, checked once where a judge is put together
+  (``judging.stack``): :class:`Storable` (it names what changes its results, so they can be kept and
+  shared), :class:`Overlapping` (its calls wait on requests and may run side by side) and
+  :class:`Estimating` (it can price items without sending them: the dry run).
+
+Implementations: ``judging.offline.judge.OfflineJudge`` (deterministic, no network),
+``judging.llm.judge.LiteLLMJudge`` (the product), ``judging.llm.batch.judge.BatchJudge`` (provider batch
+jobs) and the scripted judges of ``faithfulness_pipeline.testing``. What any judge can use (run memory,
+the result store, leases) wraps a judge once, in ``judging``; the core knows nothing of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Final, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     import polars as pl
@@ -55,6 +64,9 @@ class Usage:
 
 
 NO_USAGE = Usage()
+
+#: The most of an error's text that a result (and a log line about one) keeps.
+ERROR_CHARS: Final = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,16 +207,46 @@ class Judge(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ResultScope:
+    """Everything besides an item's content that changes a judge's results, per step: the step name,
+    prompt versions, model, endpoint and output-changing parameters. It goes into every result key, so a
+    result is never served for settings that did not produce it. Timeouts, limits and packing stay out."""
+
+    extract: tuple[str | None, ...]
+    verdict: tuple[str | None, ...]
+    row: tuple[str | None, ...]
 
 
-# Optional capabilities. The pipeline uses them when a judge has them; every judge works without.
+@dataclass(frozen=True, slots=True)
+class CostEstimate:
+    """Requests, tokens and cost a run would spend (retries not included)."""
+
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    notes: list[str] = field(default_factory=list)
+    cached_items: int = 0  # step results already in the result store: they cost nothing
+    batch_cost_usd: float | None = None  # the same requests at the provider's batch prices (None: unknown)
+
+
+# The three optional capabilities. Each is checked once, where a judge is put together; every judge works
+# without them.
+
+
+@runtime_checkable
+class Storable(Protocol):
+    """A judge whose results may be kept (run memory, result store): it names what changes them."""
+
+    def result_scope(self) -> ResultScope: ...
 
 
 @runtime_checkable
 class Overlapping(Protocol):
     """A judge whose calls wait on requests (not CPU) and may run concurrently, sharing its limits.
 
-    With an ``overlap_rows`` (not None) the pipeline splits a chunk's extraction into calls of that many
+    With an ``overlap_rows`` (not None) the flow splits a chunk's extraction into calls of that many
     answers and sends each call's verdicts as soon as its claims are back, while the next chunk's calls
     already start: request slots are not left idle at step and chunk boundaries.
     """
@@ -214,26 +256,43 @@ class Overlapping(Protocol):
 
 
 @runtime_checkable
-class RowJudge(Protocol):
-    """A judge that takes a chunk's rows as columns (``core.flow.ROW_COLUMNS``) and returns their result
-    columns (``core.flow.RESULT_COLUMNS``), in any row order, instead of being called item by item.
+class Estimating(Protocol):
+    """A judge that can estimate the cost of items without sending them (the dry run)."""
 
-    It may answer some rows without the port (a wrapper that holds results does) and runs the core's own
-    flow (``core.flow.judge_rows``) for the others.
-    """
-
-    async def judge_rows(self, rows: pl.DataFrame, progress: Callable[[float], None] | None) -> pl.DataFrame: ...
+    def estimate(self, extract: Sequence[ExtractItem], verdict: Sequence[VerdictItem]) -> CostEstimate:
+        """What asking for these extraction and verdict items would cost. Verdict items may carry
+        claims that are only a guess (the answer's sentences) where the claims are not extracted yet."""
+        ...
 
 
-@runtime_checkable
-class Prepaying(Protocol):
-    """A judge that obtains a whole run's results in bulk before the run is scored (provider batch jobs).
+class RowCache(Protocol):
+    """Whole judged rows kept outside the port. The flow asks it for a chunk's rows before the port, and
+    hands it the rows the port finished. Both run on a worker thread (they hash and look up)."""
 
-    ``prepay`` is given a way to read the run's rows (:data:`core.flow.ROW_COLUMNS` frames, chunk by chunk,
-    as often as it needs: claims must be back before verdicts can be asked) and returns when the results
-    it could obtain are kept; the scoring pass that follows finds them. A judge without it is simply
-    asked during the scoring pass.
-    """
+    def find(self, rows: pl.DataFrame) -> pl.DataFrame | None:
+        """The result columns (``core.flow.RESULT_COLUMNS``) of those of ``rows`` (``core.flow.ROW_COLUMNS``,
+        no blank answers) that are kept whole, or None when there are none."""
+        ...
 
-    async def prepay(self, chunks: Callable[[], Iterable[pl.DataFrame]]) -> None: ...
+    def keep(self, rows: pl.DataFrame, results: pl.DataFrame) -> None:
+        """Keeps finished ``rows`` with their ``results`` (row for row); never raises."""
+        ...
 
+
+@dataclass(frozen=True, slots=True)
+class Judging:
+    """What a flow judges rows with: the port, the row cache in front of it (None: none), and how many
+    answers go in one extraction call when calls overlap (None: one call per step and chunk, one chunk at
+    a time: a judge that waits on its own CPU)."""
+
+    judge: Judge
+    rows: RowCache | None = None
+    overlap_rows: int | None = None
+
+    @staticmethod
+    def of(judge: Judge | Judging) -> Judging:
+        """``judge`` as a flow's :class:`Judging`: a bare judge gets no row cache, and overlaps when it is
+        :class:`Overlapping`."""
+        if isinstance(judge, Judging):
+            return judge
+        return Judging(judge, None, judge.overlap_rows if isinstance(judge, Overlapping) else None)

@@ -28,8 +28,7 @@ from faithfulness_pipeline.core.flow import V_USAGE, X_USAGE, RowProgress
 from faithfulness_pipeline.core.io import file_schema
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
 from faithfulness_pipeline.core.outputs import claim_table as build_claim_table
-from faithfulness_pipeline.core.pipeline import judge_frame, score_step
-from faithfulness_pipeline.core.port import Judge
+from faithfulness_pipeline.core.pipeline import chunks_of, judge_frame, rows_of, score_step
 from faithfulness_pipeline.defs import checks
 from faithfulness_pipeline.defs.calibration import latest_calibration
 from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
@@ -42,7 +41,7 @@ from faithfulness_pipeline.defs.metadata import (
     usage_totals,
 )
 from faithfulness_pipeline.defs.resources import JudgeResource, LandingResource, ScoringResource, WarehouseResource
-from faithfulness_pipeline.judging.factory import report_to
+from faithfulness_pipeline.judging.stack import JudgeStack
 
 GROUP = "answer_quality"
 LLM_POOL = "llm_judge"
@@ -83,14 +82,14 @@ def _progress(context: dg.AssetExecutionContext, total: int) -> RowProgress:
     return report
 
 
-def _judged(context: dg.AssetExecutionContext, frame: pl.DataFrame, judge: Judge, chunk_rows: int) -> pl.DataFrame:
+def _judged(context: dg.AssetExecutionContext, frame: pl.DataFrame, judge: JudgeStack, chunk_rows: int) -> pl.DataFrame:
     """The claims, verdicts and usage (extraction and verdicts apart) of every row; the judge is closed after."""
     progress = _progress(context, frame.height)
-    report_to(judge, context.log.info)  # batch mode: the state of the step's batches while it waits
 
     async def run() -> pl.DataFrame:
         try:
-            return await judge_frame(frame, judge, chunk_rows, progress, split_usage=True)
+            await judge.prepay(rows_of(lambda: chunks_of(frame, chunk_rows), None))
+            return await judge_frame(frame, judge.judging(), chunk_rows, progress)
         finally:
             await judge.aclose()
 
@@ -210,7 +209,8 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         scoring: ScoringResource,
         warehouse: WarehouseResource,
     ) -> Iterator[dg.Output[pl.DataFrame]]:
-        made = judge.make(warehouse.judge_store())
+        # batch mode reports the state of the step's batches while it waits
+        made = judge.make(warehouse.judge_store(), report=context.log.info)
         judged = _judged(context, raw_conversations, made, scoring.config().chunk_rows)
         label = pl.lit(f"{made.model_name}|{made.prompt_version}", dtype=pl.String).alias(_JUDGE)
         meta = judge_metadata(made.stats(), made.model_name, made.prompt_version)

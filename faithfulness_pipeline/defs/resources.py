@@ -18,8 +18,8 @@ from pydantic import BaseModel, Field, ValidationError
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.io import atomic_path
-from faithfulness_pipeline.core.port import Judge
 from faithfulness_pipeline.judging.factory import make_judge
+from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import config_error
 from faithfulness_pipeline.settings.judge import JudgeSettings
@@ -51,9 +51,11 @@ class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[typ
             values["store"] = default_store
         return JudgeSettings(**values)
 
-    def make(self, default_store: str | None = None) -> Judge:
-        """A fresh judge for one step (close it with ``await judge.aclose()`` at the end of the step)."""
-        return make_judge(self.settings(default_store), api_key=self.api_key or None, check_connection=True)
+    def make(self, default_store: str | None = None, report: Callable[[str], None] | None = None) -> JudgeStack:
+        """A fresh judge for one step (close it with ``await judge.aclose()`` at the end of the step);
+        ``report`` hears how the judge's long jobs go (batch mode)."""
+        return make_judge(self.settings(default_store), api_key=self.api_key or None, check_connection=True,
+                          report=report)
 
 
 def judge_identity(model: str | None) -> tuple[str, str]:

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 import polars as pl
 import pytest
 
+from faithfulness_pipeline.api import score_frame_async
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.core.pipeline import chunks_of, score_chunks, score_frame_async
+from faithfulness_pipeline.core.pipeline import chunks_of, score_chunks
 from faithfulness_pipeline.core.port import (
     ExtractItem,
     ExtractResult,

@@ -238,7 +238,7 @@ def test_batch_mode_refuses_a_store_it_cannot_keep_batch_records_in(tmp_path: Pa
     """A store of the user's own (any object with the store's methods) keeps results, not batch records."""
     from faithfulness_pipeline.core.errors import ConfigError
     from faithfulness_pipeline.judging.llm.batch.judge import BatchJudge
-    from faithfulness_pipeline.judging.stored import open_store
+    from faithfulness_pipeline.judging.store.open import open_store
 
     class OwnStore:
         def __init__(self) -> None:
@@ -254,13 +254,15 @@ def test_batch_mode_refuses_a_store_it_cannot_keep_batch_records_in(tmp_path: Pa
 
 def test_batches_are_split_at_the_provider_limits(tmp_path: Path) -> None:
     from faithfulness_pipeline.judging.llm.batch.judge import BatchJudge, BatchLimits
-    from faithfulness_pipeline.judging.stored import StoredJudge, open_store
+    from faithfulness_pipeline.judging.stack import JudgeStack
+    from faithfulness_pipeline.judging.store.open import open_store
 
     frame = _frame(24)
     with FakeLLMServer(ScriptedJudge(), batch_timing=FAST) as server:
         settings = _settings(server, tmp_path / "s.sqlite")
         store = open_store(tmp_path / "s.sqlite")
-        judge = StoredJudge(BatchJudge(settings, store, limits=BatchLimits(max_lines=2)), store)
+        batch = BatchJudge(settings, store, limits=BatchLimits(max_lines=2))
+        judge = JudgeStack(batch, store, bulk=batch.prepay_step)
         scored = _score(frame, judge)
         st = server.stats()
     # 24 answers at 4 a request: 6 extraction lines -> 3 batches of 2; the verdict lines likewise.
@@ -271,7 +273,7 @@ def test_batches_are_split_at_the_provider_limits(tmp_path: Path) -> None:
 def test_the_dry_run_shows_the_interactive_and_the_batch_cost_side_by_side(tmp_path: Path) -> None:
     import re
 
-    from faithfulness_pipeline.judging.factory import estimate_cost
+    from faithfulness_pipeline.judging.dryrun import estimate_cost
 
     src = tmp_path / "in.parquet"
     _frame(300).write_parquet(src)

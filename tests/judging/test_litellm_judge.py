@@ -14,10 +14,10 @@ from typing import Any
 import polars as pl
 import pytest
 
+from faithfulness_pipeline.api import score_frame_async
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.core.pipeline import score_frame_async
 from faithfulness_pipeline.core.port import (
     ExtractItem,
     ExtractResult,
@@ -33,8 +33,9 @@ from faithfulness_pipeline.judging.llm.packing import rough_sentences
 from faithfulness_pipeline.judging.llm.plans import NO_CONTEXT_REASON
 from faithfulness_pipeline.judging.llm.prompts import PROMPT_VERSION
 from faithfulness_pipeline.judging.llm.secrets import MissingAPIKeyError, Redactor
-from faithfulness_pipeline.judging.store.sqlite import KeyMaker
-from faithfulness_pipeline.judging.stored import StoredJudge, open_store
+from faithfulness_pipeline.judging.stack import JudgeStack
+from faithfulness_pipeline.judging.store.keys import KeyMaker
+from faithfulness_pipeline.judging.store.open import open_store
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer, FaultPlan, Latency
 from faithfulness_pipeline.testing.scripted import (
@@ -75,7 +76,7 @@ def make_judge(server: FakeLLMServer, **overrides: Any) -> Any:
     clock, sleep = settings.pop("clock", None), settings.pop("sleep", None)
     store, refresh = settings.pop("store_path", None), settings.pop("refresh", False)
     judge = LiteLLMJudge(JudgeSettings(**settings), clock=clock, sleep=sleep)
-    return judge if store is None else StoredJudge(judge, open_store(store), refresh=refresh)
+    return judge if store is None else JudgeStack(judge, open_store(store), refresh=refresh)
 
 
 def run(
@@ -442,7 +443,8 @@ def test_a_pack_whose_items_were_stored_while_it_waited_for_a_slot_is_not_sent(t
     # Another process (here: a direct write) stores a pack's items after the pack's first look in the
     # store but before its request gets a slot: the last look, made holding the slot, must catch it.
     from faithfulness_pipeline.core.port import Usage
-    from faithfulness_pipeline.judging.store.sqlite import ResultStore, encode_claims
+    from faithfulness_pipeline.judging.store.codec import encode_claims
+    from faithfulness_pipeline.judging.store.sqlite import ResultStore
 
     store = tmp_path / "shared.sqlite"
     items = [ExtractItem(f"r{k}", f"Item {k} makes one claim.", None) for k in range(4)]

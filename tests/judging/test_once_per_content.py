@@ -16,10 +16,11 @@ from faithfulness_pipeline.api import score_frame
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.port import ExtractItem, ExtractResult, VerdictItem
+from faithfulness_pipeline.judging.dedup import RunMemory
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
 from faithfulness_pipeline.judging.llm.packing import rough_sentences
-from faithfulness_pipeline.judging.run_memory import RunMemory
-from faithfulness_pipeline.judging.stored import StoredJudge, open_store
+from faithfulness_pipeline.judging.stack import JudgeStack
+from faithfulness_pipeline.judging.store.open import open_store
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer, FaultPlan
 from faithfulness_pipeline.testing.scripted import ScriptedJudge, typical_rows
@@ -43,13 +44,13 @@ def _frame(n: int, distinct: int, seed: int = 3) -> pl.DataFrame:
     })
 
 
-def _judge(server: FakeLLMServer, store: Path | None = None, **settings: Any) -> StoredJudge:
+def _judge(server: FakeLLMServer, store: Path | None = None, **settings: Any) -> JudgeStack:
     inner = LiteLLMJudge(JudgeSettings(model="openai/fake-judge", api_base=server.base_url, api_key_env=KEY_ENV,
                                        timeout_s=5, backoff_base_s=0.01, backoff_max_s=0.05, **settings))
-    return StoredJudge(inner, None if store is None else open_store(store))
+    return JudgeStack(inner, None if store is None else open_store(store))
 
 
-def _score(frame: pl.DataFrame, judge: StoredJudge, chunk_rows: int = 7) -> pl.DataFrame:
+def _score(frame: pl.DataFrame, judge: JudgeStack, chunk_rows: int = 7) -> pl.DataFrame:
     return score_frame(frame, judge, ScoringConfig(chunk_rows=chunk_rows))  # closes the judge
 
 

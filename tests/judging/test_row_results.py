@@ -13,14 +13,15 @@ from typing import Any
 import polars as pl
 import pytest
 
+from faithfulness_pipeline.api import score_frame_async
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
-from faithfulness_pipeline.core.pipeline import score_frame_async
 from faithfulness_pipeline.core.port import JudgeStats
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
+from faithfulness_pipeline.judging.stack import JudgeStack
+from faithfulness_pipeline.judging.store.keys import KeyMaker
+from faithfulness_pipeline.judging.store.open import open_store
 from faithfulness_pipeline.judging.store.rows import decode_rows, encode_rows, row_keys
-from faithfulness_pipeline.judging.store.sqlite import KeyMaker
-from faithfulness_pipeline.judging.stored import StoredJudge, open_store
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
 from faithfulness_pipeline.testing.scripted import ScriptedJudge, typical_frame
@@ -141,7 +142,7 @@ def _frame(n: int = 40) -> pl.DataFrame:
 def _score(server: FakeLLMServer, frame: pl.DataFrame, store: Path, **overrides: Any) -> tuple[pl.DataFrame, JudgeStats]:
     refresh = overrides.pop("refresh", False)
     config = JudgeSettings(model="openai/fake-judge", api_base=server.base_url, api_key_env=_KEY_ENV, **overrides)
-    judge = StoredJudge(LiteLLMJudge(config), open_store(store), refresh=refresh)
+    judge = JudgeStack(LiteLLMJudge(config), open_store(store), refresh=refresh)
 
     async def main() -> pl.DataFrame:
         try:

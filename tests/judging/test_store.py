@@ -11,14 +11,9 @@ from typing import Any
 import pytest
 
 from faithfulness_pipeline.core.port import ClaimVerdict, Usage
-from faithfulness_pipeline.judging.store.sqlite import (
-    KeyMaker,
-    ResultStore,
-    decode_claims,
-    decode_verdicts,
-    encode_claims,
-    encode_verdicts,
-)
+from faithfulness_pipeline.judging.store.codec import decode_claims, decode_verdicts, encode_claims, encode_verdicts
+from faithfulness_pipeline.judging.store.keys import KeyMaker
+from faithfulness_pipeline.judging.store.sqlite import ResultStore
 
 
 def test_keys_separate_fields_and_settings() -> None:

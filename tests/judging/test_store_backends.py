@@ -18,8 +18,8 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.judging.factory import make_judge
-from faithfulness_pipeline.judging.store.sqlite import Store
-from faithfulness_pipeline.judging.stored import open_store
+from faithfulness_pipeline.judging.store.open import open_store
+from faithfulness_pipeline.judging.store.protocol import Store
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
 from faithfulness_pipeline.testing.scripted import ScriptedJudge, typical_frame
@@ -181,7 +181,7 @@ def test_leases_of_a_killed_run_on_this_machine_are_taken_over_at_once(spec: str
     import sys
 
     from faithfulness_pipeline.judging.offline.judge import OfflineJudge
-    from faithfulness_pipeline.judging.stored import StoredJudge
+    from faithfulness_pipeline.judging.stack import JudgeStack
 
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
                           check=True)
@@ -190,6 +190,6 @@ def test_leases_of_a_killed_run_on_this_machine_are_taken_over_at_once(spec: str
     keys = _keys(4)
     assert store.claim(keys[:2], dead, 600) == set(keys[:2])
     assert store.claim(keys[2:], f"{socket.gethostname()}:1:init", 600) == set(keys[2:])  # pid 1 lives
-    judge = StoredJudge(OfflineJudge(), store)
-    assert judge._claim(keys) == set(keys[:2])
+    judge = JudgeStack(OfflineJudge(), store)
+    assert judge._leases is not None and judge._leases.claim(keys) == set(keys[:2])
     asyncio.run(judge.aclose())

@@ -11,14 +11,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from faithfulness_pipeline.api import score_frame_async
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.core.pipeline import score_frame_async
-from faithfulness_pipeline.core.port import ExtractItem, ExtractResult, Hooks, VerdictItem, VerdictResult
+from faithfulness_pipeline.core.port import ExtractItem, ExtractResult, Hooks, ResultScope, VerdictItem, VerdictResult
 from faithfulness_pipeline.judging.offline.judge import OfflineJudge
+from faithfulness_pipeline.judging.stack import JudgeStack
+from faithfulness_pipeline.judging.store.open import open_store
 from faithfulness_pipeline.judging.store.sqlite import ResultStore
-from faithfulness_pipeline.judging.stored import ResultScope, StoredJudge, open_store
 from faithfulness_pipeline.testing.script_judge import ScriptedJudge
 
 
@@ -68,9 +69,9 @@ def test_a_partly_warm_store_gives_the_unwrapped_table(tmp_path: Path, chunk_row
     store = tmp_path / "r.sqlite"
     # A first run over every other row fills the store in part: whole rows, step results, nothing.
     first = ScopedJudge(**failing)  # type: ignore[arg-type]
-    _score(df.gather_every(2), StoredJudge(first, open_store(store)), chunk_rows)
+    _score(df.gather_every(2), JudgeStack(first, open_store(store)), chunk_rows)
     second = ScopedJudge(**failing)  # type: ignore[arg-type]
-    wrapped = StoredJudge(second, open_store(store))
+    wrapped = JudgeStack(second, open_store(store))
     got = _score(df, wrapped, chunk_rows)
     assert got.equals(expected)
     # Only the rows the first run did not finish were asked again (failed rows are never stored).
@@ -83,9 +84,9 @@ def test_the_offline_judge_can_use_a_store(tmp_path: Path) -> None:
     df = _rows(30)
     expected = _score(df, OfflineJudge(processes=1))
     store = tmp_path / "offline.sqlite"
-    cold = StoredJudge(OfflineJudge(processes=1), open_store(store))
+    cold = JudgeStack(OfflineJudge(processes=1), open_store(store))
     assert _score(df, cold).equals(expected)
-    warm = StoredJudge(OfflineJudge(processes=1), open_store(store))
+    warm = JudgeStack(OfflineJudge(processes=1), open_store(store))
     assert _score(df, warm).equals(expected)
     answered = df.filter(pl.col("output").is_not_null()).height - 4  # "Is it?" rows have no claims to judge
     assert warm.stats().cached_items >= answered
@@ -106,9 +107,9 @@ def test_results_are_kept_as_the_inner_judge_reports_them(tmp_path: Path) -> Non
     store = tmp_path / "r.sqlite"
     items = [ExtractItem(f"i{k}", f"Claim number {k}.") for k in range(4)]
     with pytest.raises(RuntimeError, match="died"):
-        asyncio.run(StoredJudge(Crashing(), open_store(store)).extract_claims(items))
+        asyncio.run(JudgeStack(Crashing(), open_store(store)).extract_claims(items))
     again = ScopedJudge()
-    results = asyncio.run(StoredJudge(again, open_store(store)).extract_claims(items))
+    results = asyncio.run(JudgeStack(again, open_store(store)).extract_claims(items))
     assert [r.cached for r in results] == [True, True, False, False]
     assert [it.id for it in again.extract_calls] == ["i2", "i3"]
 
@@ -122,7 +123,7 @@ def test_recheck_serves_what_another_process_stored_meanwhile(tmp_path: Path) ->
                                ) -> list[VerdictResult]:
             # "another process" judges and stores the last item while this one is about to send (one that
             # takes no leases, as an older version: a leasing one would wait for this call's lease)
-            other = StoredJudge(ScopedJudge(), open_store(store), lease_s=0)
+            other = JudgeStack(ScopedJudge(), open_store(store), lease_s=0)
             await other.judge_claims([items[-1]])
             await other.aclose()
             assert hooks is not None and hooks.recheck is not None
@@ -131,7 +132,7 @@ def test_recheck_serves_what_another_process_stored_meanwhile(tmp_path: Path) ->
             rest = await super().judge_claims([it for it in items if it.id not in found])
             return [*rest, found[items[-1].id]]
 
-    judge = StoredJudge(Racing(), open_store(store))
+    judge = JudgeStack(Racing(), open_store(store))
     results = asyncio.run(judge.judge_claims(items))
     assert [r.id for r in results] == ["v0", "v1", "v2"] and [r.cached for r in results] == [False, False, True]
     assert judge.stats().cached_items == 1
@@ -140,13 +141,13 @@ def test_recheck_serves_what_another_process_stored_meanwhile(tmp_path: Path) ->
 def test_refresh_asks_everything_again_and_still_stores(tmp_path: Path) -> None:
     store = tmp_path / "r.sqlite"
     items = [ExtractItem(f"i{k}", f"Claim {k}.") for k in range(3)]
-    asyncio.run(StoredJudge(ScopedJudge(), open_store(store)).extract_claims(items))
+    asyncio.run(JudgeStack(ScopedJudge(), open_store(store)).extract_claims(items))
     fresh = ScopedJudge()
-    results = asyncio.run(StoredJudge(fresh, open_store(store), refresh=True).extract_claims(items))
+    results = asyncio.run(JudgeStack(fresh, open_store(store), refresh=True).extract_claims(items))
     assert len(fresh.extract_calls) == 3 and not any(r.cached for r in results)
     assert ResultStore(store).count() == 3
 
 
 def test_a_judge_that_does_not_name_its_scope_cannot_be_stored(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot use a result store"):
-        StoredJudge(ScriptedJudge(), open_store(tmp_path / "r.sqlite"))
+        JudgeStack(ScriptedJudge(), open_store(tmp_path / "r.sqlite"))

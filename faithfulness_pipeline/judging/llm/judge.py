@@ -1,19 +1,21 @@
 """The product's judge: every LLM call goes through litellm, packed, limited, retried and costed.
 
-Only the ``judges.litellm_*`` modules import litellm, only inside functions (the import costs seconds;
-importing them must not) and only through ``litellm_config.import_litellm`` (which keeps litellm from
-downloading its price map). The judge is split by what each part holds:
+Only the ``judging.llm`` modules import litellm, only inside functions (the import costs seconds;
+importing them must not) and only through ``card.import_litellm`` (which keeps litellm from downloading
+its price map). The judge is split by what each part holds:
 
-- ``litellm_judge`` (this module): :class:`LiteLLMJudge`, the port, the pack runner and its retry policy;
-- ``litellm_config``: the model card (window, output limit, prices) and the offline token counter (the
-  settings themselves are ``judges.settings``);
-- ``litellm_secrets``: the API key, read from the environment, and the :class:`Redactor`;
-- ``litellm_plans``: what a step's items become: packing entries, prompts, parsing, results;
-- ``litellm_requests``: pack queue and tries, and the one place a request is sent (``Sender``).
+- ``judge`` (this module): :class:`LiteLLMJudge`, the port, the pack runner and its retry policy;
+- ``card``: the model card (window, output limit, prices) and the offline token counter (the settings
+  themselves are ``settings.judge``);
+- ``secrets``: the API key, read from the environment, and the :class:`Redactor`;
+- ``plans``: what a step's items become: packing entries, prompts (``prompts``), parsing (``parsing``),
+  results; ``packing`` fits entries into requests;
+- ``requests``: pack queue and tries, and the one place a request is sent (``Sender``); ``limits`` the
+  shared request limiter.
 
-A result store is not this judge's business: ``judges.stored.StoredJudge`` wraps it (as it wraps any
-judge), and this judge tells it each result the moment it validates and asks it, right before a request
-leaves, whether its items were stored meanwhile (``core.judge.Hooks``).
+A result store is not this judge's business: the judge stack (``judging.stack``) wraps it (as it wraps
+any judge), and this judge tells it each result the moment it validates and asks it, right before a
+request leaves, whether its items were stored meanwhile (``core.port.Hooks``).
 
 Per step (claims, then verdicts) a call to the judge:
 
@@ -40,19 +42,21 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.port import (
+    ERROR_CHARS,
+    CostEstimate,
     ExtractItem,
     ExtractResult,
     Hooks,
     JudgeStats,
+    ResultScope,
     VerdictItem,
     VerdictResult,
     billed_of,
 )
-from faithfulness_pipeline.judging.estimates import CostEstimate
 from faithfulness_pipeline.judging.llm import prompts
 from faithfulness_pipeline.judging.llm.card import import_litellm, model_card, token_counter
 from faithfulness_pipeline.judging.llm.limits import Clock, RequestLimiter, Sleep
@@ -90,7 +94,6 @@ from faithfulness_pipeline.judging.llm.secrets import (
     model_provider,
     resolve_api_key,
 )
-from faithfulness_pipeline.judging.stored import ResultScope
 from faithfulness_pipeline.settings.judge import JudgeSettings
 
 log = logging.getLogger(__name__)
@@ -109,7 +112,6 @@ def _tpm_warning(config: JudgeSettings, limits: Limits) -> str | None:
         f"--tpm (FP_JUDGE_TPM) or lower --pack-tokens to at most {max(config.tpm, 256)}"
     )
 
-_ERROR_CHARS: Final = 300
 
 
 class LiteLLMJudge:
@@ -117,7 +119,7 @@ class LiteLLMJudge:
 
     The API key is read from the environment variable the settings name (or the provider's usual one)
     unless it is given as ``api_key``. ``store`` and ``refresh`` are not this judge's business: the
-    factory (``judges.factory``) puts a ``StoredJudge`` around it.
+    factory (``judges.factory``) puts a ``JudgeStack`` around it.
     """
 
     def __init__(
@@ -474,7 +476,7 @@ class LiteLLMJudge:
     def _finish_error(self, plan: Plan[R], i: int, reason: str, hooks: Hooks[R]) -> None:
         if i in plan.results:
             return
-        plan.results[i] = plan.error_result(i, self.redact(reason)[:_ERROR_CHARS], plan.usage[i])
+        plan.results[i] = plan.error_result(i, self.redact(reason)[:ERROR_CHARS], plan.usage[i])
         self._stats.failed_items += 1
         hooks.tick(1)
 

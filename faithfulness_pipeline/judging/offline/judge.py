@@ -25,12 +25,12 @@ from faithfulness_pipeline.core.port import (
     Hooks,
     JudgeStats,
     ProgressCallback,
+    ResultScope,
     Verdict,
     VerdictItem,
     VerdictResult,
 )
 from faithfulness_pipeline.judging.offline.rules import extract_claims, judge_claims
-from faithfulness_pipeline.judging.stored import ResultScope
 
 OFFLINE_MODEL_NAME = "offline-lexical-v1"
 #: Bump whenever the algorithm or its constants change: stored results are keyed by it.

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from faithfulness_pipeline.judging.store.sqlite import LOOKUP_CHUNK, SCHEMA_VERSION, StoreError, Value
+from faithfulness_pipeline.judging.store.protocol import LOOKUP_CHUNK, SCHEMA_VERSION, StoreError, Value
 
 #: Connections per process: the event loop's writes and a lookup thread or two.
 POOL_SIZE: Final = 4

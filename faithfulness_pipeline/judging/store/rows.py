@@ -30,15 +30,9 @@ import polars as pl
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.arrays import lists_of_structs
-from faithfulness_pipeline.judging.store.sqlite import (
-    LETTER_OF_VERDICT,
-    VERDICT_OF_LETTER,
-    KeyMaker,
-    Value,
-    list_spans,
-    spans,
-    usage_exprs,
-)
+from faithfulness_pipeline.judging.store.codec import LETTER_OF_VERDICT, VERDICT_OF_LETTER, usage_exprs
+from faithfulness_pipeline.judging.store.keys import KeyMaker, list_spans, spans
+from faithfulness_pipeline.judging.store.protocol import Value
 
 #: A row's usage columns, each twice: prefixed ``x_`` (extraction) and ``v_`` (verdicts).
 USAGE: Final = S.USAGE_COLUMNS

@@ -1,11 +1,11 @@
 """The batch judge: a run's requests sent as provider batch jobs (OpenAI's Batch API and compatible ones) at
 the batch price, instead of one by one as the run goes.
 
-It is an inner judge under the stored-judge wrapper (``judges.stored``), like the interactive one, and
-uses the same packs: the same plans render the same prompts, the same parsers validate the replies, and
-results land in the result store under the same keys, so a batch result serves a later interactive run
-and the other way round. Where the interactive judge answers each port call as it comes, a batch takes
-hours: so the whole run is asked for first (``core.judge.Prepaying``), step by step:
+It is an inner judge of the judge stack (``judging.stack``), like the interactive one, and uses the same
+packs: the same plans render the same prompts, the same parsers validate the replies, and results land in
+the result store under the same keys, so a batch result serves a later interactive run and the other way
+round. Where the interactive judge answers each port call as it comes, a batch takes hours: so the stack
+asks the whole run first (its prepay: :meth:`BatchJudge.prepay_step`, once per step), step by step:
 
 1. every distinct extraction item of the run that the store lacks goes into batch files (split at the
    provider's limits), which are uploaded and created as batches; each submission is recorded in the
@@ -17,8 +17,10 @@ hours: so the whole run is asked for first (``core.judge.Prepaying``), step by s
    left to the interactive judge (``batch_fallback``), up to ``max_retries``;
 3. the same for the verdicts, once the claims are back.
 
-The scoring pass then runs as usual: the wrapper finds every result in the store and, through
-``paid_for``, bills each one this run paid for once (``llm``); items that still failed are error rows.
+Each step returns what this run paid for every result it stored, by key. The scoring pass then runs as
+usual: the stack finds every result in the store and bills each one this run paid for once (``llm``);
+items that still failed are error rows (:meth:`BatchJudge.extract_claims` and ``judge_claims`` answer
+them, and ask the interactive judge for content the batches never saw: a store that could not be written).
 """
 
 from __future__ import annotations
@@ -29,53 +31,45 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-import polars as pl
-
-from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
-from faithfulness_pipeline.core.flow import BLANK
 from faithfulness_pipeline.core.port import (
-    NO_USAGE,
+    ERROR_CHARS,
+    CostEstimate,
     ExtractItem,
     ExtractResult,
     Hooks,
     JudgeStats,
+    ResultScope,
     Usage,
     VerdictItem,
     VerdictResult,
 )
-from faithfulness_pipeline.judging.estimates import CostEstimate
 from faithfulness_pipeline.judging.llm.batch.api import TERMINAL, BatchAPI, BatchAPIError, BatchView, request_line
-from faithfulness_pipeline.judging.llm.batch.ledger import (
-    BatchLedger,
-    BatchRecord,
-    LineRecord,
-    SqliteBatchLedger,
-    new_submission_tag,
+from faithfulness_pipeline.judging.llm.batch.ledger import BatchRecord, LineRecord, ledger_of, new_submission_tag
+from faithfulness_pipeline.judging.llm.batch.lines import (
+    MAX_ROUNDS_FACTOR,
+    Item,
+    Pending,
+    deserialise,
+    encode,
+    error_result,
+    progress_line,
+    reply_of,
+    serialise,
 )
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
 from faithfulness_pipeline.judging.llm.packing import REPLY_SLACK_TOKENS, Limits, pack_entries
 from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, VerdictPlan, repair_messages, share_usage
 from faithfulness_pipeline.judging.llm.secrets import MissingAPIKeyError, resolve_api_key
-from faithfulness_pipeline.judging.store.sqlite import (
-    ResultStore,
-    Store,
-    decode_claims,
-    decode_verdicts,
-    encode_claims,
-    encode_verdicts,
-)
-from faithfulness_pipeline.judging.stored import ContentKeys, ResultScope
+from faithfulness_pipeline.judging.store.keys import ContentKeys
+from faithfulness_pipeline.judging.store.protocol import Store
 from faithfulness_pipeline.settings.judge import JudgeSettings
 
 log = logging.getLogger(__name__)
-
-Item = ExtractItem | VerdictItem
-
 
 @dataclass(frozen=True, slots=True)
 class BatchLimits:
@@ -87,9 +81,6 @@ class BatchLimits:
 
 #: The longest pause between two looks at running batches.
 MAX_POLL_S: Final = 600.0
-#: Sendings of an item at most, in retry budgets (unanswered lines do not count as failed tries).
-MAX_ROUNDS_FACTOR: Final = 4
-_ERROR_CHARS: Final = 300
 
 
 NEEDS_A_STORE: Final = ("batch mode needs a result store (--store PATH, or FP_JUDGE_STORE): it holds the batches "
@@ -98,20 +89,6 @@ NEEDS_A_STORE: Final = ("batch mode needs a result store (--store PATH, or FP_JU
 
 class BatchFailed(FaithfulnessPipelineError):
     """A batch that failed validation, was cancelled, or outlived the run's wait; the message names it."""
-
-
-@dataclass(slots=True)
-class _Pending:
-    """An item this run still needs, how often it was sent and failed, and the last unusable reply of a
-    lone item. Lines the provider left unanswered (expired, rate limited) are sent again without counting
-    as a failed try, within :data:`MAX_ROUNDS_FACTOR` times the retry budget."""
-
-    item: Item
-    tries: int = 0  # failed tries: error lines and replies that did not validate
-    sent: int = 0
-    spent: Usage = NO_USAGE
-    reason: str = ""
-    repair: tuple[str, str] | None = None
 
 
 class BatchJudge:
@@ -128,6 +105,7 @@ class BatchJudge:
         limits: BatchLimits = BatchLimits(),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        report: Callable[[str], None] | None = None,
     ) -> None:
         if store is None:
             raise ConfigError(NEEDS_A_STORE)
@@ -145,18 +123,18 @@ class BatchJudge:
         self.sizing = self.interactive.sizing
         self.card = self.interactive.card.for_batches()
         self.store = store
-        self.ledger = _ledger_of(store)
+        self.ledger = ledger_of(store)
         self.api = BatchAPI(config, api_key=api_key, redact=self.redact, sleep=sleep)
         self.limits = limits
         #: Where progress of the batches goes (the CLI prints it; Dagster logs it).
-        self.report: Callable[[str], None] = log.info
+        self.report: Callable[[str], None] = report or log.info
         self._sleep = sleep
         self._clock = clock
         scope = self.result_scope()
         self._keys = ContentKeys(scope)
         self._scope = hashlib.sha256(repr(scope).encode()).hexdigest()[:32]
-        self._paid: dict[tuple[str, bytes], Usage] = {}
-        self._failed: dict[tuple[str, bytes], _Pending] = {}
+        self._paid: dict[bytes, Usage] = {}  # of the step being prepaid
+        self._failed: dict[tuple[str, bytes], Pending] = {}
         self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
         self._batches: dict[str, str] = {}  # batch id -> last status seen, in the order they were met
 
@@ -166,49 +144,16 @@ class BatchJudge:
 
     # --------------------------------------------------------------------------- before the run
 
-    async def prepay(self, chunks: Callable[[], Iterable[pl.DataFrame]]) -> None:
-        """``core.judge.Prepaying``: the run's missing claims, then its missing verdicts, as batches."""
-        for step in ("extract", "verdict"):
-            wanted = await asyncio.to_thread(self._missing, step, chunks)
-            await self._complete(step, wanted)
+    async def prepay_step(self, step: str, wanted: Mapping[bytes, Item]) -> dict[bytes, Usage]:
+        """The stack's prepay of ``step``: ``wanted`` (content key -> item: the run's distinct items the store
+        lacks) asked as batches; every result is stored as its batch is read. Returns what this run paid for
+        each result it stored, by key (a killed run's batches that this run picked up included)."""
+        self._paid = {}
+        await self._complete(step, {key: Pending(item) for key, item in wanted.items()})
+        paid, self._paid = self._paid, {}
+        return paid
 
-    def _missing(self, step: str, chunks: Callable[[], Iterable[pl.DataFrame]]) -> dict[bytes, _Pending]:
-        """The distinct items of ``step`` in the run that the store lacks (all of them under refresh)."""
-        wanted: dict[bytes, _Pending] = {}
-        for rows in chunks():
-            rows = rows.filter(~pl.col(BLANK))
-            extract = [ExtractItem(k, a, q) for k, a, q in rows.select(S.ROW_KEY, S.ANSWER, S.QUESTION).iter_rows()]
-            keys = self._keys.extract(extract)
-            items: Sequence[Item] = extract
-            if step == "verdict":
-                claims = self._claims_of([keys.get(it.id) for it in extract])
-                items = [
-                    VerdictItem(it.id, c, tuple(p), it.question)
-                    for it, c, p in zip(extract, claims, rows.get_column(S.CONTEXT).to_list(), strict=True)
-                    if c and p
-                ]
-                keys = self._keys.verdict(items)  # type: ignore[arg-type]
-            found = set() if self.config.refresh else self._stored({k for k in keys.values() if k not in wanted})
-            for it in items:
-                key = keys.get(it.id)
-                if key is not None and key not in found and key not in wanted:
-                    wanted[key] = _Pending(it)
-        return wanted
-
-    def _stored(self, keys: set[bytes]) -> set[bytes]:
-        ordered = list(keys)
-        return {k for k, v in zip(ordered, self.store.get_aligned(ordered), strict=True) if v is not None}
-
-    def _claims_of(self, keys: list[bytes | None]) -> list[tuple[str, ...] | None]:
-        present = [k for k in keys if k is not None]
-        values = dict(zip(present, self.store.get_aligned(present), strict=True))
-        out: list[tuple[str, ...] | None] = []
-        for key in keys:
-            value = None if key is None else values.get(key)
-            out.append(None if value is None else decode_claims(str(value))[0])
-        return out
-
-    async def _complete(self, step: str, wanted: dict[bytes, _Pending]) -> None:
+    async def _complete(self, step: str, wanted: dict[bytes, Pending]) -> None:
         """Submits what no batch is asking for yet, waits for every open batch of this judge's settings
         (a killed run's included), and asks again for what failed, until done or out of tries."""
         pending = await asyncio.to_thread(self.ledger.pending, list(wanted))
@@ -230,7 +175,7 @@ class BatchJudge:
                 break
             records = await self._submit(step, retry)
 
-    async def _ask_interactively(self, step: str, todo: dict[bytes, _Pending]) -> None:
+    async def _ask_interactively(self, step: str, todo: dict[bytes, Pending]) -> None:
         """``batch_fallback = interactive``: what the batches could not answer, asked through the interactive
         judge now (so that the verdicts of the claims it extracts still go as a batch), stored like batch
         results and billed with what the batches already spent on them."""
@@ -247,12 +192,12 @@ class BatchJudge:
         rows: list[tuple[bytes, str, str]] = []
         for key, result in zip(keys, results, strict=True):
             spent = todo[key].spent + result.usage
-            encoded = _encode(result, spent)
+            encoded = encode(result, spent)
             if encoded is None:
                 self._failed[(step, key)] = replace(todo[key], spent=spent, reason=result.error or "no result")
                 continue
             rows.append((key, step, encoded))
-            self._paid[(step, key)] = spent
+            self._paid[key] = spent
         await asyncio.to_thread(self.store.put_many, rows)
 
     # ------------------------------------------------------------------------------ submitting
@@ -263,7 +208,7 @@ class BatchJudge:
             return ExtractPlan(self.sizing, items, indices)  # type: ignore[arg-type]
         return VerdictPlan(self.sizing, items, indices)  # type: ignore[arg-type]
 
-    async def _submit(self, step: str, todo: dict[bytes, _Pending]) -> list[BatchRecord]:
+    async def _submit(self, step: str, todo: dict[bytes, Pending]) -> list[BatchRecord]:
         """``todo`` packed as the interactive judge packs them and sent as batches; a retry round packs
         smaller (halved per round), so no line repeats a request that already failed."""
         if not todo:
@@ -297,7 +242,7 @@ class BatchJudge:
             size += len(line)
             files[-1][0].append(line)
             files[-1][1].append(LineRecord(custom_id, tags[-1], step, [
-                self._serialise(keys[i], todo[keys[i]]) for i in indices]))
+                serialise(keys[i], todo[keys[i]]) for i in indices]))
         records = []
         for tag, (lines, line_records) in zip(tags, files, strict=True):
             if lines:  # none when every item was too big to send (those are failures already)
@@ -305,7 +250,7 @@ class BatchJudge:
         self.report(f"batch: {len(packs)} {step} requests for {len(todo)} items sent as {len(records)} batches")
         return records
 
-    def _body(self, plan: Plan[Any], indices: Sequence[int], pending: Sequence[_Pending]) -> dict[str, Any]:
+    def _body(self, plan: Plan[Any], indices: Sequence[int], pending: Sequence[Pending]) -> dict[str, Any]:
         messages, id_map, _ = plan.render(indices)
         if len(indices) == 1 and pending[0].repair is not None:
             messages = [*messages, *repair_messages(*pending[0].repair, attempt=pending[0].tries + 1)]
@@ -322,21 +267,6 @@ class BatchJudge:
         if self.interactive.card.json_schema:
             body["response_format"] = plan.response_format(list(id_map))
         return body
-
-    @staticmethod
-    def _serialise(key: bytes, pending: _Pending) -> dict[str, Any]:
-        item = pending.item
-        out: dict[str, Any] = {"key": key.hex(), "id": item.id, "q": item.question, "tries": pending.tries,
-                               "sent": pending.sent,
-                               "spent": [pending.spent.llm_calls, pending.spent.prompt_tokens,
-                                         pending.spent.completion_tokens, pending.spent.cost_usd]}
-        if isinstance(item, ExtractItem):
-            out["a"] = item.answer
-        else:
-            out["c"], out["p"] = list(item.claims), list(item.context)
-        if pending.repair is not None:
-            out["repair"] = list(pending.repair)
-        return out
 
     async def _create(self, step: str, tag: str, data: bytes, lines: list[LineRecord]) -> BatchRecord:
         """Uploads one batch file and creates its batch, recorded before and after the create call."""
@@ -369,13 +299,13 @@ class BatchJudge:
     # -------------------------------------------------------------------------------- waiting
 
     async def _wait(
-        self, step: str, records: list[BatchRecord], wanted: dict[bytes, _Pending]
-    ) -> dict[bytes, _Pending]:
+        self, step: str, records: list[BatchRecord], wanted: dict[bytes, Pending]
+    ) -> dict[bytes, Pending]:
         """Polls ``records`` until each has ended and is ingested; returns the items to ask again."""
         deadline = self._clock() + self.config.batch_max_wait_s
         pause = self.config.batch_poll_s
         active = {r.submission: r for r in records}
-        retry: dict[bytes, _Pending] = {}
+        retry: dict[bytes, Pending] = {}
         while active:
             views: list[BatchView] = []
             for tag, record in list(active.items()):
@@ -396,7 +326,7 @@ class BatchJudge:
                 elif view.status != record.provider_status:
                     await asyncio.to_thread(self.ledger.record_status, tag, view.status)
                     active[tag] = replace(record, provider_status=view.status)
-            self.report(_progress_line(step, views, len(active)))
+            self.report(progress_line(step, views, len(active)))
             if not active:
                 break
             if self._clock() + pause > deadline:
@@ -422,8 +352,8 @@ class BatchJudge:
     # ------------------------------------------------------------------------------- ingesting
 
     async def _ingest(
-        self, step: str, record: BatchRecord, view: BatchView, wanted: dict[bytes, _Pending]
-    ) -> dict[bytes, _Pending]:
+        self, step: str, record: BatchRecord, view: BatchView, wanted: dict[bytes, Pending]
+    ) -> dict[bytes, Pending]:
         """Reads an ended batch's output and error files, stores every valid result and returns the items
         to ask again. A batch that failed validation or was cancelled stops the run, naming the batch,
         after what it finished is stored."""
@@ -451,16 +381,16 @@ class BatchJudge:
 
     def _read_replies(
         self, step: str, lines: dict[str, LineRecord], replies: dict[str, dict[str, Any]], view: BatchView
-    ) -> tuple[list[tuple[bytes, str, str]], dict[bytes, _Pending]]:
+    ) -> tuple[list[tuple[bytes, str, str]], dict[bytes, Pending]]:
         rows: list[tuple[bytes, str, str]] = []
-        retry: dict[bytes, _Pending] = {}
+        retry: dict[bytes, Pending] = {}
         for custom_id, line in lines.items():
-            pendings = [_deserialise(step, item) for item in line.items]
+            pendings = [deserialise(step, item) for item in line.items]
             keys = [bytes.fromhex(item["key"]) for item in line.items]
             plan = self._plan(step, [p.item for p in pendings])
             entries = [plan.add(i) for i in range(len(pendings))]
             entry = replies.get(custom_id)
-            reason, text, usage, counts = _reply_of(entry, view)
+            reason, text, usage, counts = reply_of(entry, view)
             if reason is not None or any(e is None for e in entries):
                 for key, p in zip(keys, pendings, strict=True):
                     retry[key] = replace(p, tries=p.tries + counts, sent=p.sent + 1,
@@ -477,10 +407,10 @@ class BatchJudge:
             for local, value in parsed.ok.items():
                 i = id_map[local]
                 spent = pendings[i].spent + plan.usage[i]
-                encoded = _encode(plan.ok_result(i, value, spent), spent)
+                encoded = encode(plan.ok_result(i, value, spent), spent)
                 if encoded is not None:
                     rows.append((keys[i], step, encoded))
-                    self._paid[(step, keys[i])] = spent
+                    self._paid[keys[i]] = spent
             for local, why in parsed.failed.items():
                 i = id_map[local]
                 p = pendings[i]
@@ -490,10 +420,6 @@ class BatchJudge:
         return rows, retry
 
     # --------------------------------------------------------------------------- the scoring pass
-
-    def paid_for(self, step: str, key: bytes) -> Usage | None:
-        """``judges.stored.Prepaid``: what this run paid for the stored result of ``key``, once."""
-        return self._paid.pop((step, key), None)
 
     async def extract_claims(
         self, items: Sequence[ExtractItem], hooks: Hooks[ExtractResult] | None = None
@@ -509,22 +435,17 @@ class BatchJudge:
 
     async def _answer(self, step: str, items: Sequence[Any], keys: dict[str, bytes], hooks: Hooks[Any],
                       ask: Callable[..., Awaitable[list[Any]]]) -> list[Any]:
-        """What the wrapper did not find in the store: results this run stored (when the wrapper skips the
-        store: ``refresh``), items that failed in every try (error rows, billed what they cost), and for the
-        rest the interactive judge (content the batches never saw: a store that could not be written)."""
+        """What the stack did not find in the store: items that failed in every try (error rows, billed what
+        they cost), and for the rest the interactive judge (content the batches never saw: a store that could
+        not be written)."""
         free = [ExtractPlan.free(it) if step == "extract" else VerdictPlan.free(it) for it in items]
         results: dict[int, Any] = {i: r for i, r in enumerate(free) if r is not None}
-        todo = [i for i in range(len(items)) if i not in results]
-        stored = self.store.get_aligned([keys[items[i].id] for i in todo])
         ask_now: list[int] = []
-        for i, value in zip(todo, stored, strict=True):
-            key = keys[items[i].id]
-            failed = self._failed.get((step, key))
-            if value is not None:
-                results[i] = _decoded(step, items[i].id, str(value), self.paid_for(step, key))
-            elif failed is not None:
+        for i in (i for i in range(len(items)) if i not in results):
+            failed = self._failed.get((step, keys[items[i].id]))
+            if failed is not None:
                 tries = f"gave up after {failed.tries} batch requests: " if failed.tries else ""
-                results[i] = _error(step, items[i].id, f"{tries}{failed.reason}"[:_ERROR_CHARS], failed.spent)
+                results[i] = error_result(step, items[i].id, f"{tries}{failed.reason}"[:ERROR_CHARS], failed.spent)
                 self._stats.failed_items += 1
             else:
                 ask_now.append(i)
@@ -562,92 +483,3 @@ class BatchJudge:
             await self.interactive.aclose()
         finally:
             self.ledger.close()
-
-
-def _ledger_of(store: Store) -> BatchLedger:
-    """The batch ledger kept in ``store``: the same SQLite file, or the same PostgreSQL database."""
-    from faithfulness_pipeline.judging.store.postgres import PostgresStore
-
-    if isinstance(store, ResultStore):
-        return SqliteBatchLedger(store)
-    if isinstance(store, PostgresStore):
-        from faithfulness_pipeline.judging.llm.batch.ledger_postgres import PostgresBatchLedger
-
-        return PostgresBatchLedger(store)
-    raise ConfigError(f"batch mode cannot keep its batch records in {type(store).__name__} stores (a SQLite file "
-                      "or a postgresql:// URL can)")
-
-
-def _progress_line(step: str, views: list[BatchView], running: int) -> str:
-    states: dict[str, int] = {}
-    for view in views:
-        states[view.status] = states.get(view.status, 0) + 1
-    done = sum(v.completed for v in views)
-    failed = sum(v.failed for v in views)
-    total = sum(v.total for v in views)
-    listed = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
-    return (f"batch ({step}): {listed or 'no answer yet'}; {done}/{total} requests done, {failed} failed; "
-            f"{running} running")
-
-
-def _reply_of(entry: dict[str, Any] | None, view: BatchView) -> tuple[str | None, str, tuple[int, int], int]:
-    """(why the line has no usable reply or None, the reply text, (prompt, completion) tokens, 1 when the
-    failure counts as a failed try, 0 when the provider left the line unanswered: expired, cancelled or
-    rate limited)."""
-    if entry is None:
-        return f"no reply in batch {view.id} ({view.status})", "", (0, 0), 0
-    error = entry.get("error")
-    response = entry.get("response") or {}
-    body = response.get("body") or {}
-    status = response.get("status_code")
-    if error or status != 200:
-        detail = error or body.get("error") or f"status {status}"
-        code = detail.get("code") if isinstance(detail, dict) else None
-        text = detail.get("message") or code if isinstance(detail, dict) else detail
-        unanswered = code == "batch_expired" or status == 429
-        return f"batch line failed: {str(text)[:_ERROR_CHARS]}", "", (0, 0), 0 if unanswered else 1
-    try:
-        content = body["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        content = None
-    usage = body.get("usage") or {}
-    tokens = (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
-    return None, content if isinstance(content, str) else "", tokens, 1
-
-
-def _deserialise(step: str, data: dict[str, Any]) -> _Pending:
-    item: Item
-    if step == "extract":
-        item = ExtractItem(data["id"], data["a"], data.get("q"))
-    else:
-        item = VerdictItem(data["id"], tuple(data["c"]), tuple(data["p"]), data.get("q"))
-    calls, prompt, completion, cost = data.get("spent") or [0.0, 0, 0, 0.0]
-    repair = data.get("repair")
-    return _Pending(item, int(data.get("tries", 0)), int(data.get("sent", 0)), Usage(calls, prompt, completion, cost),
-                    repair=None if repair is None else (repair[0], repair[1]))
-
-
-def _encode(result: ExtractResult | VerdictResult, usage: Usage) -> str | None:
-    """The stored value of a result, with ``usage`` (what producing it cost over all its tries)."""
-    if isinstance(result, ExtractResult):
-        return None if result.claims is None else encode_claims(result.claims, usage)
-    return None if result.verdicts is None else encode_verdicts(result.verdicts, usage, result.context_truncated)
-
-
-def _decoded(step: str, item_id: str, value: str, paid: Usage | None) -> ExtractResult | VerdictResult:
-    """A stored result: this run's own when it paid for it (``paid``), else a store hit."""
-    if step == "extract":
-        claims, usage = decode_claims(value)
-        if paid is None:
-            return ExtractResult(item_id, claims, None, usage, cached=True, source="store")
-        return ExtractResult(item_id, claims, None, usage, source="llm", billed=paid)
-    verdicts, usage, cut = decode_verdicts(value)
-    if paid is None:
-        return VerdictResult(item_id, verdicts, None, usage, cached=True, context_truncated=cut, source="store")
-    return VerdictResult(item_id, verdicts, None, usage, context_truncated=cut, source="llm", billed=paid)
-
-
-def _error(step: str, item_id: str, reason: str, spent: Usage) -> ExtractResult | VerdictResult:
-    if step == "extract":
-        return ExtractResult(item_id, None, reason, spent, billed=spent)
-    return VerdictResult(item_id, None, reason, spent, billed=spent)

@@ -1,9 +1,9 @@
 """What one run already knows: results by content key, so identical items are asked once per run.
 
 Warehouse traffic repeats itself (an FAQ bot gives the same answer to the same question from the same
-passages thousands of times; retries and re-asks duplicate rows). The stored-judge wrapper
-(``judges.stored``) keeps, per step, the results of the last ``capacity`` distinct items of the run and the
-keys being asked right now; an identical item of a later call (a later chunk) gets a copy, and one of a
+passages thousands of times; retries and re-asks duplicate rows). The judge stack (``judging.stack``)
+keeps, per step, the results of the last ``capacity`` distinct items of the run and the keys being asked
+right now; an identical item of a later call (a later chunk) gets a copy (:func:`copy_of`), and one of a
 call running at the same time waits for the same answer instead of sending its own request. Memory stays
 bounded on a run of millions of rows: the oldest results are forgotten first (with a result store they are
 still found there).
@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any, Final, Generic, TypeVar
 
-from faithfulness_pipeline.core.port import ExtractResult, VerdictResult
+from faithfulness_pipeline.core.port import NO_USAGE, ExtractResult, ResultSource, VerdictResult, source_of
 
 R = TypeVar("R", ExtractResult, VerdictResult)
 
@@ -104,3 +105,10 @@ class RecentKeys:
 
     def __contains__(self, key: object) -> bool:
         return key in self._keys
+
+
+def copy_of(result: R, item_id: str) -> R:
+    """An identical item's result, for another item: no request was sent for it, nothing billed. A copy of
+    a store hit is served from the store; a copy of what this run produced is a duplicate."""
+    source: ResultSource = "store" if source_of(result) == "store" else "duplicate"
+    return replace(result, id=item_id, cached=True, source=source, billed=NO_USAGE)

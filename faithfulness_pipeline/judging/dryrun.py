@@ -1,0 +1,82 @@
+"""The dry run: what scoring the inputs would send and cost, from the judge stack, without sending anything."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.config import ScoringConfig
+from faithfulness_pipeline.core.descriptions import dollars
+from faithfulness_pipeline.core.io import iter_chunks
+from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
+from faithfulness_pipeline.core.port import CostEstimate, Estimating, ExtractItem, VerdictItem
+from faithfulness_pipeline.judging.llm.packing import rough_sentences
+from faithfulness_pipeline.judging.stack import JudgeStack
+
+
+def estimate_cost(judge: JudgeStack, paths: list[str], config: ScoringConfig, *, batch: bool = False) -> str:
+    """The dry-run report: what scoring ``paths`` would send, without sending anything; the cost both
+    interactively and as provider batches, ``batch`` marking the mode of this run."""
+    registry = KeyRegistry()
+    answers: list[ExtractItem] = []
+    verdicts: list[VerdictItem] = []
+    rows = 0
+    for chunk in iter_chunks(paths, config.chunk_rows):
+        prepared = prepare(chunk, config, registry)
+        rows += prepared.height
+        for key, answer, question, context in prepared.select(
+            S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT
+        ).iter_rows():
+            if answer is not None and answer.strip():
+                answers.append(ExtractItem(id=key, answer=answer, question=question))
+                # Claims not extracted yet are estimated as the answer's sentences.
+                verdicts.append(VerdictItem(key, tuple(rough_sentences(answer)), tuple(context or ()), question))
+    estimate = estimate_items(judge, answers, verdicts)
+    lines = [
+        f"dry run with {judge.model_name} (prompt {judge.prompt_version}): {rows} rows, {len(answers)} answers",
+        f"  requests: {estimate.requests}",
+        f"  already in the result store: {estimate.cached_items} step results (free)",
+        f"  prompt tokens: {estimate.prompt_tokens}",
+        f"  completion tokens: {estimate.completion_tokens}",
+        f"  estimated cost, interactive: {dollars(estimate.cost_usd)}{'' if batch else '   <- this run'}",
+        f"  estimated cost, batch (--batch): {dollars(estimate.batch_cost_usd)}{'   <- this run' if batch else ''}",
+    ]
+    lines += [f"  note: {note}" for note in estimate.notes]
+    return "\n".join(lines)
+
+
+def estimate_items(judge: JudgeStack, extract: Sequence[ExtractItem], verdict: Sequence[VerdictItem]) -> CostEstimate:
+    """The inner judge's estimate for each distinct content the store lacks, once. A verdict item whose
+    id is that of an extraction item with stored claims is estimated with those claims."""
+    x_keys = {} if judge.keys is None else judge.keys.extract(extract)
+    claims = {item_id: r.claims for item_id, r in judge.found("extract", x_keys).items()}
+    verdict = [VerdictItem(it.id, claims[it.id] or (), it.context, it.question) if it.id in claims else it
+               for it in verdict]
+    v_keys = {} if judge.keys is None else judge.keys.verdict(verdict)
+    v_found = judge.found("verdict", v_keys)
+    x_rest = _distinct([it for it in extract if it.id not in claims], x_keys)
+    v_rest = _distinct([it for it in verdict if it.id not in v_found], v_keys)
+    cached = len(claims) + len(v_found)
+    if not isinstance(judge.inner, Estimating):
+        return CostEstimate(0, 0, 0, 0.0, cached_items=cached)
+    inner = judge.inner.estimate(x_rest, v_rest)
+    repeated = len(extract) - len(claims) - len(x_rest) + len(verdict) - len(v_found) - len(v_rest)
+    notes = list(inner.notes)
+    if repeated:
+        notes.append(f"{repeated} items repeat an identical item of the run: each content is asked once")
+    return CostEstimate(inner.requests, inner.prompt_tokens, inner.completion_tokens, inner.cost_usd, notes, cached,
+                        inner.batch_cost_usd)
+
+
+def _distinct(items: list[Any], keys: dict[str, bytes]) -> list[Any]:
+    """The first item of each content key (items without a key are all kept)."""
+    seen: set[bytes] = set()
+    out = []
+    for it in items:
+        key = keys.get(it.id)
+        if key is None or key not in seen:
+            out.append(it)
+            if key is not None:
+                seen.add(key)
+    return out

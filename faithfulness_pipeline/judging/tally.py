@@ -1,0 +1,61 @@
+"""What the layers around a judge count and notice in one run: results not sent for, and notes.
+
+The run memory, the store, the leases and the row cache all count here, from the event loop and from the
+worker threads that do lookups (hence the lock); the stack adds it to the inner judge's own stats. A store
+that fails costs money, never rows: the failure is a note in the stats and one log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from faithfulness_pipeline.core.port import ERROR_CHARS, JudgeStats
+
+log = logging.getLogger("faithfulness_pipeline.judging")
+
+
+class Tally:
+    """Counts of results served without a request, and notes for the run's summary. ``redact`` masks
+    secrets in what an exception says before it is logged."""
+
+    def __init__(self, redact: Callable[[str], str] = str) -> None:
+        self._redact = redact
+        self._lock = threading.Lock()
+        self._cached = 0
+        self._duplicates = 0
+        self._notes: list[str] = []
+
+    def count(self, *, cached: int = 0, duplicates: int = 0) -> None:
+        """``cached`` results came from the store, ``duplicates`` were copies of this run's own."""
+        with self._lock:
+            self._cached += cached
+            self._duplicates += duplicates
+
+    def note(self, note: str) -> None:
+        with self._lock:
+            if note not in self._notes:
+                self._notes.append(note)
+
+    def warn(self, note: str, exc: BaseException) -> None:
+        """``note`` for the summary, and one log line with what went wrong (secrets masked)."""
+        self.note(note)
+        log.warning("%s: %s", note, self._redact(str(exc))[:ERROR_CHARS])
+
+    def added_to(self, inner: JudgeStats) -> JudgeStats:
+        """``inner`` (what the judge sent) with what was served without sending."""
+        with self._lock:
+            cached, duplicates = self._cached, self._duplicates
+            notes = [*inner.notes, *(n for n in self._notes if n not in inner.notes)]
+        return JudgeStats(
+            requests=inner.requests,
+            prompt_tokens=inner.prompt_tokens,
+            completion_tokens=inner.completion_tokens,
+            cost_usd=inner.cost_usd,
+            cached_items=inner.cached_items + cached,
+            duplicate_items=inner.duplicate_items + duplicates,
+            failed_items=inner.failed_items,
+            retries=inner.retries,
+            notes=notes,
+        )
