@@ -27,6 +27,7 @@ from faithfulness_pipeline.core.combine import conform
 from faithfulness_pipeline.core.config import ContextHook, ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
 from faithfulness_pipeline.core.io import ParquetChunkWriter, count_rows, file_schema, iter_chunks, resolve_inputs
+from faithfulness_pipeline.core.money import dollars
 from faithfulness_pipeline.core.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
 from faithfulness_pipeline.core.pipeline import prepay, score_chunks, scored_schema
@@ -106,9 +107,6 @@ class Summary:
         def mean(total: float, n: int | None = None) -> str:
             n = self.scored_rows if n is None else n
             return f"{total / n:.3f}" if n else "n/a"
-
-        def dollars(value: float | None) -> str:
-            return "unknown (no price for this model)" if value is None else f"${value:.4f}"
 
         stats = judge.stats()
         sources = ", ".join(f"{n} {_SOURCE_WORDS.get(s, s)}" for s, n in sorted(self.by_source.items()))
