@@ -30,7 +30,7 @@ from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, O
 if TYPE_CHECKING:  # dagster is imported once DAGSTER_HOME is set (run_demo)
     from dagster import DagsterInstance
 
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parents[2]  # faithfulness_pipeline/cli/demo.py -> the repository
 
 
 @dataclass(frozen=True)
