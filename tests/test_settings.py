@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from faithfulness_pipeline.api.calibration import calibration_settings
-from faithfulness_pipeline.cli import calibrate, resolve_settings, score
+from faithfulness_pipeline.cli import calibrate, score
+from faithfulness_pipeline.cli.options import resolve_settings
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.defs import DefsSettings
 from faithfulness_pipeline.defs.resources import CalibrationResource, JudgeResource, ScoringResource

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +19,8 @@ from typing import Any
 
 import click
 import polars as pl
-from pydantic import BaseModel
 
+from faithfulness_pipeline.cli.options import resolve_settings, setting_options
 from faithfulness_pipeline.cli.process import freeze_loaded_objects
 from faithfulness_pipeline.cli.report import report as report_command
 from faithfulness_pipeline.core.combine import conform
@@ -35,7 +35,6 @@ from faithfulness_pipeline.core.port import Judge
 from faithfulness_pipeline.judging.factory import check_key, estimate_cost, make_judge, report_to
 from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
-from faithfulness_pipeline.settings.derive import Setting, from_env, settings
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
@@ -199,47 +198,6 @@ def _static_context(texts: tuple[str, ...], file: str | None) -> tuple[str, ...]
     return tuple(passages) if passages or file is not None else None
 
 
-def _click_type(setting: Setting) -> Any:
-    if setting.choices is not None:
-        return click.Choice(setting.choices)
-    # Numbers stay text until the settings model reads them: a bad one ('nan', '0', 'ten') is then the same
-    # one-line error naming flag, variable and resource field as a bad variable, not click's usage report.
-    return str
-
-
-def _help(setting: Setting) -> str:
-    default = "" if setting.default is None or setting.kind is bool else f" [default: {setting.default}]"
-    return f"{setting.description}.{default} [env {setting.env}]"
-
-
-def _setting_options(*models: type[BaseModel]) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """One option per setting of ``models`` (``faithfulness_pipeline.settings.derive``): the flags are derived, never
-    declared here. Unset (None) means the variable, then the default."""
-
-    def decorate(command: Callable[..., None]) -> Callable[..., None]:
-        for setting in reversed([s for s in settings() if s.model in models]):
-            if setting.kind is bool:
-                option = click.option(setting.flag, setting.name, is_flag=True, default=None, help=_help(setting))
-            else:
-                metavar = {int: "INTEGER", float: "NUMBER"}.get(setting.kind, "TEXT")
-                option = click.option(setting.flag, setting.name, type=_click_type(setting), default=None,
-                                      metavar=metavar if setting.choices is None else None, help=_help(setting))
-            command = option(command)
-        return command
-
-    return decorate
-
-
-def resolve_settings(options: dict[str, Any], env: Mapping[str, str]) -> tuple[JudgeSettings, ScoringSettings]:
-    """The settings of a run: the flags given, then the ``FP_*`` variables, then the defaults. ``options``
-    may hold the command's other parameters too."""
-
-    def given(model: type[BaseModel]) -> dict[str, Any]:
-        return {s.name: options[s.name] for s in settings(model) if options.get(s.name) is not None}
-
-    return from_env(JudgeSettings, env, given(JudgeSettings)), from_env(ScoringSettings, env, given(ScoringSettings))
-
-
 async def _run(
     paths: list[str],
     chunks: Iterator[pl.DataFrame],
@@ -350,7 +308,7 @@ def main() -> None:
 @click.option("--dry-run", is_flag=True, help="Print requests, tokens and estimated cost; call nothing.")
 @click.option("--quiet", is_flag=True, help="No progress and no summary.")
 @click.option("--batch", is_flag=True, help="Same as --mode batch: the provider's Batch API, at its batch price.")
-@_setting_options(JudgeSettings, ScoringSettings)
+@setting_options(JudgeSettings, ScoringSettings)
 def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str | None,
           static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None, dry_run: bool,
           quiet: bool, batch: bool, **options: Any) -> None:
@@ -424,7 +382,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
               "None: the labelled rows are scored here with the judge the settings name.")
 @click.option("-o", "--output", default=None, help="Write the calibration table (Parquet).")
 @click.option("--disagreements-out", default=None, help="Write the rows where the judges disagree (Parquet).")
-@_setting_options(JudgeSettings, ScoringSettings, CalibrationSettings)
+@setting_options(JudgeSettings, ScoringSettings, CalibrationSettings)
 def calibrate(scored_specs: tuple[str, ...], output: str | None, disagreements_out: str | None,
               **options: Any) -> None:
     """How far the judge agrees with people: score --labelled rows (or take --scored tables) and compare.
