@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -23,6 +22,7 @@ from faithfulness_pipeline.cli.options import resolve_settings, setting_options
 from faithfulness_pipeline.cli.process import freeze_loaded_objects
 from faithfulness_pipeline.cli.progress import Progress
 from faithfulness_pipeline.cli.report import report as report_command
+from faithfulness_pipeline.cli.sigterm import sigterm_as_interrupt, terminated
 from faithfulness_pipeline.cli.summary import Summary
 from faithfulness_pipeline.core.combine import conform
 from faithfulness_pipeline.core.config import ContextHook, ScoringConfig
@@ -128,32 +128,6 @@ def _naming(tmp: Path) -> Iterator[None]:
         raise
 
 
-_TERMINATED: list[bool] = []  # set once SIGTERM arrived
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Makes SIGTERM (a service manager or ``kill`` stopping the run) do what Ctrl-C does while the command
-    runs: it delivers SIGINT, so asyncio cancels the run and everything unwinds the same way — temporary
-    files removed, nothing partial written, the store keeping every result committed so far. The CLI's own
-    process only (library code never installs signal handlers); the previous handler is put back."""
-
-    def handler(signum: int, frame: object) -> None:
-        _TERMINATED.append(True)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-        os.kill(os.getpid(), signal.SIGINT)
-
-    _TERMINATED.clear()
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _read_ahead(chunks: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
     """``chunks`` with the first one read now (while litellm may still be importing)."""
     first = next(chunks, None)
@@ -187,7 +161,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
     Every setting can also be given by its environment variable; a flag beats the variable.
     """
     started = time.monotonic()
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         try:
             if batch:
                 if options.get("mode") not in (None, "batch"):
@@ -237,9 +211,9 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
-            how = "terminated" if _TERMINATED else "interrupted"
+            how = "terminated" if terminated() else "interrupted"
             click.echo(f"{how}: nothing was written (stored results are kept for the next run)", err=True)
-            sys.exit(128 + (signal.SIGTERM if _TERMINATED else signal.SIGINT))
+            sys.exit(128 + (signal.SIGTERM if terminated() else signal.SIGINT))
         if not quiet:
             written = [output] + [p for p in (claims_out, mastra_out) if p]
             click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate), err=True)
