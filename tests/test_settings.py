@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from faithfulness_pipeline.api.calibration import calibration_settings
-from faithfulness_pipeline.cli import calibrate, score
+from faithfulness_pipeline.cli.calibrate import calibrate
 from faithfulness_pipeline.cli.options import resolve_settings
+from faithfulness_pipeline.cli.score import score
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.defs import DefsSettings
 from faithfulness_pipeline.defs.resources import CalibrationResource, JudgeResource, ScoringResource
