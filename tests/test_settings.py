@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from faithfulness_pipeline.api.calibration import calibration_settings
-from faithfulness_pipeline.cli import calibrate, resolve_settings, score
+from faithfulness_pipeline.cli.calibrate import calibrate
+from faithfulness_pipeline.cli.options import resolve_settings
 from faithfulness_pipeline.cli.report import report as report_command
+from faithfulness_pipeline.cli.score import score
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.defs import DefsSettings

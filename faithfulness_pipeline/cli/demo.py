@@ -1,6 +1,6 @@
 """The quickstart: run the Dagster job for every day of the sample data with the offline judge.
 
-``python -m faithfulness_pipeline.cli.demo`` (the CLI's ``faithfulness-pipeline demo``) materialises every asset
+``faithfulness-pipeline demo`` (or ``python -m faithfulness_pipeline.cli demo``) materialises every asset
 and check of the ``score_conversations`` job, one run per day, after one run of ``calibrate_judge`` on the
 hand-labelled sample (``sample_labelled/``, or ``FP_CALIBRATION_LABELLED``), records the runs in the local
 Dagster instance (so ``dg dev`` shows them afterwards), then prints where the tables are, a summary, the
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import click
 import polars as pl
 
 from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
@@ -30,7 +31,7 @@ from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, O
 if TYPE_CHECKING:  # dagster is imported once DAGSTER_HOME is set (run_demo)
     from dagster import DagsterInstance
 
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parents[2]  # faithfulness_pipeline/cli/demo.py -> the repository
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = run_demo()
     print(_summary(result))
     return 1 if result.failed_checks else 0
+
+
+@click.command()
+def demo() -> None:
+    """Materialise every Dagster asset for every sample day with the offline judge, then print a summary."""
+    sys.exit(main([]))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """``faithfulness-pipeline report SOURCE -o report.html``: the answer-quality report from the command line.
 
-A leaf like ``cli.py`` (which only adds this command to its group). The column and threshold settings are
-the scoring settings (``ScoringSettings``): their flags and ``FP_*`` variables are derived, not declared here.
+A leaf like the other command modules (``cli/__init__.py`` only adds it to its group). The column and
+threshold settings are the scoring settings (``ScoringSettings``): their flags and ``FP_*`` variables are
+derived, not declared here.
 """
 
 from __future__ import annotations

@@ -119,7 +119,3 @@ def describe(table: str, column: str) -> str | None:
     own = COLUMN_DESCRIPTIONS.get(table)
     return own.get(column) if own is not None else _SCORED.get(column)
 
-
-def dollars(value: float | None) -> str:
-    """A cost as summaries and the dry run print it; None is a model without a price."""
-    return "unknown (no price for this model)" if value is None else f"${value:.4f}"

@@ -7,8 +7,8 @@ from typing import Any
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
-from faithfulness_pipeline.core.descriptions import dollars
 from faithfulness_pipeline.core.io import iter_chunks
+from faithfulness_pipeline.core.money import dollars
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
 from faithfulness_pipeline.core.port import CostEstimate, Estimating, ExtractItem, VerdictItem
 from faithfulness_pipeline.judging.llm.packing import rough_sentences

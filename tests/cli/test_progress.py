@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from faithfulness_pipeline.cli import _Progress
+from faithfulness_pipeline.cli.progress import Progress
 
 
 class _Terminal(io.StringIO):
@@ -18,7 +18,7 @@ class _Terminal(io.StringIO):
 def test_the_bar_shows_whole_rows_when_rows_finish_in_fractions(monkeypatch: pytest.MonkeyPatch) -> None:
     screen = _Terminal()
     monkeypatch.setattr("sys.stderr", screen)
-    progress = _Progress(10, enabled=True)
+    progress = Progress(10, enabled=True)
     for share in [0.5] * 7 + [1 / 3] * 3 + [2.5] + [1 / 7] * 7 + [2.0]:
         progress(share)
     progress.close()

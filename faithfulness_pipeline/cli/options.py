@@ -1,0 +1,54 @@
+"""The flags of the commands that take settings: derived from the settings registry, never declared here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import click
+from pydantic import BaseModel
+
+from faithfulness_pipeline.settings.derive import Setting, from_env, settings
+from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.scoring import ScoringSettings
+
+
+def _click_type(setting: Setting) -> Any:
+    if setting.choices is not None:
+        return click.Choice(setting.choices)
+    # Numbers stay text until the settings model reads them: a bad one ('nan', '0', 'ten') is then the same
+    # one-line error naming flag, variable and resource field as a bad variable, not click's usage report.
+    return str
+
+
+def _help(setting: Setting) -> str:
+    default = "" if setting.default is None or setting.kind is bool else f" [default: {setting.default}]"
+    return f"{setting.description}.{default} [env {setting.env}]"
+
+
+def setting_options(*models: type[BaseModel]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """One option per setting of ``models`` (``faithfulness_pipeline.settings.derive``): the flags are derived, never
+    declared here. Unset (None) means the variable, then the default."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        for setting in reversed([s for s in settings() if s.model in models]):
+            if setting.kind is bool:
+                option = click.option(setting.flag, setting.name, is_flag=True, default=None, help=_help(setting))
+            else:
+                metavar = {int: "INTEGER", float: "NUMBER"}.get(setting.kind, "TEXT")
+                option = click.option(setting.flag, setting.name, type=_click_type(setting), default=None,
+                                      metavar=metavar if setting.choices is None else None, help=_help(setting))
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def resolve_settings(options: dict[str, Any], env: Mapping[str, str]) -> tuple[JudgeSettings, ScoringSettings]:
+    """The settings of a run: the flags given, then the ``FP_*`` variables, then the defaults. ``options``
+    may hold the command's other parameters too."""
+
+    def given(model: type[BaseModel]) -> dict[str, Any]:
+        return {s.name: options[s.name] for s in settings(model) if options.get(s.name) is not None}
+
+    return from_env(JudgeSettings, env, given(JudgeSettings)), from_env(ScoringSettings, env, given(ScoringSettings))

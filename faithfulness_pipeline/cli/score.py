@@ -1,0 +1,212 @@
+"""``faithfulness-pipeline score INPUT -o OUTPUT``: the scoring core from the command line, without Dagster."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import itertools
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+import polars as pl
+
+from faithfulness_pipeline.cli.options import resolve_settings, setting_options
+from faithfulness_pipeline.cli.process import freeze_loaded_objects
+from faithfulness_pipeline.cli.progress import Progress
+from faithfulness_pipeline.cli.sigterm import sigterm_as_interrupt, terminated
+from faithfulness_pipeline.cli.summary import Summary
+from faithfulness_pipeline.core.combine import conform
+from faithfulness_pipeline.core.config import ContextHook, ScoringConfig
+from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
+from faithfulness_pipeline.core.io import ParquetChunkWriter, count_rows, file_schema, iter_chunks, resolve_inputs
+from faithfulness_pipeline.core.output_files import OutputError, check_outputs, committed_together
+from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
+from faithfulness_pipeline.core.pipeline import score_chunks, scored_schema, spilled_rows
+from faithfulness_pipeline.judging.dryrun import estimate_cost
+from faithfulness_pipeline.judging.factory import check_key, make_judge
+from faithfulness_pipeline.judging.stack import JudgeStack
+from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.scoring import ScoringSettings
+
+
+def _load_hook(spec: str) -> ContextHook:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--context-hook must look like 'package.module:function', got {spec!r}")
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        hook = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load --context-hook {spec!r}: {exc}") from exc
+    if not callable(hook):
+        raise ConfigError(f"--context-hook {spec!r} is not callable")
+    result: ContextHook = hook
+    return result
+
+
+def _static_context(texts: tuple[str, ...], file: str | None) -> tuple[str, ...] | None:
+    passages = list(texts)
+    if file is not None:
+        raw = Path(file).read_text(encoding="utf-8")
+        try:
+            loaded = json.loads(raw)
+        except ValueError:
+            loaded = [raw]
+        if not isinstance(loaded, list) or not all(isinstance(p, str) for p in loaded):
+            raise ConfigError(f"--context-file {file!r} must be a JSON list of strings or plain text")
+        passages += loaded
+    return tuple(passages) if passages or file is not None else None
+
+
+async def _run(
+    paths: list[str],
+    chunks: Iterator[pl.DataFrame],
+    out_schema: pl.Schema,
+    judge: JudgeStack,
+    config: ScoringConfig,
+    outputs: dict[str, str],
+    progress: Callable[[float], None] | None,
+    summary: Summary,
+) -> None:
+    """Scores ``chunks`` (read from ``paths``, whose columns make ``out_schema``) into ``outputs`` (option ->
+    path: ``-o`` and optionally ``--claims-out``, ``--mastra-out``), which appear together when the run is
+    complete, or not at all. A judge that answers the whole run in bulk (batch mode) reads ``paths`` first."""
+    with committed_together(outputs) as tmps, ExitStack() as stack:
+        scored_writer = ParquetChunkWriter(tmps["-o"])
+        claims_writer = ParquetChunkWriter(tmps["--claims-out"]) if "--claims-out" in tmps else None
+        mastra_handle = (
+            stack.enter_context(open(tmps["--mastra-out"], "w", encoding="utf-8")) if "--mastra-out" in tmps else None
+        )
+        wrote_any = False
+        try:
+            with spilled_rows(lambda: iter_chunks(paths, config.chunk_rows), config) as rows:
+                await judge.prepay(rows)
+            async for chunk in score_chunks(chunks, judge.judging(), config, progress):
+                wrote_any = True
+                scored = conform(chunk, out_schema)  # files of other shapes or columns: one table
+                summary.add(scored)
+                with _naming(tmps["-o"]):
+                    scored_writer.write(scored)
+                if claims_writer is not None:
+                    with _naming(tmps["--claims-out"]):
+                        claims_writer.write(claim_table(scored))
+                if mastra_handle is not None:
+                    with _naming(tmps["--mastra-out"]):
+                        mastra_handle.writelines(mastra_jsonl_lines(scored))
+            if not wrote_any:
+                empty = pl.DataFrame(schema=out_schema)
+                scored_writer.write(empty)
+                if claims_writer is not None:
+                    claims_writer.write(claim_table(empty))
+        finally:
+            try:
+                with _naming(tmps["-o"]):
+                    scored_writer.close()
+                if claims_writer is not None:
+                    with _naming(tmps["--claims-out"]):
+                        claims_writer.close()
+            finally:
+                await judge.aclose()
+
+
+@contextmanager
+def _naming(tmp: Path) -> Iterator[None]:
+    """A failed write names the file it was writing (pyarrow's OSErrors name none)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(tmp)
+        raise
+
+
+def _read_ahead(chunks: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+    """``chunks`` with the first one read now (while litellm may still be importing)."""
+    first = next(chunks, None)
+    return chunks if first is None else itertools.chain([first], chunks)
+
+
+@click.command()
+@click.argument("input_spec", metavar="INPUT")
+@click.option("-o", "--output", required=True, help="Scored table to write (Parquet).")
+@click.option("--claims-out", help="Also write the claim table (one row per claim, Parquet).")
+@click.option("--mastra-out", help="Also write the Mastra-shaped export (JSON lines, one per row per scorer).")
+@click.option("--context", "static_texts", multiple=True, help="Static context passage for every row (repeatable).")
+@click.option("--context-file", default=None, help="Static context: a JSON list of strings, or one text passage.")
+@click.option("--context-hook", default=None, help="module:function returning a row's passages (beats all else).")
+@click.option("--dry-run", is_flag=True, help="Print requests, tokens and estimated cost; call nothing.")
+@click.option("--quiet", is_flag=True, help="No progress and no summary.")
+@click.option("--batch", is_flag=True, help="Same as --mode batch: the provider's Batch API, at its batch price.")
+@setting_options(JudgeSettings, ScoringSettings)
+def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str | None,
+          static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None, dry_run: bool,
+          quiet: bool, batch: bool, **options: Any) -> None:
+    """Score INPUT (a Parquet, JSON Lines or CSV file, a directory of them, or a glob) and write the scored
+    table. Files may differ in shape (flat and chat) and columns: each is normalised on its own.
+
+    Every setting can also be given by its environment variable; a flag beats the variable.
+    """
+    started = time.monotonic()
+    with sigterm_as_interrupt():
+        try:
+            if batch:
+                if options.get("mode") not in (None, "batch"):
+                    raise ConfigError(f"--batch contradicts --mode {options['mode']}")
+                options["mode"] = "batch"
+            judge_settings, scoring = resolve_settings(options, os.environ)
+            if judge_settings.model is not None:
+                # litellm takes seconds to import: it loads on a worker thread while the input is checked and
+                # read; building the judge below waits for it.
+                from faithfulness_pipeline.judging.llm.card import import_litellm_in_background
+
+                import_litellm_in_background()
+            config = scoring.config(
+                static_context=_static_context(static_texts, context_file),
+                context_hook=_load_hook(context_hook) if context_hook else None,
+            )
+            paths = resolve_inputs(input_spec)
+            # Every file's columns are validated before any call is paid for.
+            out_schema = scored_schema([(p, file_schema(p)) for p in paths], config)
+            if dry_run:  # a dry run sends nothing, so it needs no key and writes nothing
+                judge = make_judge(judge_settings, need_key=False)
+                freeze_loaded_objects()
+                click.echo(estimate_cost(judge, paths, config, batch=judge_settings.mode == "batch"))
+                asyncio.run(judge.aclose())
+                return
+            check_key(judge_settings)
+            # So do outputs that could not be written, or would overwrite each other or an input.
+            outputs = {"-o": output, "--claims-out": claims_out, "--mastra-out": mastra_out}
+            check_outputs(outputs, paths)
+            total = count_rows(paths)
+            chunks = _read_ahead(iter_chunks(paths, config.chunk_rows))
+            judge = make_judge(judge_settings, check_connection=True,
+                               report=None if quiet else lambda line: click.echo(line, err=True))
+            freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
+            progress = Progress(total, enabled=not quiet)
+            summary = Summary(model_column=scoring.model_column, threshold=scoring.hallucination_threshold)
+            try:
+                given = {option: path for option, path in outputs.items() if path}
+                asyncio.run(_run(paths, chunks, out_schema, judge, config, given, progress, summary))
+            finally:
+                progress.close()
+        except OutputError as exc:  # the machine's fault (a full disk, a read-only folder), not the command's
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        except FaithfulnessPipelineError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            how = "terminated" if terminated() else "interrupted"
+            click.echo(f"{how}: nothing was written (stored results are kept for the next run)", err=True)
+            sys.exit(128 + (signal.SIGTERM if terminated() else signal.SIGINT))
+        if not quiet:
+            written = [output] + [p for p in (claims_out, mastra_out) if p]
+            click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate), err=True)
