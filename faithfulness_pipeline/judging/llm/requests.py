@@ -3,7 +3,7 @@
 :class:`Sender` is the only place a completion is asked of litellm: one request under the shared
 :class:`RequestLimiter`, with litellm's own retries off, and the classification of its failure (rate
 limit, transient, timeout, too big, an item to isolate, fatal) that decides what the judge does next.
-It knows nothing of steps, plans or the store, so the judge's retry loop (``LiteLLMJudge._run_pack``)
+It knows nothing of steps, plans or the store, so the judge's retry loop (``PackRunner._run_pack``)
 reads as policy while the litellm specifics stay here.
 """
 

@@ -12,9 +12,9 @@ asks the whole run first (its prepay: :meth:`BatchJudge.prepay_step`, once per s
    store's batch ledger (``judges.batch_ledger``) before the batch is created, and its id right
    after, so that a run killed at any point finds its batches again instead of paying twice;
 2. the batches are polled (the pause grows by half each look) until each one ends; a finished batch's
-   output is read, validated line by line and stored; lines that failed, expired or did not validate are
-   asked again in a follow-up batch (smaller packs; a lone item with a message saying what was wrong) or
-   left to the interactive judge (``batch_fallback``), up to ``max_retries``;
+   output is read, validated line by line and stored (``batch.ingest``); lines that failed, expired or
+   did not validate are asked again in a follow-up batch (smaller packs; a lone item with a message
+   saying what was wrong) or left to the interactive judge (``batch_fallback``), up to ``max_retries``;
 3. the same for the verdicts, once the claims are back.
 
 Each step returns what this run paid for every result it stored, by key. The scoring pass then runs as
@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -49,21 +48,21 @@ from faithfulness_pipeline.core.port import (
     VerdictResult,
 )
 from faithfulness_pipeline.judging.llm.batch.api import TERMINAL, BatchAPI, BatchAPIError, BatchView, request_line
+from faithfulness_pipeline.judging.llm.batch.ingest import Ingest
 from faithfulness_pipeline.judging.llm.batch.ledger import BatchRecord, LineRecord, ledger_of, new_submission_tag
 from faithfulness_pipeline.judging.llm.batch.lines import (
     MAX_ROUNDS_FACTOR,
     Item,
     Pending,
-    deserialise,
     encode,
     error_result,
+    plan_of,
     progress_line,
-    reply_of,
     serialise,
 )
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
 from faithfulness_pipeline.judging.llm.packing import REPLY_SLACK_TOKENS, Limits, pack_entries
-from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, VerdictPlan, repair_messages, share_usage
+from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, VerdictPlan, repair_messages
 from faithfulness_pipeline.judging.llm.secrets import MissingAPIKeyError, resolve_api_key
 from faithfulness_pipeline.judging.store.keys import ContentKeys
 from faithfulness_pipeline.judging.store.protocol import Store
@@ -137,6 +136,7 @@ class BatchJudge:
         self._failed: dict[tuple[str, bytes], Pending] = {}
         self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
         self._batches: dict[str, str] = {}  # batch id -> last status seen, in the order they were met
+        self._read = Ingest(self.api, self.ledger, store, self.sizing, self.card, self._stats)
 
     def result_scope(self) -> ResultScope:
         """The interactive judge's: same prompts, same keys, one store for both modes."""
@@ -202,12 +202,6 @@ class BatchJudge:
 
     # ------------------------------------------------------------------------------ submitting
 
-    def _plan(self, step: str, items: Sequence[Item]) -> Plan[Any]:
-        indices = range(len(items))
-        if step == "extract":
-            return ExtractPlan(self.sizing, items, indices)  # type: ignore[arg-type]
-        return VerdictPlan(self.sizing, items, indices)  # type: ignore[arg-type]
-
     async def _submit(self, step: str, todo: dict[bytes, Pending]) -> list[BatchRecord]:
         """``todo`` packed as the interactive judge packs them and sent as batches; a retry round packs
         smaller (halved per round), so no line repeats a request that already failed."""
@@ -215,7 +209,7 @@ class BatchJudge:
             return []
         keys = list(todo)
         items = [todo[k].item for k in keys]
-        plan = self._plan(step, items)
+        plan = plan_of(self.sizing, step, items)
         rounds = max(p.sent for p in todo.values())
         limits = self.sizing.limits
         limits = Limits(limits.pack_tokens, max(1, limits.max_items >> rounds), limits.context_window,
@@ -354,70 +348,19 @@ class BatchJudge:
     async def _ingest(
         self, step: str, record: BatchRecord, view: BatchView, wanted: dict[bytes, Pending]
     ) -> dict[bytes, Pending]:
-        """Reads an ended batch's output and error files, stores every valid result and returns the items
-        to ask again. A batch that failed validation or was cancelled stops the run, naming the batch,
-        after what it finished is stored."""
-        replies: dict[str, dict[str, Any]] = {}
-        for file_id in (view.output_file_id, view.error_file_id):
-            if file_id:
-                data = await self._call(self.api.content(file_id))
-                for raw in data.splitlines():
-                    if raw.strip():
-                        entry = json.loads(raw)
-                        replies[str(entry.get("custom_id"))] = entry
-        lines = await asyncio.to_thread(self.ledger.lines_of, record.submission)
-        rows, retry = await asyncio.to_thread(self._read_replies, step, lines, replies, view)
-        await asyncio.to_thread(self.store.put_many, rows)
-        await asyncio.to_thread(self.ledger.record_ingested, record.submission, view.status)
-        self.report(f"batch {view.id}: {view.status}; {len(rows)} results stored, {len(retry)} items to ask again")
+        """Stores what an ended batch answered (``batch.ingest``) and returns the items to ask again. A batch that
+        failed validation or was cancelled stops the run, naming the batch, after what it finished is
+        stored."""
+        stored, retry = await self._call(self._read(step, record, view, self._paid))
+        self.report(f"batch {view.id}: {view.status}; {stored} results stored, {len(retry)} items to ask again")
         if view.status == "failed":
             why = "; ".join(view.errors[:3]) or "no reason given"
             raise BatchFailed(f"batch {view.id} ({step}) failed validation at the provider: {why}")
         if view.status == "cancelled":
-            raise BatchFailed(f"batch {view.id} ({step}) was cancelled at the provider; its {len(rows)} finished "
+            raise BatchFailed(f"batch {view.id} ({step}) was cancelled at the provider; its {stored} finished "
                               "results are stored: run again to ask for the rest")
         # Items of a killed run's batch that this run does not need stay unasked.
         return {k: p for k, p in retry.items() if k in wanted}
-
-    def _read_replies(
-        self, step: str, lines: dict[str, LineRecord], replies: dict[str, dict[str, Any]], view: BatchView
-    ) -> tuple[list[tuple[bytes, str, str]], dict[bytes, Pending]]:
-        rows: list[tuple[bytes, str, str]] = []
-        retry: dict[bytes, Pending] = {}
-        for custom_id, line in lines.items():
-            pendings = [deserialise(step, item) for item in line.items]
-            keys = [bytes.fromhex(item["key"]) for item in line.items]
-            plan = self._plan(step, [p.item for p in pendings])
-            entries = [plan.add(i) for i in range(len(pendings))]
-            entry = replies.get(custom_id)
-            reason, text, usage, counts = reply_of(entry, view)
-            if reason is not None or any(e is None for e in entries):
-                for key, p in zip(keys, pendings, strict=True):
-                    retry[key] = replace(p, tries=p.tries + counts, sent=p.sent + 1,
-                                         reason=reason or "the item no longer fits the model")
-                continue
-            indices = tuple(range(len(pendings)))
-            _, id_map, context = plan.render(indices)
-            parsed = plan.parse(text, context)
-            priced = share_usage(plan, indices, usage[0], usage[1], parsed, id_map, self.card.cost)
-            self._stats.prompt_tokens += usage[0]
-            self._stats.completion_tokens += usage[1]
-            if priced is not None and self._stats.cost_usd is not None:
-                self._stats.cost_usd += priced[0] + priced[1]
-            for local, value in parsed.ok.items():
-                i = id_map[local]
-                spent = pendings[i].spent + plan.usage[i]
-                encoded = encode(plan.ok_result(i, value, spent), spent)
-                if encoded is not None:
-                    rows.append((keys[i], step, encoded))
-                    self._paid[keys[i]] = spent
-            for local, why in parsed.failed.items():
-                i = id_map[local]
-                p = pendings[i]
-                repair = (text, why) if len(indices) == 1 else None
-                retry[keys[i]] = replace(p, tries=p.tries + 1, sent=p.sent + 1, spent=p.spent + plan.usage[i],
-                                         reason=f"invalid reply: {why}", repair=repair)
-        return rows, retry
 
     # --------------------------------------------------------------------------- the scoring pass
 

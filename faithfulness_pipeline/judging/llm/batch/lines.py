@@ -1,12 +1,13 @@
-"""A batch line's items as the ledger keeps them, and a batch's replies as the judge reads them.
+"""A batch line's items as the ledger keeps them, the plan over them, and a batch's replies as they are read.
 
-Kept apart from the judge (``batch.judge``) because both a submission and an ingest of a killed run's
-batch go through them: what is written into the ledger must read back into the very same items, tries and
-spending.
+Kept apart from the judge (``batch.judge``) and the ingest (``batch.ingest``) because both a submission
+and an ingest of a killed run's batch go through them: what is written into the ledger must read back
+into the very same items, tries and spending.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -20,6 +21,7 @@ from faithfulness_pipeline.core.port import (
     VerdictResult,
 )
 from faithfulness_pipeline.judging.llm.batch.api import BatchView
+from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, Sizing, VerdictPlan
 from faithfulness_pipeline.judging.store.codec import encode_claims, encode_verdicts
 
 Item = ExtractItem | VerdictItem
@@ -41,6 +43,15 @@ class Pending:
     reason: str = ""
     repair: tuple[str, str] | None = None
 
+
+
+def plan_of(sizing: Sizing, step: str, items: Sequence[Item]) -> Plan[Any]:
+    """The plan of ``step`` over all of ``items``: the one that packs them for a submission, and the one
+    that renders and parses a line's items again when its reply is read."""
+    indices = range(len(items))
+    if step == "extract":
+        return ExtractPlan(sizing, items, indices)  # type: ignore[arg-type]
+    return VerdictPlan(sizing, items, indices)  # type: ignore[arg-type]
 
 
 def serialise(key: bytes, pending: Pending) -> dict[str, Any]:

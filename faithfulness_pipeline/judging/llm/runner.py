@@ -1,0 +1,305 @@
+"""The litellm judge's pack runner: one step's items counted, packed and sent, retried until each has a result.
+
+Kept apart from the judge (``judge``) because it holds the run's moving parts, not its setup: the judge
+builds the limiter, the sender, the sizing and the card once and answers the port; :class:`PackRunner`
+takes those it needs, explicitly, and runs a plan through them. What the runner decides (retry, split,
+re-ask with a repair message, give up) is policy over :class:`Sender`'s classification of a failure; how a
+request's usage is shared out over its items is ``plans.share_usage``. It imports no litellm: the sender is
+the one place a request leaves.
+
+For one step of one call the runner:
+
+1. counts the items' tokens on a worker thread, a short turn at a time, and packs them under
+   ``pack_tokens``; packs leave while later items are still counted (:meth:`PackRunner.run`);
+2. sends the packs concurrently through the shared :class:`RequestLimiter`, at most twice as many packs
+   under way as request slots, asking the result store (``Hooks.recheck``) right before a request leaves
+   whether its items were stored meanwhile;
+3. validates each reply item by item and re-asks only for the items that failed, never with the very
+   same request (smaller packs, or a repair message quoting what was wrong), until ``max_retries``;
+   after that the item gets an error result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from faithfulness_pipeline.core.port import ERROR_CHARS, Hooks, JudgeStats, billed_of
+from faithfulness_pipeline.judging.llm.card import ModelCard
+from faithfulness_pipeline.judging.llm.limits import RequestLimiter
+from faithfulness_pipeline.judging.llm.packing import REPLY_SLACK_TOKENS, Entry, Pack, Packer, halves
+from faithfulness_pipeline.judging.llm.parsing import ParsedReply
+from faithfulness_pipeline.judging.llm.plans import Plan, R, Sizing, repair_messages, share_usage
+from faithfulness_pipeline.judging.llm.requests import (
+    EXTRACTION_HEAD_START_S,
+    HEAD_START_S_PER_TOKEN,
+    TURN_S,
+    Reply,
+    RequestFailed,
+    Sender,
+    Tries,
+    Turns,
+)
+
+log = logging.getLogger(__name__)
+
+
+class PackRunner:
+    """Runs plans' packs through one judge's limiter and sender; every item of a plan ends with a result.
+
+    One per judge: the calls running side by side share its pack bound and counting lock (``Turns``), and
+    count into the judge's ``stats`` (the sender counts the requests, the runner retries, failed items,
+    tokens and cost).
+    """
+
+    def __init__(
+        self,
+        *,
+        sizing: Sizing,
+        card: ModelCard,
+        limiter: RequestLimiter,
+        sender: Sender,
+        stats: JudgeStats,
+        redact: Callable[[str], str],
+        max_concurrency: int,
+        max_retries: int,
+    ) -> None:
+        self.sizing = sizing
+        self.card = card
+        self.limiter = limiter
+        self.sender = sender
+        self.redact = redact
+        self.max_concurrency = max_concurrency
+        self.max_retries = max_retries
+        self._stats = stats
+        self._turns: Turns | None = None
+
+    async def run(self, plan: Plan[R], hooks: Hooks[R]) -> None:
+        """Counts, packs and sends one step's items, the first requests leaving while the rest are counted.
+
+        Counting is the judge's main CPU cost (every passage goes through the tokenizer): done up front
+        it would leave every request slot idle at the start of each step. So packs queue as they
+        close, in item order, and workers send them in that order: twice as many packs under way as
+        request slots (``Turns.packs``), so that a pack sleeping out a back-off never leaves a slot idle.
+        """
+        queue: asyncio.Queue[Pack | None] = asyncio.Queue()  # packs in the order they closed; None: no more
+        workers = [asyncio.create_task(self._work(plan, queue, hooks)) for _ in range(2 * self.max_concurrency)]
+        try:
+            packer = Packer(self.sizing.frame_tokens[plan.step], self.sizing.limits)
+            order = plan.order()
+            at = 0
+            # One call packs at a time, in the order the calls came: the first answers' packs all leave
+            # first, so their claims are back (and their verdicts can go) while later answers' are out.
+            # Interleaved, every call's last extraction pack would come back at the end of the phase.
+            async with self._loop_bound().counting:
+                while at < len(order):
+                    # Counted on a worker thread, a short turn at a time: the tokenizer lets go of the GIL
+                    # while it encodes, so the event loop sends requests and reads replies meanwhile
+                    # instead of leaving them to wait (and hold their slots) until the counting is done.
+                    counted = await asyncio.to_thread(_count_turn, plan, order, at)
+                    for i, entry in zip(order[at : at + len(counted)], counted, strict=True):
+                        if entry is None:
+                            self._finish_error(plan, i, plan.oversize[i], hooks)
+                        else:
+                            closed = packer.push(entry)
+                            if closed is not None:
+                                queue.put_nowait(closed)
+                    at += len(counted)
+            last = packer.flush()
+            if last is not None:
+                queue.put_nowait(last)
+        finally:
+            for _ in workers:
+                queue.put_nowait(None)
+            await asyncio.gather(*workers)
+
+    async def _work(self, plan: Plan[R], queue: asyncio.Queue[Pack | None], hooks: Hooks[R]) -> None:
+        while (pack := await queue.get()) is not None:
+            # Judge-wide, not per call: with calls running side by side (the pipeline overlaps them) at most
+            # ``2 * max_concurrency`` packs are rendered and waiting for a slot or a reply at once.
+            async with self._loop_bound().packs:
+                await self._guarded(plan, pack.indices, hooks)
+
+    def _loop_bound(self) -> Turns:
+        loop = asyncio.get_running_loop()
+        if self._turns is None or self._turns.loop is not loop:  # asyncio locks belong to one event loop
+            self._turns = Turns(loop, asyncio.Semaphore(2 * self.max_concurrency), asyncio.Lock())
+        return self._turns
+
+    async def _guarded(self, plan: Plan[R], indices: tuple[int, ...], hooks: Hooks[R]) -> None:
+        try:
+            indices = self._not_done_elsewhere(plan, indices, hooks)
+            if indices:
+                await self._run_pack(plan, indices, Tries(), hooks)
+        except Exception as exc:  # a bug must not lose the other items: they become error rows
+            log.exception("litellm judge: unexpected failure")
+            reason = f"internal error in the judge: {type(exc).__name__}: {self.redact(str(exc))[:200]}"
+            for i in indices:
+                self._finish_error(plan, i, reason, hooks)
+
+    def _not_done_elsewhere(self, plan: Plan[R], indices: tuple[int, ...], hooks: Hooks[R]) -> tuple[int, ...]:
+        """The pack's items that the caller still needs (``Hooks.recheck``: asked when the pack is taken
+        off its queue, and again once its request holds a slot, right before it is sent).
+
+        Another process scoring the same rows against the same result store may have stored some of them
+        since the call began; taking those spares paying twice for everything but the requests in flight.
+        """
+        if hooks.recheck is None:
+            return indices
+        found = hooks.recheck([plan.item_id(i) for i in indices])
+        if not found:
+            return indices
+        missing: list[int] = []
+        for i in indices:
+            result = found.get(plan.item_id(i))
+            if result is None:
+                missing.append(i)
+            else:
+                # What this run already paid for the item (a failed attempt) stays on its bill.
+                paid = plan.usage[i]
+                plan.results[i] = replace(result, billed=billed_of(result) + paid) if paid.llm_calls else result
+        hooks.tick(len(indices) - len(missing))
+        return tuple(missing)
+
+    async def _run_pack(self, plan: Plan[Any], indices: tuple[int, ...], tries: Tries, hooks: Hooks[Any]) -> None:
+        retries = self.max_retries
+        while True:
+            if self.sender.fatal is not None:
+                for i in indices:
+                    self._finish_error(plan, i, self.sender.fatal, hooks)
+                return
+            rendered, id_map, context = plan.render(indices)
+            repair = [] if tries.repair is None else repair_messages(*tries.repair, attempt=tries.sent + 1)
+            messages = [*rendered, *repair]
+            entries = [plan.entries[i] for i in indices]
+            max_tokens = min(self.sizing.limits.max_output_tokens,
+                             REPLY_SLACK_TOKENS + sum(e.output_tokens for e in entries))
+            estimate = self.sizing.frame_tokens[plan.step] + sum(e.prompt_tokens for e in entries)
+            estimate += sum(self.sizing.count_tokens(m["content"]) for m in repair)
+            response_format = plan.response_format(list(id_map)) if self.card.json_schema else None
+            remaining = indices
+
+            def still_needed(sending: tuple[int, ...] = indices) -> bool:
+                # Checked while holding a request slot: a result another process stored while this pack
+                # waited for one is not paid again (only requests already in flight can be).
+                nonlocal remaining
+                remaining = self._not_done_elsewhere(plan, sending, hooks)
+                return remaining == sending
+
+            retry, before = tries.sent > 0, tries
+            tries = tries.sending()
+            try:
+                reply = await self.sender.send(
+                    messages, response_format, max_tokens, estimate, still_needed, _head_start_s(plan.step, max_tokens)
+                )
+            except RequestFailed as failure:
+                if failure.kind == "stale":  # nothing was sent: the rest goes as a smaller pack
+                    tries = before
+                    if not remaining:
+                        return
+                    indices = remaining
+                    continue
+                if retry:
+                    self._stats.retries += 1
+                if failure.sent:
+                    self._charge(plan, indices, None, None, id_map)
+                tries = tries.failed(failure.kind == "rate_limit")
+                alone = len(indices) == 1
+                if failure.kind == "fatal" or (failure.kind == "isolate" and alone):
+                    for i in indices:
+                        self._finish_error(plan, i, failure.reason, hooks)
+                    return
+                if tries.exhausted(retries) or (failure.kind == "too_big" and alone):
+                    for i in indices:
+                        self._finish_error(plan, i, tries.gave_up(failure.reason), hooks)
+                    return
+                if failure.kind in ("transient", "timeout"):
+                    await self.limiter.back_off(tries.errors)
+                if failure.kind in ("too_big", "timeout", "isolate") and not alone:
+                    # Too big for the window, too slow for the timeout, or holding an item the provider
+                    # refuses: halve the pack so that the other items get through.
+                    await self._split(plan, halves(indices), tries, hooks)
+                    return
+                continue  # after a 429 the limiter's shared pause makes this attempt wait
+            if retry:
+                self._stats.retries += 1
+            parsed = plan.parse(reply.text, context)
+            self._charge(plan, indices, reply, parsed, id_map)
+            done: list[Any] = []
+            for local, value in parsed.ok.items():
+                i = id_map[local]
+                plan.results[i] = plan.ok_result(i, value, plan.usage[i])
+                done.append(plan.results[i])
+            if done and hooks.settled is not None:
+                hooks.settled(done)
+            hooks.tick(len(done))
+            if parsed.unknown_ids:
+                log.debug("reply named ids it was not asked for: %s", ",".join(parsed.unknown_ids[:5]))
+            failed = [id_map[local] for local in parsed.failed]
+            if not failed:
+                return
+            tries = tries.failed(False)
+            if tries.exhausted(retries):
+                for local, why in parsed.failed.items():
+                    self._finish_error(plan, id_map[local], tries.gave_up(f"invalid reply: {why}"), hooks)
+                return
+            # Re-ask only for what failed, never with the same request: a wholly unusable reply of several
+            # items is re-asked in halves, one of a single item with a message saying what was wrong.
+            if len(failed) < len(indices):
+                indices = tuple(failed)
+                continue
+            if len(indices) > 1:
+                await self._split(plan, halves(indices), tries, hooks)
+                return
+            tries = tries.unusable_reply(reply.text, next(iter(parsed.failed.values())))
+
+    async def _split(self, plan: Plan[R], groups: list[tuple[int, ...]], tries: Tries, hooks: Hooks[R]) -> None:
+        await asyncio.gather(*(self._run_pack(plan, g, tries, hooks) for g in groups))
+
+    def _finish_error(self, plan: Plan[R], i: int, reason: str, hooks: Hooks[R]) -> None:
+        if i in plan.results:
+            return
+        plan.results[i] = plan.error_result(i, self.redact(reason)[:ERROR_CHARS], plan.usage[i])
+        self._stats.failed_items += 1
+        hooks.tick(1)
+
+    def _charge(
+        self,
+        plan: Plan[R],
+        indices: Sequence[int],
+        reply: Reply | None,
+        parsed: ParsedReply[Any] | None,
+        id_map: Mapping[str, int],
+    ) -> None:
+        """Shares one request's usage out over its items (``plans.share_usage``) and counts it."""
+        prompt = reply.prompt_tokens if reply else 0
+        completion = reply.completion_tokens if reply else 0
+        priced = share_usage(plan, indices, prompt, completion, parsed, id_map, self.card.cost)
+        self._stats.prompt_tokens += prompt
+        self._stats.completion_tokens += completion
+        if priced is not None and self._stats.cost_usd is not None:
+            self._stats.cost_usd += priced[0] + priced[1]
+
+
+def _count_turn(plan: Plan[Any], order: Sequence[int], start: int) -> list[Entry | None]:
+    """``plan.add`` for the items of ``order`` from ``start`` on, for about ``TURN_S`` (one item at least).
+
+    Only one call counts at a time (the judge's counting lock), so one thread at a time writes to a
+    plan's per-item tables; the event loop reads only the entries of packs already closed.
+    """
+    until = time.perf_counter() + TURN_S
+    out: list[Entry | None] = []
+    for at in range(start, len(order)):
+        out.append(plan.add(order[at]))
+        if time.perf_counter() >= until:
+            break
+    return out
+
+
+def _head_start_s(step: str, max_tokens: int) -> float:
+    extraction = EXTRACTION_HEAD_START_S if step == "extract" else 0.0
+    return extraction + max_tokens * HEAD_START_S_PER_TOKEN
