@@ -21,9 +21,10 @@ from typing import Any, Final
 import dagster as dg
 from pydantic import BaseModel
 
-from faithfulness_pipeline.defs.assets import LLM_POOL, build_assets, build_checks
+from faithfulness_pipeline.defs.assets import build_assets, build_checks
 from faithfulness_pipeline.defs.calibration import build_calibration_assets, build_calibration_job
 from faithfulness_pipeline.defs.io import WarehouseIOManager
+from faithfulness_pipeline.defs.names import LLM_POOL
 from faithfulness_pipeline.defs.partitions import daily_partitions
 from faithfulness_pipeline.defs.resources import (
     CalibrationResource,
@@ -31,7 +32,6 @@ from faithfulness_pipeline.defs.resources import (
     LandingResource,
     ScoringResource,
     WarehouseResource,
-    judge_identity,
 )
 from faithfulness_pipeline.defs.schedules import build_job, build_schedule, build_sensor
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
@@ -87,7 +87,7 @@ def build_defs(settings: DefsSettings | None = None, executor: dg.ExecutorDefini
     the ``llm_judge`` pool still bounds the LLM steps, counted in the shared instance database)."""
     settings = settings or DefsSettings()
     partitions = daily_partitions(settings.partitions_start, settings.landing.zone())
-    model, prompt_version = judge_identity(settings.judge.model)
+    model, prompt_version = settings.judge.identity()
     assets = build_assets(partitions, judge_version=f"{model}:{prompt_version}")
     assets += build_calibration_assets(f"{model}:{prompt_version}", LLM_POOL)
     job = build_job()

@@ -57,6 +57,10 @@ class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[typ
         return make_judge(self.settings(default_store), api_key=self.api_key or None, check_connection=True,
                           report=report)
 
+    def identity(self) -> tuple[str, str]:
+        """(judge model, prompt version) of what this resource judges with, without building the judge."""
+        return judge_identity(self.model)
+
 
 def judge_identity(model: str | None) -> tuple[str, str]:
     """(judge model, prompt version) without building a judge or importing litellm: for code versions."""

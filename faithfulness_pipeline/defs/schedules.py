@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from faithfulness_pipeline.defs.landing import LandingFile, file_days, list_landing
+from faithfulness_pipeline.defs.names import GROUP
 from faithfulness_pipeline.defs.resources import LandingResource
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def build_job() -> "UnresolvedAssetJobDefinition":
     return dg.define_asset_job(
         JOB,
         # The daily group only: the calibration assets are unpartitioned and have their own job.
-        selection=dg.AssetSelection.groups("answer_quality"),
+        selection=dg.AssetSelection.groups(GROUP),
         description="Every asset and check for one day: load, claims, verdicts, scores, claim table, BI "
         "aggregates; then the DuckDB views and the HTML report over every day.",
     )

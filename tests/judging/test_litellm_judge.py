@@ -27,6 +27,7 @@ from faithfulness_pipeline.core.port import (
     VerdictItem,
     VerdictResult,
 )
+from faithfulness_pipeline.judging.dryrun import estimate_items
 from faithfulness_pipeline.judging.factory import make_judge as make_from_settings
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
 from faithfulness_pipeline.judging.llm.packing import rough_sentences
@@ -561,7 +562,7 @@ def test_dry_run_estimate_is_within_15_percent_and_free_after_a_run(server: Fake
     judge = make_judge(server, store_path=tmp_path / "r.sqlite", input_cost_per_token=1e-6, output_cost_per_token=2e-6)
     answers = [ExtractItem(f"r{k}", r.answer, r.question) for k, r in enumerate(rows)]
     guesses = [VerdictItem(f"r{k}", tuple(rough_sentences(r.answer)), r.context) for k, r in enumerate(rows)]
-    estimate = judge.estimate(answers, guesses)
+    estimate = estimate_items(judge, answers, guesses)
     assert server.stats().requests == 0  # the estimate calls nothing
     run(judge, rows)
     s = server.stats()
@@ -573,7 +574,7 @@ def test_dry_run_estimate_is_within_15_percent_and_free_after_a_run(server: Fake
         f"estimate/real: requests {estimate.requests}/{s.requests}, prompt {estimate.prompt_tokens}/"
         f"{s.prompt_tokens}, completion {estimate.completion_tokens}/{s.completion_tokens}"
     )
-    after = make_judge(server, store_path=tmp_path / "r.sqlite").estimate(answers, guesses)
+    after = estimate_items(make_judge(server, store_path=tmp_path / "r.sqlite"), answers, guesses)
     assert after.requests == 0 and after.prompt_tokens == 0 and after.cached_items == 2 * len(rows)
 
 

@@ -17,6 +17,7 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.port import ExtractItem, ExtractResult, VerdictItem
 from faithfulness_pipeline.judging.dedup import RunMemory
+from faithfulness_pipeline.judging.dryrun import estimate_items
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
 from faithfulness_pipeline.judging.llm.packing import rough_sentences
 from faithfulness_pipeline.judging.stack import JudgeStack
@@ -124,7 +125,7 @@ def test_the_dry_run_counts_each_content_once(tmp_path: Path) -> None:
         verdict = [VerdictItem(f"r{k}", tuple(rough_sentences(rows[k % 12].answer)), rows[k % 12].context)
                    for k in range(12 * repeat)]
         with FakeLLMServer(ScriptedJudge()) as server:
-            got = _judge(server).estimate(extract, verdict)
+            got = estimate_items(_judge(server), extract, verdict)
             assert server.stats().requests == 0
         return got.requests, got.prompt_tokens, got.completion_tokens
 

@@ -1,0 +1,61 @@
+"""What BI tools open over every day of the warehouse: the DuckDB file of views and the HTML report."""
+
+# No `from __future__ import annotations`: Dagster reads these annotations at runtime.
+import dagster as dg
+
+from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
+from faithfulness_pipeline.defs.metadata import report_metadata
+from faithfulness_pipeline.defs.names import (
+    CLAIM_TABLE,
+    DAILY,
+    DUCKDB,
+    DUCKDB_REVISION,
+    GROUP,
+    REPORT,
+    REPORT_REVISION,
+    SCORED,
+)
+from faithfulness_pipeline.defs.resources import ScoringResource, WarehouseResource
+
+
+@dg.asset(
+    name=DUCKDB,
+    group_name=GROUP,
+    code_version=DUCKDB_REVISION,
+    kinds={"duckdb"},
+    deps=list(BI_TABLES),
+    description="DuckDB file with views over the BI tables (all days). Open it from any SQL BI tool.",
+)
+def answer_quality_duckdb(warehouse: WarehouseResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
+    target = warehouse.duckdb_file()
+    rows = build_database(target, warehouse.root_path())
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(str(target)),
+            **{f"rows_{t}": n for t, n in rows.items()},
+            "connect": f"duckdb {target}",
+        }
+    )
+
+
+@dg.asset(
+    name=REPORT,
+    group_name=GROUP,
+    code_version=REPORT_REVISION,
+    kinds={"html"},
+    deps=[SCORED, CLAIM_TABLE, DAILY],
+    description="The answer-quality report over every day of the warehouse: one self-contained HTML file "
+    "(charts, per day x model table, the worst answers with their claims marked, the judge and its "
+    "calibration when the warehouse has one). Opens offline; small enough to mail.",
+)
+def answer_quality_report(warehouse: WarehouseResource, scoring: ScoringResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
+    from faithfulness_pipeline.judging.offline.judge import OFFLINE_MODEL_NAME
+    from faithfulness_pipeline.report import build_report, headline
+
+    path, data = build_report(
+        str(warehouse.root_path()),
+        warehouse.report_file(),
+        baseline_judges=frozenset({OFFLINE_MODEL_NAME}),
+        scoring=scoring,
+    )
+    return dg.MaterializeResult(metadata=report_metadata(path, headline(data), data.threshold))

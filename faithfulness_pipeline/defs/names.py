@@ -1,0 +1,31 @@
+"""The names the Dagster layer's pieces share: assets, the group, the LLM pool, and what each asset's code
+version is made of."""
+
+from typing import Final
+
+GROUP: Final = "answer_quality"
+#: The concurrency pool of the steps that call the judge (limit in dagster_home/dagster.yaml).
+LLM_POOL: Final = "llm_judge"
+
+RAW: Final = "raw_conversations"
+CLAIMS: Final = "extracted_claims"
+VERDICTS: Final = "judged_claims"
+SCORED: Final = "scored_conversations"
+CLAIM_TABLE: Final = "claim_table"
+DAILY: Final = "daily_answer_quality"
+DUCKDB: Final = "answer_quality_duckdb"
+REPORT: Final = "answer_quality_report"
+
+# Bump a revision when an asset's own code changes what it writes.
+RAW_REVISION: Final = "raw-1"
+CLAIMS_REVISION: Final = "claims-2"
+VERDICTS_REVISION: Final = "verdicts-2"
+SCORED_REVISION: Final = "scored-1"
+CLAIM_TABLE_REVISION: Final = "claim-table-2"
+DAILY_REVISION: Final = "daily-1"
+DUCKDB_REVISION: Final = "duckdb-2"
+REPORT_REVISION: Final = "report-1"
+
+#: Staging columns of tables written before the judge's identity came from the judge resource: they name
+#: the judge that produced a row ("model|prompt version") and are dropped on the way to the scored table.
+LEGACY_JUDGE_COLUMNS: Final = ("_fp_judge", "_fp_extract_judge", "_fp_verdict_judge")
