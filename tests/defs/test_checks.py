@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
 
-from faithfulness_pipeline.core.port import Judge
 from faithfulness_pipeline.defs.resources import JudgeResource, ScoringResource
+from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.testing.script_judge import ScriptedJudge
 from tests.defs.conftest import SAMPLE, Built, Lake, copy_lake, make_lake
 
@@ -164,8 +165,8 @@ class FailingJudge(JudgeResource):
 
     fail_keys: list[str] = []  # noqa: RUF012 (a pydantic field)
 
-    def make(self, default_store: str | None = None) -> Judge:
-        return ScriptedJudge(fail_extract=set(self.fail_keys))
+    def make(self, default_store: str | None = None, report: Callable[[str], None] | None = None) -> JudgeStack:
+        return JudgeStack(ScriptedJudge(fail_extract=set(self.fail_keys)))
 
 
 def test_error_rate_fails_and_names_the_failed_rows(tmp_path: Path, instance: dg.DagsterInstance) -> None:
