@@ -12,7 +12,7 @@ import pytest
 from faithfulness_pipeline import InputError, score_frame
 from faithfulness_pipeline.core.io import ParquetChunkWriter, atomic_path, file_schema, iter_chunks, resolve_inputs
 from faithfulness_pipeline.core.outputs import claim_table, mastra_records
-from faithfulness_pipeline.testing.script_judge import ScriptedJudge
+from faithfulness_pipeline.testing.marker_judge import MarkerJudge
 
 
 def _scored() -> pl.DataFrame:
@@ -21,7 +21,7 @@ def _scored() -> pl.DataFrame:
         "output": ["Fine. Wrong [C]. Maybe [H].", "Lost.", ""],
         "context": [["p0"], ["p0"], ["p0"]],
     })
-    return score_frame(df, ScriptedJudge(fail_verdicts={"bad"}))
+    return score_frame(df, MarkerJudge(fail_verdicts={"bad"}))
 
 
 def test_claim_table_has_one_row_per_judged_claim() -> None:

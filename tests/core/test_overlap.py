@@ -23,10 +23,10 @@ from faithfulness_pipeline.core.port import (
     VerdictItem,
     VerdictResult,
 )
-from faithfulness_pipeline.testing.script_judge import ScriptedJudge
+from faithfulness_pipeline.testing.marker_judge import MarkerJudge
 
 
-class SlowOverlappingJudge(ScriptedJudge):
+class SlowOverlappingJudge(MarkerJudge):
     """Scripted results, each call finishing after a random pause, so that calls end out of order."""
 
     overlap_rows = 3
@@ -83,7 +83,7 @@ def test_overlapped_pipeline_gives_the_step_by_step_table(chunk_rows: int) -> No
     failing = {"fail_extract": {"c10", "c20", "c31"}, "fail_verdicts": {"c12", "c19", "c39"}}
     judge = SlowOverlappingJudge(seed=chunk_rows, **failing)
     assert isinstance(judge, Overlapping)
-    expected = _score(df, ScriptedJudge(**failing), chunk_rows)  # type: ignore[arg-type]
+    expected = _score(df, MarkerJudge(**failing), chunk_rows)  # type: ignore[arg-type]
     got = _score(df, judge, chunk_rows)
     assert got.equals(expected)
     assert got.get_column("conversation_id").to_list() == df.get_column("conversation_id").to_list()
@@ -117,4 +117,4 @@ def test_an_empty_table_keeps_its_schema() -> None:
     df = _rows(0)
     got = _score(df, SlowOverlappingJudge(seed=3), 10)
     assert got.height == 0
-    assert got.schema == _score(df, ScriptedJudge(), 10).schema
+    assert got.schema == _score(df, MarkerJudge(), 10).schema

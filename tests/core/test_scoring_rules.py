@@ -10,7 +10,7 @@ import pytest
 from faithfulness_pipeline import ScoringConfig, score_frame
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.scoring import round_half_up
-from faithfulness_pipeline.testing.script_judge import ScriptedJudge
+from faithfulness_pipeline.testing.marker_judge import MarkerJudge
 
 # Per language: a supported sentence, a contradicted one, an unsupported one, a hedged supported one.
 SENTENCES = {
@@ -30,7 +30,7 @@ def _score(answers: list[str | None], contexts: list[list[str]] | None = None, *
         "output": answers,
         "context": contexts if contexts is not None else [CONTEXT] * len(answers),
     }, schema={"conversation_id": pl.String, "output": pl.String, "context": pl.List(pl.String)})
-    return score_frame(df, ScriptedJudge(), ScoringConfig(**config))  # type: ignore[arg-type]
+    return score_frame(df, MarkerJudge(), ScoringConfig(**config))  # type: ignore[arg-type]
 
 
 def _answer(lang: str, supported: int = 0, contradicted: int = 0, unsupported: int = 0, hedged: int = 0) -> str:
@@ -91,7 +91,7 @@ def test_bad_scale_is_a_clear_error(scale: float) -> None:
 
 @pytest.mark.parametrize("answer", ["", "   ", None])
 def test_empty_answer_scores_zero_with_no_call(answer: str | None) -> None:
-    judge = ScriptedJudge()
+    judge = MarkerJudge()
     df = pl.DataFrame({"output": [answer], "context": [CONTEXT]}, schema={"output": pl.String,
                                                                         "context": pl.List(pl.String)})
     row = score_frame(df, judge).row(0, named=True)
@@ -109,7 +109,7 @@ def test_zero_claims_null_policy() -> None:
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_empty_context_short_circuits_to_unsupported_without_a_verdict_call(lang: str) -> None:
-    judge = ScriptedJudge()
+    judge = MarkerJudge()
     df = pl.DataFrame({"output": [_answer(lang, supported=2)], "context": [[]]},
                       schema={"output": pl.String, "context": pl.List(pl.String)})
     row = score_frame(df, judge).row(0, named=True)
@@ -122,7 +122,7 @@ def test_empty_context_short_circuits_to_unsupported_without_a_verdict_call(lang
 def test_failed_rows_are_errors_with_null_scores_never_zero() -> None:
     df = pl.DataFrame({"conversation_id": ["a", "b", "c"], "output": [_answer("en", supported=2)] * 3,
                        "context": [CONTEXT] * 3})
-    judge = ScriptedJudge(fail_extract={"a"}, fail_verdicts={"b"})
+    judge = MarkerJudge(fail_extract={"a"}, fail_verdicts={"b"})
     out = score_frame(df, judge)
     assert out.height == 3
     a, b, c = out.rows(named=True)
@@ -148,7 +148,7 @@ def test_reasons_name_the_bad_claims_and_agree_with_the_score(lang: str) -> None
 
 def test_published_verdicts_carry_claim_and_evidence_text() -> None:
     df = pl.DataFrame({"output": ["A fact. Wrong [C]."], "context": [["passage zero", "passage one"]]})
-    verdicts = score_frame(df, ScriptedJudge()).row(0, named=True)["verdicts"]
+    verdicts = score_frame(df, MarkerJudge()).row(0, named=True)["verdicts"]
     assert [v["claim"] for v in verdicts] == ["A fact.", "Wrong [C]."]
     assert [v["verdict"] for v in verdicts] == ["supported", "contradicted"]
     assert verdicts[0]["evidence"] == "passage zero"  # the judge returned index 0

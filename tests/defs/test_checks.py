@@ -11,7 +11,7 @@ import polars as pl
 
 from faithfulness_pipeline.defs.resources import JudgeResource, ScoringResource
 from faithfulness_pipeline.judging.stack import JudgeStack
-from faithfulness_pipeline.testing.script_judge import ScriptedJudge
+from faithfulness_pipeline.testing.marker_judge import MarkerJudge
 from tests.defs.conftest import SAMPLE, Built, Lake, copy_lake, make_lake
 
 DAY = "2026-11-25"
@@ -166,7 +166,7 @@ class FailingJudge(JudgeResource):
     fail_keys: list[str] = []  # noqa: RUF012 (a pydantic field)
 
     def make(self, default_store: str | None = None, report: Callable[[str], None] | None = None) -> JudgeStack:
-        return JudgeStack(ScriptedJudge(fail_extract=set(self.fail_keys)))
+        return JudgeStack(MarkerJudge(fail_extract=set(self.fail_keys)))
 
 
 def test_error_rate_fails_and_names_the_failed_rows(tmp_path: Path, instance: dg.DagsterInstance) -> None:

@@ -20,10 +20,10 @@ from faithfulness_pipeline.judging.offline.judge import OfflineJudge
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.judging.store.open import open_store
 from faithfulness_pipeline.judging.store.sqlite import ResultStore
-from faithfulness_pipeline.testing.script_judge import ScriptedJudge
+from faithfulness_pipeline.testing.marker_judge import MarkerJudge
 
 
-class ScopedJudge(ScriptedJudge):
+class ScopedJudge(MarkerJudge):
     """The scripted judge, overlapping its calls, with a result scope: it may be stored."""
 
     overlap_rows = 3
@@ -150,4 +150,4 @@ def test_refresh_asks_everything_again_and_still_stores(tmp_path: Path) -> None:
 
 def test_a_judge_that_does_not_name_its_scope_cannot_be_stored(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot use a result store"):
-        JudgeStack(ScriptedJudge(), open_store(tmp_path / "r.sqlite"))
+        JudgeStack(MarkerJudge(), open_store(tmp_path / "r.sqlite"))

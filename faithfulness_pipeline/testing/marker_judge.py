@@ -37,7 +37,7 @@ def scripted_verdict(claim: str) -> ClaimVerdict:
     return ClaimVerdict("supported", speculative, None, 0)
 
 
-class ScriptedJudge:
+class MarkerJudge:
     model_name = "scripted-test-judge"
     prompt_version = "scripted-1"
 
