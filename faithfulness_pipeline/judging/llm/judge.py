@@ -119,7 +119,7 @@ class LiteLLMJudge:
 
     The API key is read from the environment variable the settings name (or the provider's usual one)
     unless it is given as ``api_key``. ``store`` and ``refresh`` are not this judge's business: the
-    factory (``judges.factory``) puts a ``JudgeStack`` around it.
+    factory (``judging.factory``) puts a ``JudgeStack`` around it.
     """
 
     def __init__(
@@ -222,7 +222,7 @@ class LiteLLMJudge:
 
     @property
     def overlap_rows(self) -> int:
-        """Rows per extraction call when the pipeline overlaps steps (see ``core.judge.Overlapping``).
+        """Rows per extraction call when the pipeline overlaps steps (see ``core.port.Overlapping``).
 
         Big enough that a call's last, partly filled packs cost little (~16 extraction packs and ~60
         verdict packs of typical rows), small enough that verdicts of the first answers are sent while
@@ -488,7 +488,7 @@ class LiteLLMJudge:
         parsed: ParsedReply[Any] | None,
         id_map: Mapping[str, int],
     ) -> None:
-        """Shares one request's usage out over its items (``litellm_plans.share_usage``) and counts it."""
+        """Shares one request's usage out over its items (``plans.share_usage``) and counts it."""
         prompt = reply.prompt_tokens if reply else 0
         completion = reply.completion_tokens if reply else 0
         priced = share_usage(plan, indices, prompt, completion, parsed, id_map, self.card.cost)
