@@ -3,7 +3,7 @@
     .venv/bin/python bench/batch_cost.py [--rows 2000]
 
 The same typical RAG rows (`bench/rag_rows.py`) are scored twice, cold, by the judge the CLI builds
-(``judges.factory.make_judge``) for ``openai/gpt-4o-mini`` pointed at the fake server (scripted replies,
+(``judging.factory.make_judge``) for ``openai/gpt-4o-mini`` pointed at the fake server (scripted replies,
 cl100k token counts): once interactively, once with ``mode = "batch"`` (Files and Batches endpoints).
 Costs come from each run's own billed columns at litellm's list prices for the model (interactive and
 batch); the server's counts of requests, batch lines, uploaded files and batches are shown beside them.

@@ -3,7 +3,7 @@
     .venv/bin/python bench/dedup.py
 
 For each case, typical RAG rows (`bench/rag_rows.py`) are scored twice, cold and without a store, by the
-judge the CLI builds (``judges.factory.make_judge``: the litellm judge behind the stored-judge wrapper)
+judge the CLI builds (``judging.factory.make_judge``: the litellm judge in the judge stack)
 against the fake server: once the distinct rows alone, once ``rows`` rows repeating them in turn under
 their own conversation ids. Requests and billed tokens are the server's own counts; the table's
 ``billed_*`` columns must add up to them, and the dry run (``estimate``) counts each content once.

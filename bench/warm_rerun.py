@@ -179,7 +179,7 @@ def report(result: dict[str, Any]) -> str:
         "costs what it would for 100,000 different answers.",
         "",
         "| rows | requests | step results from the store | ok rows | wall s | CPU s (all threads) | "
-        "in the stored judge s (whole chunks + per-item claims + verdicts, summed over overlapping chunks) | "
+        "in the judge stack s (whole chunks + per-item claims + verdicts, summed over overlapping chunks) | "
         "answers/s | target |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         f"| {result['rows']:,} | {result['requests']} | {result['cached_items']:,} | {result['ok_rows']:,} | "
@@ -193,7 +193,7 @@ def report(result: dict[str, Any]) -> str:
         "Finished rows are kept whole in the store, so a re-run finds each row with one key, one lookup and "
         "one decode (claims and verdicts are looked up step by step only for rows without a whole entry). "
         "The store lookups (key hashing, SQLite, decoding) run on a worker thread while the "
-        "chunk before is scored on another and the next one prepared on a third, so the stored judge's seconds "
+        "chunk before is scored on another and the next one prepared on a third, so the judge stack's seconds "
         "overlap the rest and the columns do not add up to the wall time.",
         "",
         machine_line(result),

@@ -49,7 +49,7 @@ USAGE_SCHEMA: dict[str, pl.DataType] = {
     "completion_tokens": pl.Int64(),
     "cost_usd": pl.Float64(),
 }
-#: Where the row's result came from (``core.judge.ResultSource``) and what this run paid for it.
+#: Where the row's result came from (``core.port.ResultSource``) and what this run paid for it.
 RESULT_SOURCE = "result_source"
 BILLED_COLUMNS = tuple(f"billed_{c}" for c in USAGE_COLUMNS)
 BILLED_SCHEMA: dict[str, pl.DataType] = {f"billed_{n}": d for n, d in USAGE_SCHEMA.items()}

@@ -1,5 +1,5 @@
-"""The result-store wrapper around judges other than the litellm one (that one: test_litellm_judge.py,
-test_row_results.py): any judge that names its result scope can be wrapped, the wrapper serves what is
+"""The judge stack's result store around judges other than the litellm one (that one: test_litellm_judge.py,
+test_row_results.py): any judge that names its result scope can be stacked, the stack serves what is
 stored and stores what the inner judge reports, and a wrapped run gives the very table of an unwrapped one."""
 
 from __future__ import annotations

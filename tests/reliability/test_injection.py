@@ -7,7 +7,7 @@ id the request gave it, every injected text is found only inside JSON string val
 the text after the section is exactly the step's own tail. The other rows packed together with the
 attackers get exactly the results they get in a pack without them.
 
-Relies on the public constants and functions of ``core.prompts`` only, so a new data layout keeps the
+Relies on the public constants and functions of ``judging.llm.prompts`` only, so a new data layout keeps the
 test meaningful.
 """
 

@@ -1,6 +1,6 @@
 """What the litellm judge learns of its model before any request: window, output limit, prices, tokenizer.
 
-A few lookups in litellm's model map (the settings that override them are ``judges.settings``), holding
+A few lookups in litellm's model map (the settings that override them are ``settings.judge``), holding
 no state. litellm is imported inside the functions only.
 """
 

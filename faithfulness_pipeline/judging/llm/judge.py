@@ -93,7 +93,7 @@ class LiteLLMJudge:
 
     The API key is read from the environment variable the settings name (or the provider's usual one)
     unless it is given as ``api_key``. ``store`` and ``refresh`` are not this judge's business: the
-    factory (``judges.factory``) puts a ``JudgeStack`` around it.
+    factory (``judging.factory``) puts a ``JudgeStack`` around it.
     """
 
     def __init__(
@@ -205,7 +205,7 @@ class LiteLLMJudge:
 
     @property
     def overlap_rows(self) -> int:
-        """Rows per extraction call when the pipeline overlaps steps (see ``core.judge.Overlapping``).
+        """Rows per extraction call when the pipeline overlaps steps (see ``core.port.Overlapping``).
 
         Big enough that a call's last, partly filled packs cost little (~16 extraction packs and ~60
         verdict packs of typical rows), small enough that verdicts of the first answers are sent while

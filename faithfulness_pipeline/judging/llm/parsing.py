@@ -1,6 +1,6 @@
 """Strict reading of judge replies, item by item, so that one bad item never spoils the others.
 
-A reply is one JSON object keyed by the request's local ids (see ``core.prompts``). It is read member
+A reply is one JSON object keyed by the request's local ids (see ``prompts``). It is read member
 by member: a reply cut short by an output limit still yields every member that was complete before the
 cut. Each member is then validated on its own (pydantic, strict types; the verdict code grammar; the
 exact number of verdicts; evidence indices in range). The caller keeps ``ok`` and re-asks only for

@@ -3,7 +3,7 @@
 A plan answers the items that need no request, counts the others' tokens, makes their packing entries,
 renders a pack into a prompt, parses and validates the reply, and turns values into results. It knows
 the prompts and the reply formats but nothing of how requests are sent, retried or limited: that is the
-judge's (``litellm_judge``) and the sender's (``litellm_requests``) business. What it needs to know of
+judge's (``judge``) and the sender's (``requests``) business. What it needs to know of
 its model comes in one :class:`Sizing`.
 """
 

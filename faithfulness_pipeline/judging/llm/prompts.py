@@ -14,7 +14,7 @@ Replies are compact on purpose (completion tokens are the slow and expensive par
 * an answer goes to the judge split into numbered sentences (:func:`split_sentences`); most sentences
   of a RAG answer already are one self-contained claim, so the reply names them by number and writes
   out only the claims that needed splitting or rewriting. The claim texts are rebuilt in code
-  (``core.parsing``), so stored and returned claims are always texts;
+  (``parsing``), so stored and returned claims are always texts;
 * verdicts are short codes (``S0``, ``S?2``, ``C1|reason``, ``U|reason``) in claim order, with a reason
   only where a human needs one.
 

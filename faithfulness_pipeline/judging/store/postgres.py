@@ -1,12 +1,12 @@
 """The result store on PostgreSQL: one store for run workers on different machines.
 
-Same semantics as the SQLite store (``judges.store.ResultStore``): the same keys and values, one
+Same semantics as the SQLite store (``store.sqlite.ResultStore``): the same keys and values, one
 transaction per write (a reply's validated items), readers never blocked by writers, concurrent writers
 welcome (``INSERT ... ON CONFLICT DO UPDATE``), and a schema version checked when the store is opened.
 A pool of psycopg 3 connections (``psycopg_pool``) serves the run's threads: lookups run on worker
 threads while the event loop writes what replies bring.
 
-Values keep their type: step results are text, whole rows bytes (``row_results``), in two columns.
+Values keep their type: step results are text, whole rows bytes (``store.rows``), in two columns.
 """
 
 from __future__ import annotations

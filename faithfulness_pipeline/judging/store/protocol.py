@@ -22,7 +22,7 @@ def key_chunks(keys: Sequence[bytes]) -> Iterator[tuple[list[bytes], str]]:
         chunk = list(keys[start : start + LOOKUP_CHUNK])
         yield chunk, ",".join("?" * len(chunk))
 
-#: A stored value: a step result is JSON text; a whole row (``row_results``) is UTF-8 bytes, which
+#: A stored value: a step result is JSON text; a whole row (``store.rows``) is UTF-8 bytes, which
 #: reach a polars column without a detour through Python strings (a third faster to read).
 Value = str | bytes
 
@@ -33,7 +33,7 @@ class StoreError(Exception):
 
 
 class Store(Protocol):
-    """What a result store does, whatever holds it (``ResultStore``: SQLite; ``store_postgres``)."""
+    """What a result store does, whatever holds it (``ResultStore``: SQLite; ``PostgresStore``: PostgreSQL)."""
 
     #: where the store is, as it may be shown (never with a password)
     location: str

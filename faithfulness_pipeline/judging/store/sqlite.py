@@ -13,7 +13,7 @@ Why SQLite (in WAL mode), and not DuckDB or a Parquet journal:
   timeout instead of failing. Two scoring runs (two Dagster partitions) can share one store file.
 * **Fast warm re-runs.** Keys are 16-byte blobs in a ``WITHOUT ROWID`` primary-key table, looked up
   ~900 at a time with one ``IN (...)`` query (each distinct key once): a few hundred thousand lookups
-  per second. Finished rows are kept whole (``row_results``): a warm re-run hashes every row's
+  per second. Finished rows are kept whole (``store.rows``): a warm re-run hashes every row's
   passages again to find its key and decodes the values, both column-wise for a whole chunk (polars
   lays the key content out, SHA-256 reads it straight from the columns' buffers through :func:`spans`
   and :func:`list_spans`, polars parses the values): no Python object per row. Step results (claims of

@@ -9,7 +9,7 @@ asks the whole run first (its prepay: :meth:`BatchJudge.prepay_step`, once per s
 
 1. every distinct extraction item of the run that the store lacks goes into batch files (split at the
    provider's limits), which are uploaded and created as batches; each submission is recorded in the
-   store's batch ledger (``judges.batch_ledger``) before the batch is created, and its id right
+   store's batch ledger (``batch.ledger``) before the batch is created, and its id right
    after, so that a run killed at any point finds its batches again instead of paying twice;
 2. the batches are polled (the pause grows by half each look) until each one ends; a finished batch's
    output is read, validated line by line and stored (``batch.ingest``); lines that failed, expired or

@@ -1,4 +1,4 @@
-"""The batch ledger in a PostgreSQL result store: the tables of ``judges.batch_ledger`` in the store's
+"""The batch ledger in a PostgreSQL result store: the tables of ``batch.ledger`` in the store's
 database, on the store's connection pool, so a batch created by a run on one machine is found, waited
 for and read by a run on another."""
 
