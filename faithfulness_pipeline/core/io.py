@@ -12,7 +12,7 @@ import glob
 import itertools
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Final
@@ -194,6 +194,23 @@ def iter_chunks(paths: list[str], chunk_rows: int) -> Iterator[pl.DataFrame]:
             raise read_error(path, exc) from exc
 
 
+def rechunked(frames: Iterable[pl.DataFrame], rows: int) -> Iterator[pl.DataFrame]:
+    """``frames`` as chunks of exactly ``rows`` rows (the last one shorter): files of the same rows written in
+    other chunks can then be read side by side, chunk for chunk."""
+    pending: list[pl.DataFrame] = []
+    held = 0
+    for frame in frames:
+        pending.append(frame)
+        held += frame.height
+        while held >= rows:
+            whole = pl.concat(pending, how="vertical")
+            yield whole.slice(0, rows)
+            rest = whole.slice(rows)
+            pending, held = ([rest] if rest.height else []), rest.height
+    if held:
+        yield pl.concat(pending, how="vertical")
+
+
 def read_all(spec: str) -> pl.DataFrame:
     """Every row of an input file, folder or glob at once, as one table (a column must have one type in
     every file that has it): for small tables such as labelled rows."""
@@ -247,24 +264,31 @@ def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Pa
 
 
 class ParquetChunkWriter:
-    """Appends polars chunks to one Parquet file, all cast to the first chunk's schema."""
+    """Appends polars chunks to one Parquet file (a path, or a stream such as ``core.storage.Place.replace``
+    gives), each chunk a row group, all cast to the first chunk's schema; ``empty`` is the schema written
+    when no chunk comes (an empty table still has its columns)."""
 
-    def __init__(self, path: Path) -> None:
-        self._path = path
+    def __init__(self, sink: Path | pa.NativeFile, empty: pl.Schema | None = None) -> None:
+        self._sink = sink
+        self._empty = empty
         self._writer: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
+        self.rows = 0
 
     def write(self, frame: pl.DataFrame) -> None:
         table = frame.to_arrow()
         if self._writer is None:
             self._schema = table.schema
-            self._writer = pq.ParquetWriter(self._path, self._schema, compression="zstd")
+            self._writer = pq.ParquetWriter(self._sink, self._schema, compression="zstd")
         else:
             assert self._schema is not None
             table = table.cast(self._schema)
         self._writer.write_table(table)
+        self.rows += frame.height
 
     def close(self) -> None:
+        if self._writer is None and self._empty is not None:
+            self.write(pl.DataFrame(schema=self._empty))
         if self._writer is not None:
             self._writer.close()
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from faithfulness_pipeline.defs.assets import build_assets, build_checks
 from faithfulness_pipeline.defs.calibration import build_calibration_assets, build_calibration_job
-from faithfulness_pipeline.defs.io import WarehouseIOManager
+from faithfulness_pipeline.defs.io import STEP_IO, WarehouseIOManager
 from faithfulness_pipeline.defs.names import LLM_POOL
 from faithfulness_pipeline.defs.partitions import daily_partitions
 from faithfulness_pipeline.defs.resources import (
@@ -31,9 +31,9 @@ from faithfulness_pipeline.defs.resources import (
     JudgeResource,
     LandingResource,
     ScoringResource,
-    WarehouseResource,
 )
 from faithfulness_pipeline.defs.schedules import build_job, build_schedule, build_sensor
+from faithfulness_pipeline.defs.warehouse import WarehouseResource
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.judge import JudgeSettings
@@ -102,8 +102,9 @@ def build_defs(settings: DefsSettings | None = None, executor: dg.ExecutorDefini
             "scoring": settings.scoring,
             "landing": settings.landing,
             "warehouse": settings.warehouse,
-            "calibration": settings.calibration,
             "io_manager": WarehouseIOManager(warehouse=settings.warehouse),
+            STEP_IO: dg.FilesystemIOManager(),
+            "calibration": settings.calibration,
         },
         executor=executor or _executor(),
     )

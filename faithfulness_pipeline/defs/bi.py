@@ -15,7 +15,8 @@ from faithfulness_pipeline.defs.names import (
     REPORT_REVISION,
     SCORED,
 )
-from faithfulness_pipeline.defs.resources import ScoringResource, WarehouseResource
+from faithfulness_pipeline.defs.resources import ScoringResource
+from faithfulness_pipeline.defs.warehouse import WarehouseResource
 
 
 @dg.asset(

@@ -13,6 +13,7 @@ reads them (``core.io``, ``core.combine``).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -166,23 +167,27 @@ def rows_before(
     return int(counted.item() or 0)
 
 
-def load_day(
-    files: list[LandingFile], day: date, timestamp_column: str, undated_day: date | None, timezone: str = "UTC"
-) -> list[tuple[LandingFile, pl.DataFrame]]:
-    """Each file's rows of ``day``, columns as they are in the file (a file without rows that day gives an
-    empty frame, so an empty day still has every column)."""
-    out = []
-    for file in files:
-        try:
-            frame = (
-                _row_days(file, timestamp_column, undated_day, timezone)
-                .filter(pl.col("__fp_day") == day)
-                .drop("__fp_day")
-                .collect()
-            )
-        except _TIMESTAMP_ERRORS as exc:
-            raise _timestamp_error(file.path, timestamp_column, exc) from None
-        except READ_ERRORS as exc:
-            raise read_error(file.path, exc) from None
-        out.append((file, frame))
-    return out
+def day_batches(
+    file: LandingFile, day: date, timestamp_column: str, undated_day: date | None, timezone: str, rows: int
+) -> Iterator[pl.DataFrame]:
+    """The file's rows of ``day`` in chunks of at most ``rows`` rows, columns as they are in the file: read by
+    polars' streaming engine, so a file of any size passes in bounded memory. A file without rows that day
+    gives one empty frame, so an empty day still has every column."""
+    try:
+        frames = (
+            _row_days(file, timestamp_column, undated_day, timezone)
+            .filter(pl.col("__fp_day") == day)
+            .drop("__fp_day")
+            .collect_batches(chunk_size=rows)
+        )
+        empty = True
+        for frame in frames:
+            if frame.height:
+                empty = False
+                yield frame
+        if empty:
+            yield pl.DataFrame(schema=dict(file_schema(file.path)))
+    except _TIMESTAMP_ERRORS as exc:
+        raise _timestamp_error(file.path, timestamp_column, exc) from None
+    except READ_ERRORS as exc:
+        raise read_error(file.path, exc) from None
