@@ -82,7 +82,8 @@ class S3Bucket:
     def uri(self, key: str = "") -> str:
         return f"s3://{self.name}/{key}" if key else f"s3://{self.name}"
 
-    def keys(self) -> list[str]:
+    def objects(self) -> list[str]:
+        """The keys of every object in the bucket (``S3Server.keys``)."""
         return self.server.keys(self.name)
 
 

@@ -143,7 +143,7 @@ def test_an_s3_place_reads_writes_lists_and_deletes(s3: S3Bucket) -> None:
     assert root.child("t").is_dir() and day.mtime_ns() > 0
     assert day.parent().parent() == root.child("t") and Place.of(s3.uri()).parent() == Place.of(s3.uri())
     assert [p.uri for p in root.files(".parquet")] == [s3.uri("wh/t/ds=2026-11-25/data.parquet")]
-    assert s3.keys() == ["wh/t/ds=2026-11-25/data.parquet"]  # no staging object, no folder marker
+    assert s3.objects() == ["wh/t/ds=2026-11-25/data.parquet"]  # no staging object, no folder marker
     local = Path(s3.env["AWS_CONFIG_FILE"]).parent / "copy"
     day.get_file(local)
     assert local.read_bytes() == b"rows"
@@ -159,7 +159,7 @@ def test_an_s3_replace_that_fails_keeps_the_previous_object_and_leaves_nothing(s
     with pytest.raises(RuntimeError):
         _fail_midway(target, b"x" * (6 << 20))  # past one multipart part
     assert target.read_bytes() == b"version 1"
-    assert s3.keys() == ["t/data.parquet"]
+    assert s3.objects() == ["t/data.parquet"]
 
 
 def test_an_s3_reader_sees_the_previous_or_the_new_object_never_part_of_one(s3: S3Bucket) -> None:
@@ -195,7 +195,7 @@ def test_an_s3_reader_sees_the_previous_or_the_new_object_never_part_of_one(s3: 
     assert not errors, errors
     assert target.read_bytes() == payload(5)
     assert len(seen) >= 2  # the reads did overlap the writes
-    assert s3.keys() == ["t/data.parquet"]
+    assert s3.objects() == ["t/data.parquet"]
 
 
 _KILLED_WRITER = """
@@ -233,7 +233,7 @@ def test_a_writer_killed_midway_leaves_the_previous_s3_object(s3: S3Bucket) -> N
     target.write_bytes(b"the previous day")
     _kill_midway(target.uri)
     assert target.read_bytes() == b"the previous day"
-    assert s3.keys() == ["t/ds=2026-11-25/data.parquet"]  # no partial object under any name
+    assert s3.objects() == ["t/ds=2026-11-25/data.parquet"]  # no partial object under any name
     # the upload it had begun is there, unfinished (a bucket lifecycle rule aborts such uploads)
     assert [k.rsplit("/", 1)[-1].startswith(".data.parquet.") for k in s3.server.open_uploads(s3.name)] == [True]
     target.write_bytes(b"the next day")
