@@ -79,7 +79,7 @@ def _check_object(option: str, spec: str, seen: dict[Path | str, str], inputs: s
         raise InputError(f"{option} {place.uri!r} is also an input file: write the output to another path")
     seen[place.uri] = option
     try:
-        if place.parent() is place or place.parent().path == place.path:
+        if place.parent() == place:
             raise InputError(f"{option} {place.uri!r} names a bucket: give an object key, e.g. {place.uri}/out")
         if place.is_dir():
             raise InputError(f"{option} {place.uri!r} is an existing folder: give a file path, e.g. {place.uri}/out")
