@@ -1,7 +1,8 @@
 """What the answer-quality report shows, computed from a scored table (pure polars, no I/O but reading).
 
 The report reads either a warehouse (``<root>/scored_conversations/ds=*/data.parquet``; the day is the
-partition) or a scored table written by ``faithfulness-pipeline score`` (the day is the date of
+partition; local or in an object store, ``core.storage``) or a scored table written by
+``faithfulness-pipeline score`` (a file, folder or glob, local or a URI; the day is the date of
 ``timestamp_column`` in ``timezone``, else of ``scored_at``). Everything else — the per day × model table,
 the distributions, the verdict mix, the worst answers — is derived from the scored rows themselves, so a
 warehouse and a CLI output give the same report for the same rows.
@@ -9,9 +10,8 @@ warehouse and a CLI output give the same report for the same rows.
 
 from __future__ import annotations
 
-import glob
+import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -19,6 +19,7 @@ import polars as pl
 from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.io import resolve_inputs
+from faithfulness_pipeline.core.storage import Place
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 #: Folder names a calibration table may have in a warehouse (issue 16 builds it; the report only shows it).
@@ -48,12 +49,20 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
 
-def _warehouse_files(root: Path, table: str) -> list[str]:
-    return sorted(glob.glob(glob.escape(str(root / table)) + "/ds=*/*.parquet"))
+def _warehouse_files(root: Place, table: str) -> list[Place]:
+    """``<root>/<table>/ds=*/*.parquet``: the table's daily partitions."""
+    folder = root.child(table)
+    return [f for f in folder.files(".parquet")
+            if f.parent().name.startswith("ds=") and f.parent().parent().path == folder.path]
 
 
-def is_warehouse(path: Path) -> bool:
-    return path.is_dir() and (path / "scored_conversations").is_dir()
+def is_warehouse(spec: str | os.PathLike[str] | Place) -> bool:
+    """Whether ``spec`` is a warehouse folder (it has a ``scored_conversations`` table); a glob is none."""
+    text = spec.uri if isinstance(spec, Place) else os.fspath(spec)
+    if any(c in text for c in "*?["):
+        return False
+    root = Place.of(spec)
+    return root.is_dir() and root.child("scored_conversations").is_dir()
 
 
 #: The scored table's columns the report reads (besides the model, language, answer, question and time columns).
@@ -66,7 +75,8 @@ SCORED_NEEDS = (
 
 
 def _read(file: str, wanted: set[str] | None) -> pl.DataFrame:
-    """One Parquet file, only the ``wanted`` columns it has (contexts and other passthrough stay unread)."""
+    """One Parquet file (a path or a URI: polars reads both), only the ``wanted`` columns it has (contexts
+    and other passthrough stay unread)."""
     if wanted is None:
         return pl.read_parquet(file)
     present = [c for c in pl.read_parquet_schema(file) if c in wanted]
@@ -78,20 +88,19 @@ def load_scored(spec: str, *, timestamp_column: str = "created_at", timezone: st
     """The scored rows of a warehouse or a scored table, with a ``day`` (Date) column; with ``columns``,
     only those (and the report's own) are read."""
     wanted = None if columns is None else {*SCORED_NEEDS, *columns, timestamp_column}
-    path = Path(spec)
-    if is_warehouse(path):
-        files = _warehouse_files(path, "scored_conversations")
+    if is_warehouse(spec):
+        files = _warehouse_files(Place.of(spec), "scored_conversations")
         if not files:
             raise InputError(f"warehouse {spec!r} has no scored_conversations partitions yet: materialise them first")
         frames = [
-            _read(f, wanted).with_columns(pl.lit(Path(f).parent.name.removeprefix("ds=")).alias("__ds"))
+            _read(f.uri, wanted).with_columns(pl.lit(f.parent().name.removeprefix("ds=")).alias("__ds"))
             for f in files
         ]
         frame = pl.concat(frames, how="diagonal_relaxed")
         day = pl.col("__ds").str.to_date("%Y-%m-%d", strict=False)
         return frame.with_columns(day.alias(DAY)).drop("__ds")
-    files = resolve_inputs(spec)
-    frame = pl.concat([_read(f, wanted) for f in files], how="diagonal_relaxed")
+    tables = resolve_inputs(spec)
+    frame = pl.concat([_read(f, wanted) for f in tables], how="diagonal_relaxed")
     missing = [c for c in ("row_key", "status", "verdicts", "hallucination_score", "faithfulness_score")
                if c not in frame.columns]
     if missing:
@@ -119,16 +128,19 @@ def day_of(frame: pl.DataFrame, column: str, timezone: str) -> pl.Expr:
     raise InputError(f"column {column!r} holds {dtype}, not a timestamp: name another with --timestamp-col")
 
 
-def load_calibration(spec: str | None, warehouse: Path | None) -> pl.DataFrame | None:
+def load_calibration(spec: str | None, warehouse: Place | None) -> pl.DataFrame | None:
     """The judge's calibration table when one is given or the warehouse has one; None otherwise."""
     if spec:
         return pl.concat([pl.read_parquet(f) for f in resolve_inputs(spec)], how="diagonal_relaxed")
     if warehouse is None:
         return None
     for table in CALIBRATION_TABLES:
-        files = _warehouse_files(warehouse, table) or sorted(str(p) for p in (warehouse / table).glob("*.parquet"))
+        folder = warehouse.child(table)
+        files = _warehouse_files(warehouse, table) or [
+            f for f in folder.files(".parquet") if f.parent().path == folder.path
+        ]
         if files:
-            return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+            return pl.concat([pl.read_parquet(f.uri) for f in files], how="diagonal_relaxed")
     return None
 
 
