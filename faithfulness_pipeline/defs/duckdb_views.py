@@ -28,6 +28,10 @@ Queries (from the warehouse folder: ``duckdb answer_quality.duckdb``)::
     SELECT day, model, answers, hallucination_mean, hallucination_p90, over_threshold_share, billed_cost_usd
     FROM daily_answer_quality ORDER BY day, model;
 
+    -- the passages an answer was judged against live in raw_conversations (the scored table leaves them there)
+    SELECT s.row_key, s.hallucination_score, r.context FROM scored_conversations s
+    JOIN raw_conversations r USING (row_key, day) WHERE s.status = 'ok' ORDER BY s.hallucination_score DESC;
+
     -- contradicted claims with the judge's reason and evidence: no join needed
     SELECT day, model, conversation_id, claim, reason, evidence FROM claim_table WHERE verdict = 'contradicted';
 """
@@ -46,7 +50,7 @@ if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection
 
 #: The tables exposed as views, in the order they are created.
-BI_TABLES = ("scored_conversations", "claim_table", "daily_answer_quality")
+BI_TABLES = ("scored_conversations", "claim_table", "daily_answer_quality", "raw_conversations")
 
 
 def _quote(text: str) -> str:

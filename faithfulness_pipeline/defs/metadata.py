@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -10,6 +9,7 @@ import polars as pl
 
 from faithfulness_pipeline.core.descriptions import describe
 from faithfulness_pipeline.core.port import JudgeStats
+from faithfulness_pipeline.core.storage import Place
 
 if TYPE_CHECKING:
     from faithfulness_pipeline.report import Headline
@@ -184,12 +184,12 @@ def aggregates_md(table: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def report_metadata(path: Path, top: Headline, threshold: float) -> dict[str, Any]:
+def report_metadata(place: Place, top: Headline, threshold: float) -> dict[str, Any]:
     """The report's file (a link in the UI) and its headline numbers, as values and as a preview."""
     rows = [f"| {label} | {_cell(value, 80)} |" for label, value in top.items(threshold)]
     meta: dict[str, Any] = {
-        "path": dg.MetadataValue.path(str(path)),
-        "size_bytes": path.stat().st_size,
+        "path": dg.MetadataValue.path(place.uri),
+        "size_bytes": place.size(),
         "period": top.period,
         "judges": top.judges,
         "answers": top.answers,

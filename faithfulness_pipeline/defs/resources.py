@@ -13,6 +13,7 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, Field, ValidationError
 
+from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.defs.warehouse import WarehouseResource  # a resource like these, in a module of its own
 from faithfulness_pipeline.judging.factory import make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
@@ -44,6 +45,12 @@ class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[typ
         unless one is set)."""
         values = {name: getattr(self, name) for name in JudgeSettings.model_fields}
         if self.model is not None and values["store"] is None:
+            if default_store is None:  # the warehouse is in an object store: no SQLite file beside it
+                raise ConfigError(
+                    "the LLM judge keeps its results in a store, and the warehouse is in an object store, which "
+                    "cannot hold the default SQLite file: set FP_JUDGE_STORE (judge.store) to a postgresql:// URL "
+                    "the workers share, or a local path"
+                )
             values["store"] = default_store
         return JudgeSettings(**values)
 

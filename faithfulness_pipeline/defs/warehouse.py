@@ -77,16 +77,11 @@ class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ig
     def place(self) -> Place:
         return Place.of(self.root)
 
-    def judge_store(self) -> str:
-        """The result store of the LLM judge when none is set: a SQLite file in a local warehouse. An object
-        store holds no SQLite file: there the store must be set (a postgresql:// URL or a local path)."""
+    def judge_store(self) -> str | None:
+        """The result store of the LLM judge when none is set: a SQLite file in a local warehouse; None for a
+        warehouse in an object store, which holds no SQLite file (``JudgeResource.settings`` then asks for one)."""
         root = self.place()
-        if root.remote:
-            raise ConfigError(
-                f"the warehouse {root.uri} is in an object store, which cannot hold the judge's SQLite result store: "
-                "set FP_JUDGE_STORE (judge.store) to a postgresql:// URL the workers share, or a local path"
-            )
-        return str(root.local_path() / "_judge_store.sqlite")
+        return None if root.remote else str(root.local_path() / "_judge_store.sqlite")
 
     def staging(self, run_id: str, partition_key: str, name: str) -> Staged:
         """A file of a run's own, beside the tables (``<root>/_staging/<run>/<day>/<name>``), for what its steps

@@ -12,7 +12,14 @@ import os
 from pathlib import Path
 
 from faithfulness_pipeline.core.storage import Place, is_remote
-from faithfulness_pipeline.report.data import ReportData, is_warehouse, load_calibration, load_scored, summarise
+from faithfulness_pipeline.report.data import (
+    ReportData,
+    is_warehouse,
+    load_calibration,
+    load_scored,
+    summarise,
+    verdicts_of,
+)
 from faithfulness_pipeline.report.render import Headline, headline, render_html, write_report
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
@@ -37,7 +44,8 @@ def build_report_to(
                          columns=(scoring.model_column, scoring.output_column, scoring.input_column, "language"))
     warehouse = Place.of(source) if is_warehouse(source) else None
     data = summarise(scored, source=source, scoring=scoring, worst=worst,
-                     calibration=load_calibration(calibration, warehouse))
+                     calibration=load_calibration(calibration, warehouse),
+                     full_verdicts=lambda keys: verdicts_of(source, keys))
     return write_report(data, target, baseline_judges=baseline_judges), data
 
 

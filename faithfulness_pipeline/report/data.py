@@ -11,6 +11,7 @@ warehouse and a CLI output give the same report for the same rows.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,13 +75,36 @@ SCORED_NEEDS = (
 )
 
 
+#: What the report keeps of every claim of every row: the verdict and the hedge (for the verdict mix). The
+#: claims, reasons and evidence passages are read only for the worst answers it shows (:func:`verdicts_of`):
+#: a day of a million answers holds some gigabytes of them.
+_LIGHT_VERDICTS = pl.col("verdicts").list.eval(
+    pl.struct(pl.element().struct.field("verdict"), pl.element().struct.field("speculative"))
+)
+
+
 def _read(file: str, wanted: set[str] | None) -> pl.DataFrame:
     """One Parquet file (a path or a URI: polars reads both), only the ``wanted`` columns it has (contexts
-    and other passthrough stay unread)."""
+    and other passthrough stay unread), with the light verdicts when ``wanted`` names the columns."""
     if wanted is None:
         return pl.read_parquet(file)
-    present = [c for c in pl.read_parquet_schema(file) if c in wanted]
-    return pl.read_parquet(file, columns=present)
+    lazy = pl.scan_parquet(file)
+    present = [c for c in lazy.collect_schema().names() if c in wanted]
+    return lazy.select(_LIGHT_VERDICTS.alias(c) if c == "verdicts" else pl.col(c) for c in present).collect()
+
+
+def verdicts_of(spec: str, row_keys: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The full verdicts (claim, reason, evidence) of these rows of a warehouse or scored table."""
+    if not row_keys:
+        return {}
+    files = ([f.uri for f in _warehouse_files(Place.of(spec), "scored_conversations")] if is_warehouse(spec)
+             else resolve_inputs(spec))
+    found: dict[str, list[dict[str, Any]]] = {}
+    for file in files:
+        rows = pl.scan_parquet(file).filter(pl.col("row_key").is_in(row_keys)).select("row_key", "verdicts").collect()
+        for key, verdicts in rows.iter_rows():
+            found.setdefault(key, verdicts or [])
+    return found
 
 
 def load_scored(spec: str, *, timestamp_column: str = "created_at", timezone: str = "UTC",
@@ -169,7 +193,8 @@ def _language(frame: pl.DataFrame, column: str, answer_column: str) -> pl.Expr:
 
 
 def _worst(scored: pl.DataFrame, limit: int, *, model_column: str, answer_column: str, question_column: str,
-           language: pl.Expr) -> list[dict[str, Any]]:
+           language: pl.Expr, full: Callable[[list[str]], dict[str, list[dict[str, Any]]]] | None = None,
+           ) -> list[dict[str, Any]]:
     ranked = scored.filter(pl.col("hallucination_score").is_not_null()).sort(
         ["hallucination_score", "faithfulness_score", "row_key"], descending=[True, False, False], nulls_last=True
     ).head(limit)
@@ -182,6 +207,10 @@ def _worst(scored: pl.DataFrame, limit: int, *, model_column: str, answer_column
         text(question_column).alias("question"), text(answer_column).alias("answer"),
         "hallucination_score", "faithfulness_score", "verdicts",
     ).to_dicts()
+    if full is not None:  # the table holds the light verdicts: the worst rows' full ones are read now
+        complete = full([row["row_key"] for row in rows])
+        for row in rows:
+            row["verdicts"] = complete.get(row["row_key"], [])
     for row in rows:
         claims = []
         for verdict in row.pop("verdicts") or []:
@@ -200,6 +229,7 @@ def summarise(
     language_column: str = "language",
     worst: int = 20,
     calibration: pl.DataFrame | None = None,
+    full_verdicts: Callable[[list[str]], dict[str, list[dict[str, Any]]]] | None = None,
 ) -> ReportData:
     """Reduce a scored table (with a ``day`` column) to what the report draws; ``scoring`` names its columns,
     the hallucination threshold and the scale."""
@@ -233,7 +263,7 @@ def summarise(
         verdict_mix=mix,
         claims_per_answer=per_answer,
         worst=_worst(scored, worst, model_column=model_column, answer_column=answer_column,
-                     question_column=scoring.input_column, language=language),
+                     question_column=scoring.input_column, language=language, full=full_verdicts),
         judges=[(str(m), str(p), int(n)) for m, p, n in judges],
         threshold=threshold,
         scale=scoring.scale,

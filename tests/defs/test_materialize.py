@@ -95,7 +95,7 @@ def test_duckdb_views_answer_bi_queries(built: Built) -> None:
     con = _bi(lake.warehouse)
     try:
         views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-        assert views == {"scored_conversations", "claim_table", "daily_answer_quality"}
+        assert views == {"scored_conversations", "claim_table", "daily_answer_quality", "raw_conversations"}
         per_day = con.execute(
             "SELECT CAST(day AS VARCHAR), count(*) FROM scored_conversations GROUP BY day ORDER BY day"
         ).fetchall()
@@ -115,6 +115,12 @@ def test_duckdb_views_answer_bi_queries(built: Built) -> None:
         ).fetchone()
         assert joined == (0,)
         assert con.execute("SELECT count(*) FROM claim_table WHERE model IS NULL OR day IS NULL").fetchone() == (0,)
+        # the passages stay in raw_conversations: a join by row key and day finds every scored answer's
+        with_context = con.execute(
+            "SELECT count(*) FROM scored_conversations s JOIN raw_conversations r USING (row_key, day) "
+            "WHERE r.context IS NOT NULL OR r.messages IS NOT NULL"
+        ).fetchone()
+        assert with_context == (26,)
         # one day column per view, a DATE
         for view in sorted(views):
             types = dict(con.execute(f"SELECT column_name, data_type FROM duckdb_columns() "
