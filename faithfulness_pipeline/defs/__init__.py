@@ -81,10 +81,16 @@ def _given(settings: BaseModel) -> dict[str, Any]:
     return settings.model_dump(exclude_defaults=True)
 
 
-def build_defs(settings: DefsSettings | None = None, executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
+def build_defs(
+    settings: DefsSettings | None = None,
+    executor: dg.ExecutorDefinition | None = None,
+    step_io_manager: dg.ConfigurableIOManager | None = None,
+) -> dg.Definitions:
     """The code location. ``executor`` replaces the local multiprocess executor, e.g. with
     ``dagster_k8s.k8s_job_executor`` or ``dagster_celery.celery_executor`` (one pod / Celery task per step;
-    the ``llm_judge`` pool still bounds the LLM steps, counted in the shared instance database)."""
+    the ``llm_judge`` pool still bounds the LLM steps, counted in the shared instance database).
+    ``step_io_manager`` replaces the local filesystem IO manager of what steps hand each other (a shard's
+    summary) with one every pod sees, e.g. ``dagster_aws.s3.S3PickleIOManager``."""
     settings = settings or DefsSettings()
     partitions = daily_partitions(settings.partitions_start, settings.landing.zone())
     model, prompt_version = settings.judge.identity()
@@ -103,7 +109,7 @@ def build_defs(settings: DefsSettings | None = None, executor: dg.ExecutorDefini
             "landing": settings.landing,
             "warehouse": settings.warehouse,
             "io_manager": WarehouseIOManager(warehouse=settings.warehouse),
-            STEP_IO: dg.FilesystemIOManager(),
+            STEP_IO: step_io_manager or dg.FilesystemIOManager(),
             "calibration": settings.calibration,
         },
         executor=executor or _executor(),

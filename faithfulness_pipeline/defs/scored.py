@@ -159,7 +159,9 @@ def _judged_chunks(warehouse: WarehouseResource, day: str, rows: int) -> Iterato
                 and r.get_column(S.ROW_KEY).equals(v.get_column(S.ROW_KEY))):
             raise RuntimeError(f"the tables of {day} do not hold the same rows in the same order: materialise "
                                f"{CLAIMS} and {VERDICTS} again")
-        usage = [(c.get_column(n) + v.get_column(n)).alias(n) for n in S.USAGE_COLUMNS]
+        # judged_claims of the former layout carried every column and both steps' usage summed already
+        former = S.CLAIMS in v.columns
+        usage = [(v.get_column(n) if former else c.get_column(n) + v.get_column(n)).alias(n) for n in S.USAGE_COLUMNS]
         legacy = [n for n in LEGACY_JUDGE_COLUMNS if n in r.columns]
         yield r.drop(legacy).with_columns(
             c.get_column(S.CLAIMS), v.get_column(S.ERROR), v.get_column(S.VERDICTS),
