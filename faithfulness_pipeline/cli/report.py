@@ -21,7 +21,8 @@ from faithfulness_pipeline.settings.derive import from_env, settings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 #: The scoring settings the report uses (which columns hold what; the threshold and scale of the scores).
-REPORT_SETTINGS = ("model_column", "output_column", "input_column", "hallucination_threshold", "scale")
+REPORT_SETTINGS = ("model_column", "output_column", "input_column", "hallucination_threshold", "scale",
+                   "max_zero_claim_share")
 #: The day boundary's time zone for a scored table's timestamps (the Dagster layer reads the same variable).
 TIMEZONE_ENV = "FP_TIMEZONE"
 

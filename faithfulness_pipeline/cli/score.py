@@ -191,7 +191,8 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
                                report=None if quiet else lambda line: click.echo(line, err=True))
             freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
             progress = Progress(total, enabled=not quiet)
-            summary = Summary(model_column=scoring.model_column, threshold=scoring.hallucination_threshold)
+            summary = Summary(model_column=scoring.model_column, answer_column=scoring.output_column,
+                              threshold=scoring.hallucination_threshold)
             try:
                 given = {option: path for option, path in outputs.items() if path}
                 asyncio.run(_run(paths, chunks, out_schema, judge, config, given, progress, summary))
@@ -209,4 +210,5 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             sys.exit(128 + (signal.SIGTERM if terminated() else signal.SIGINT))
         if not quiet:
             written = [output] + [p for p in (claims_out, mastra_out) if p]
-            click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate), err=True)
+            click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate,
+                                      scoring.max_zero_claim_share), err=True)

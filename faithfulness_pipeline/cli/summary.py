@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from faithfulness_pipeline.core.claimless import Claimless, count_claimless
 from faithfulness_pipeline.core.money import dollars
 from faithfulness_pipeline.core.port import Judge
 from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
@@ -16,6 +17,7 @@ class Summary:
     """What the run's summary says, added up chunk by chunk: the scored table itself is never held."""
 
     model_column: str = "model"  # per-model lines when the input has this column
+    answer_column: str = "output"  # the judged answer (chat input gets it too), for the no-claims warning
     threshold: float = 0.5  # hallucination scores above it count as hallucinating
     rows: int = 0
     ok: int = 0
@@ -35,6 +37,7 @@ class Summary:
     billed_cost_usd: float | None = 0.0
     by_source: dict[str, int] = field(default_factory=dict)
     first_errors: list[str] = field(default_factory=list)
+    claimless: Claimless = field(default_factory=Claimless)
 
     def add(self, scored: pl.DataFrame) -> None:
         self.rows += scored.height
@@ -42,6 +45,7 @@ class Summary:
         self.ok += ok.height
         self.errors += scored.height - ok.height
         self.zero_claim_rows += ok.filter(pl.col("n_claims") == 0).height
+        self.claimless += count_claimless(scored, self.answer_column)
         with_scores = ok.filter(pl.col("hallucination_score").is_not_null())
         self.scored_rows += with_scores.height
         self.hallucination_sum += float(with_scores.get_column("hallucination_score").sum())
@@ -74,7 +78,10 @@ class Summary:
                 if len(self.first_errors) < 3:
                     self.first_errors.append(f"{key}: {error}")
 
-    def render(self, elapsed: float, outputs: list[str], judge: Judge, max_error_rate: float = 1.0) -> str:
+    def render(
+        self, elapsed: float, outputs: list[str], judge: Judge, max_error_rate: float = 1.0,
+        max_zero_claim_share: float = 1.0,
+    ) -> str:
         def mean(total: float, n: int | None = None) -> str:
             n = self.scored_rows if n is None else n
             return f"{total / n:.3f}" if n else "n/a"
@@ -100,6 +107,8 @@ class Summary:
         if self.rows and self.errors / self.rows > max_error_rate:
             lines.append(f"  warning: {self.errors / self.rows:.1%} of the rows are errors, more than max_error_rate "
                          f"{max_error_rate:g}")
+        if (claimless := self.claimless.warning(max_zero_claim_share)) is not None:
+            lines.append(f"  warning: {claimless}")
         lines += [f"  error: {e}" for e in self.first_errors]
         lines += [f"  wrote {path}" for path in outputs]
         return "\n".join(lines)

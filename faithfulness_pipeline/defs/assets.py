@@ -49,5 +49,6 @@ def build_checks(partitions: dg.PartitionsDefinition[str]) -> list[dg.AssetCheck
             checks.aggregates_preserved_check(DAILY, SCORED, partitions),
             checks.scores_in_range_check(SCORED, partitions),
             checks.error_rate_check(SCORED, partitions),
+            checks.claims_found_check(SCORED, partitions),
             checks.offline_fallback_check(SCORED, partitions),
         ]

@@ -4,8 +4,9 @@
   when every landing file's own schema is at hand) and are *blocking*: a failure stops the LLM steps
   of the run, so a bad delivery costs nothing.
 - every later asset: ``no_rows_lost`` compares its rows with its upstream partition.
-- ``scored_conversations``: ``scores_in_range``, ``error_rate`` and ``llm_judge_used`` (a WARN when the rows were
-  scored by the offline baseline because no model is set).
+- ``scored_conversations``: ``scores_in_range``, ``error_rate``, ``llm_judge_used`` (a WARN when the rows were
+  scored by the offline baseline because no model is set) and ``claims_found`` (a WARN when too many answers of
+  a sentence or more came back without a claim: their 0 scores read as perfect).
 
 The later checks read the stored partitions (footers and lazy scans: no whole day in memory), so they can be
 re-run on their own from the UI.
@@ -19,6 +20,7 @@ import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.claimless import MIN_WORDS, count_claimless
 from faithfulness_pipeline.core.combine import column_types
 from faithfulness_pipeline.defs.landing import LandingFile
 from faithfulness_pipeline.defs.resources import ScoringResource
@@ -34,6 +36,7 @@ NO_ROWS_LOST = "no_rows_lost"
 SCORES_IN_RANGE = "scores_in_range"
 ERROR_RATE = "error_rate"
 LLM_JUDGE_USED = "llm_judge_used"
+CLAIMS_FOUND = "claims_found"
 
 
 def input_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
@@ -369,6 +372,38 @@ def offline_fallback_check(asset: str, partitions: dg.PartitionsDefinition[str])
             metadata={"offline_rows": offline, "rows": rows, "reason": OFFLINE_FALLBACK_NOTE},
             description=f"{offline} of {rows} row(s) scored by the offline baseline judge: no model is set "
             f"(FP_JUDGE_MODEL); see the reason in the metadata" if offline else None,
+        )
+
+    return _check
+
+
+def claims_found_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg.AssetChecksDefinition:
+    """A judge that extracts no claims scores every answer 0, the best score there is: warn where people look."""
+
+    @dg.asset_check(
+        asset=asset,
+        name=CLAIMS_FOUND,
+        partitions_def=partitions,
+        description=f"At most max_zero_claim_share (scoring resource) of the ok answers of {MIN_WORDS}+ words came "
+        "back without a claim. Warns only: such answers score 0, which reads as perfect, so a judge that "
+        "extracts nothing would otherwise go unnoticed.",
+    )
+    def _check(
+        context: dg.AssetCheckExecutionContext, scoring: ScoringResource, warehouse: WarehouseResource
+    ) -> dg.AssetCheckResult:
+        found = count_claimless(warehouse.scan(asset, [context.partition_key]), scoring.output_column)
+        limit = scoring.max_zero_claim_share
+        return dg.AssetCheckResult(
+            passed=not found.too_many(limit),
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={
+                "long_answers": found.long_answers,
+                "long_answers_without_claims": found.without_claims,
+                "share": found.share,
+                "max_zero_claim_share": limit,
+                "min_words": MIN_WORDS,
+            },
+            description=found.warning(limit),
         )
 
     return _check

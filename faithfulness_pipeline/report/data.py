@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from faithfulness_pipeline.core.aggregates import daily_aggregates
+from faithfulness_pipeline.core.claimless import count_claimless
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.io import resolve_inputs
 from faithfulness_pipeline.core.storage import Place
@@ -47,7 +48,7 @@ class ReportData:
     threshold: float
     scale: float
     calibration: pl.DataFrame | None = None
-    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # one line each, shown above the numbers
 
 
 def _warehouse_files(root: Place, table: str) -> list[Place]:
@@ -268,4 +269,5 @@ def summarise(
         threshold=threshold,
         scale=scoring.scale,
         calibration=calibration,
+        warnings=[w for w in [count_claimless(scored, answer_column).warning(scoring.max_zero_claim_share)] if w],
     )

@@ -140,6 +140,7 @@ def render_html(data: ReportData, *, baseline_judges: frozenset[str] = frozenset
         generated=when.strftime("%Y-%m-%d %H:%M UTC"),
         judges=data.judges,
         baseline=sorted({m for m, _, _ in data.judges} & baseline_judges),
+        warnings=data.warnings,
         headline=top.items(data.threshold),
         charts={name: Markup(svg) for name, svg in figures.items()},  # drawn here; matplotlib escaped its text
         daily_labels=[label for label, _ in _DAILY],

@@ -58,6 +58,11 @@ class ScoringSettings(BaseModel):
         default=0.05, ge=0, le=1,
         description="largest share of error rows before the error-rate check fails (Dagster) or the summary warns",
     )
+    max_zero_claim_share: float = Field(
+        default=0.5, ge=0, le=1,
+        description="largest share of ok answers of 8+ words with no claims before the summary, the report and "
+        "the claims_found check (Dagster) warn: a judge that extracts nothing scores every answer 0",
+    )
 
     def columns(self) -> ColumnMap:
         return ColumnMap(

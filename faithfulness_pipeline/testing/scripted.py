@@ -18,7 +18,8 @@ Misbehaviour on purpose, to test salvage: ``misbehave`` maps a marker to a mode;
 (extraction) or claims (verdicts) contain the marker is answered wrongly the first ``times`` times it is
 seen. Modes: ``drop`` (left out of the reply), ``invent`` (answered under an id nobody asked for),
 ``wrong_count`` (one verdict too few; extraction: an empty claim), ``bad_code`` (an invalid code;
-extraction: a sentence number that does not exist).
+extraction: a sentence number that does not exist). ``extracts_nothing=True`` answers every extraction with
+no claims, as a small model was seen to do for every answer.
 
 Every request is recorded in ``calls`` (step and the items' texts) for assertions.
 """
@@ -106,6 +107,7 @@ class ScriptedJudge:
         rewrites: Mapping[str, Sequence[str]] | None = None,
         grounded: bool = False,
         write_out_rate: float = 0.0,
+        extracts_nothing: bool = False,
     ) -> None:
         self.codes = dict(codes) if codes else None
         self.misbehave = dict(misbehave or {})
@@ -113,6 +115,7 @@ class ScriptedJudge:
         self.rewrites = {k: list(v) for k, v in (rewrites or {}).items()}
         self.grounded = grounded
         self.write_out_rate = write_out_rate
+        self.extracts_nothing = extracts_nothing
         self.calls: list[ScriptedCall] = []
         self._done: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
@@ -154,6 +157,8 @@ class ScriptedJudge:
 
     def _claims(self, sentences: list[str]) -> list[Any]:
         out: list[Any] = []
+        if self.extracts_nothing:
+            return out
         for n, sentence in enumerate(sentences, start=1):
             if sentence in self.rewrites:
                 out.extend(self.rewrites[sentence])

@@ -169,3 +169,19 @@ def test_a_dry_run_needs_no_key(server: FakeLLMServer, tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
         assert "dry run with openai/gpt-4o-mini" in result.stdout and "estimated cost, interactive: $" in result.stdout
     assert server.stats().requests == 0 and not (tmp_path / "o.parquet").exists()
+
+
+def test_a_judge_that_extracts_nothing_is_a_warning_not_a_perfect_score(tmp_path: Path) -> None:
+    src = tmp_path / "in.parquet"
+    _rows(30).write_parquet(src)
+    with FakeLLMServer(ScriptedJudge(extracts_nothing=True), api_key=CANARY) as quiet:
+        run = _run(_cli(quiet, src, tmp_path / "out.parquet"))
+        assert run.returncode == 0, run.stderr
+        scored = pl.read_parquet(tmp_path / "out.parquet")
+        assert scored.get_column("n_claims").to_list() == [0] * 30  # every answer "perfect"...
+        assert "warning: 30 of 30 answers of 8+ words (100%) came back with no claims" in run.stderr  # ...said so
+        loose = _run(_cli(quiet, src, tmp_path / "loose.parquet", "--max-zero-claim-share", "1"))
+        assert loose.returncode == 0 and "no claims, more than" not in loose.stderr
+    with FakeLLMServer(ScriptedJudge(), api_key=CANARY) as normal:
+        run = _run(_cli(normal, src, tmp_path / "normal.parquet"))
+    assert run.returncode == 0 and "no claims, more than" not in run.stderr

@@ -178,3 +178,27 @@ def test_a_day_in_four_shards_scores_and_bills_as_one_step(
         tables[shards] = scored.select("row_key", "claims", "verdicts", "hallucination_score", "faithfulness_score",
                                        "status")
     assert tables[4].equals(tables[1])
+
+
+def test_a_day_whose_judge_extracts_nothing_warns_on_the_scored_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instance: dg.DagsterInstance
+) -> None:
+    monkeypatch.setenv(KEY_ENV, CANARY)
+    with FakeLLMServer(ScriptedResponder(extracts_nothing=True)) as srv:
+        settings = DefsSettings.from_env({
+            "FP_JUDGE_MODEL": "openai/fake-judge", "FP_JUDGE_API_BASE": srv.base_url, "FP_JUDGE_API_KEY_ENV": KEY_ENV,
+            "FP_LANDING": str(SAMPLE), "FP_WAREHOUSE": str(tmp_path / "warehouse"),
+        })
+        defs = build_defs(settings)
+        result = dg.materialize([*(defs.assets or []), *(defs.asset_checks or [])], partition_key=DAY,  # type: ignore[arg-type]
+                                instance=instance, resources=defs.resources,
+                                selection=dg.AssetSelection.groups("answer_quality"))
+    assert result.success  # a warning, not a failed run: the scores are still written
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    found = evaluations["claims_found"]
+    assert not found.passed and found.severity == dg.AssetCheckSeverity.WARN
+    meta = {k: getattr(v, "value", v) for k, v in found.metadata.items()}
+    long_answers = meta["long_answers"]
+    assert isinstance(long_answers, int) and long_answers > 0 and meta["long_answers_without_claims"] == long_answers
+    assert found.description is not None and "came back with no claims" in found.description
+    assert all(e.passed for name, e in evaluations.items() if name not in ("claims_found",))

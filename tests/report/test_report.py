@@ -170,3 +170,21 @@ def test_a_table_without_scores_still_gives_a_page(tmp_path: Path, case: str) ->
     assert html.count("<svg ") == 4 and data.worst == [] and "No scored answers." in html
     errors = 0 if case == "empty" else golden.height
     assert f'<div class="value">{errors}</div><div class="label">error rows</div>' in html
+
+
+def test_a_table_whose_long_answers_have_no_claims_is_flagged(tmp_path: Path) -> None:
+    golden = pl.read_parquet(GOLDEN)
+    clean, _ = build_report(str(GOLDEN), tmp_path / "clean.html", baseline_judges=OFFLINE)
+    assert "judge-warning" not in clean.read_text(encoding="utf-8")
+    # the same rows as a judge that extracted nothing would leave them: no claims, both scores 0
+    silent = golden.with_columns(
+        pl.lit([], dtype=golden.schema["claims"]).alias("claims"),
+        pl.lit([], dtype=golden.schema["verdicts"]).alias("verdicts"),
+        *[pl.lit(0, dtype=pl.Int32).alias(c) for c in ("n_claims", "n_supported", "n_contradicted",
+                                                        "n_unsupported", "n_speculative")],
+    )
+    silent.write_parquet(tmp_path / "silent.parquet")
+    path, data = build_report(str(tmp_path / "silent.parquet"), tmp_path / "silent.html", baseline_judges=OFFLINE)
+    assert len(data.warnings) == 1 and "came back with no claims" in data.warnings[0]
+    text = "".join(parse(path.read_text(encoding="utf-8")).text)
+    assert "came back with no claims" in text and "max_zero_claim_share 0.5" in text
