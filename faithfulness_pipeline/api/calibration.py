@@ -64,9 +64,10 @@ def read_claim_labels(calibration: CalibrationSettings) -> pl.DataFrame | None:
     return read_table(calibration.claim_labelled) if calibration.claim_labelled else None
 
 
-def read_table(spec: str) -> pl.DataFrame:
-    """Every row of a Parquet file, folder or glob (files must share one schema)."""
-    return read_all(spec)
+def read_table(spec: str, text: frozenset[str] = frozenset()) -> pl.DataFrame:
+    """Every row of a Parquet file, folder or glob (files must share one schema); ``text`` names CSV
+    columns read as text (the row key's)."""
+    return read_all(spec, text)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from faithfulness_pipeline.cli.options import resolve_settings, setting_options
+from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.judge import JudgeSettings
@@ -23,6 +24,7 @@ from faithfulness_pipeline.settings.scoring import ScoringSettings
 @click.option("-o", "--output", default=None, help="Write the calibration table (Parquet).")
 @click.option("--disagreements-out", default=None, help="Write the rows where the judges disagree (Parquet).")
 @setting_options(JudgeSettings, ScoringSettings, CalibrationSettings)
+@unfailing_streams()
 def calibrate(scored_specs: tuple[str, ...], output: str | None, disagreements_out: str | None,
               **options: Any) -> None:
     """How far the judge agrees with people: score --labelled rows (or take --scored tables) and compare.
@@ -34,8 +36,9 @@ def calibrate(scored_specs: tuple[str, ...], output: str | None, disagreements_o
     try:
         judge_settings, scoring = resolve_settings(options, os.environ)
         calibration = cal.calibration_settings(options, os.environ)
-        labelled = cal.read_table(str(calibration.labelled))
-        scored = [(spec, cal.read_table(spec)) for spec in scored_specs]
+        text = scoring.columns().key_columns()
+        labelled = cal.read_table(str(calibration.labelled), text)
+        scored = [(spec, cal.read_table(spec, text)) for spec in scored_specs]
         result = cal.run(labelled, scored, scoring, calibration, judge_settings, cal.read_claim_labels(calibration))
         for frame, path in ((result.table, output), (result.disagreements, disagreements_out)):
             if path:

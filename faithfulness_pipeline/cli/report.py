@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
 from faithfulness_pipeline.core.storage import StorageError, describe
 from faithfulness_pipeline.settings.derive import from_env, settings
@@ -48,6 +49,7 @@ def _options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--worst", default=20, show_default=True, type=click.IntRange(0, 1000),
               help="How many of the worst answers to show with their claims.")
 @_options
+@unfailing_streams()
 def report(source: str, output: str, calibration: str | None, timestamp_col: str, timezone: str | None,
            worst: int, **options: Any) -> None:
     """Write the answer-quality report of a warehouse folder or a scored table (Parquet file, folder or glob),

@@ -22,14 +22,22 @@ from faithfulness_pipeline.cli.options import resolve_settings, setting_options
 from faithfulness_pipeline.cli.process import freeze_loaded_objects
 from faithfulness_pipeline.cli.progress import Progress
 from faithfulness_pipeline.cli.sigterm import sigterm_as_interrupt, terminated
+from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.cli.summary import Summary
 from faithfulness_pipeline.core.combine import conform
 from faithfulness_pipeline.core.config import ContextHook, ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
-from faithfulness_pipeline.core.io import ParquetChunkWriter, count_rows, file_schema, iter_chunks, resolve_inputs
+from faithfulness_pipeline.core.io import (
+    ParquetChunkWriter,
+    count_rows,
+    file_schema,
+    input_arrow_types,
+    iter_chunks,
+    resolve_inputs,
+)
 from faithfulness_pipeline.core.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
-from faithfulness_pipeline.core.pipeline import score_chunks, scored_schema, spilled_rows
+from faithfulness_pipeline.core.pipeline import check_inputs, score_chunks, scored_schema, spilled_rows
 from faithfulness_pipeline.judging.dryrun import estimate_cost
 from faithfulness_pipeline.judging.factory import check_key, make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
@@ -52,10 +60,29 @@ def _load_hook(spec: str) -> ContextHook:
     return result
 
 
+def _read_context_file(file: str) -> str:
+    """The text of ``--context-file``; a file that is not there, not a file or not UTF-8 is one line."""
+    try:
+        data = Path(file).read_bytes()
+    except IsADirectoryError:
+        raise ConfigError(f"--context-file {file!r} is a folder: give a file holding a JSON list of strings or "
+                          f"plain text") from None
+    except FileNotFoundError:
+        raise ConfigError(f"--context-file {file!r} does not exist: give the path of a file holding a JSON list of "
+                          f"strings or plain text") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read --context-file {file!r}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8-sig")  # a byte-order mark is no part of the text
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--context-file {file!r} is not UTF-8 text (byte {exc.start}): re-encode it as UTF-8, "
+                          f"then run again") from None
+
+
 def _static_context(texts: tuple[str, ...], file: str | None) -> tuple[str, ...] | None:
     passages = list(texts)
     if file is not None:
-        raw = Path(file).read_text(encoding="utf-8")
+        raw = _read_context_file(file)
         try:
             loaded = json.loads(raw)
         except ValueError:
@@ -80,14 +107,15 @@ async def _run(
     path: ``-o`` and optionally ``--claims-out``, ``--mastra-out``), which appear together when the run is
     complete, or not at all. A judge that answers the whole run in bulk (batch mode) reads ``paths`` first."""
     with committed_together(outputs) as tmps, ExitStack() as stack:
-        scored_writer = ParquetChunkWriter(tmps["-o"])
+        scored_writer = ParquetChunkWriter(tmps["-o"], arrow_types=input_arrow_types(paths))
         claims_writer = ParquetChunkWriter(tmps["--claims-out"]) if "--claims-out" in tmps else None
         mastra_handle = (
             stack.enter_context(open(tmps["--mastra-out"], "w", encoding="utf-8")) if "--mastra-out" in tmps else None
         )
         wrote_any = False
         try:
-            with spilled_rows(lambda: iter_chunks(paths, config.chunk_rows), config) as rows:
+            text = config.columns.key_columns()
+            with spilled_rows(lambda: iter_chunks(paths, config.chunk_rows, text), config) as rows:
                 await judge.prepay(rows)
             async for chunk in score_chunks(chunks, judge.judging(), config, progress):
                 wrote_any = True
@@ -155,7 +183,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
     Every setting can also be given by its environment variable; a flag beats the variable.
     """
     started = time.monotonic()
-    with sigterm_as_interrupt():
+    with unfailing_streams(), sigterm_as_interrupt():
         try:
             if batch:
                 if options.get("mode") not in (None, "batch"):
@@ -174,7 +202,8 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             )
             paths = resolve_inputs(input_spec)
             # Every file's columns are validated before any call is paid for.
-            out_schema = scored_schema([(p, file_schema(p)) for p in paths], config)
+            text = config.columns.key_columns()
+            out_schema = scored_schema([(p, file_schema(p, text)) for p in paths], config)
             if dry_run:  # a dry run sends nothing, so it needs no key and writes nothing
                 judge = make_judge(judge_settings, need_key=False)
                 freeze_loaded_objects()
@@ -185,8 +214,12 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             # So do outputs that could not be written, or would overwrite each other or an input.
             outputs = {"-o": output, "--claims-out": claims_out, "--mastra-out": mastra_out}
             check_outputs(outputs, paths)
-            total = count_rows(paths)
-            chunks = _read_ahead(iter_chunks(paths, config.chunk_rows))
+            if judge_settings.model is not None:
+                # Requests cost money: whatever the inputs alone can refuse (a duplicate key in the last
+                # file) is found before the first one (the offline judge pays nothing: it is not read twice).
+                check_inputs(iter_chunks(paths, config.chunk_rows, text), config)
+            total = count_rows(paths, text)
+            chunks = _read_ahead(iter_chunks(paths, config.chunk_rows, text))
             judge = make_judge(judge_settings, check_connection=True,
                                report=None if quiet else lambda line: click.echo(line, err=True))
             freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting

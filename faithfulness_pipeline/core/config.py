@@ -52,6 +52,11 @@ class ColumnMap:
     #: an explicit key column; when unset the key is conversation_id (+ turn), else a content hash
     key: str | None = None
 
+    def key_columns(self) -> frozenset[str]:
+        """The columns the row key is made of when a table has them: read as text from a CSV, where an id
+        ``00123`` must not become the number 123."""
+        return frozenset({self.key} if self.key is not None else {self.conversation_id, self.turn})
+
 
 @dataclass(frozen=True, slots=True)
 class ScoringConfig:

@@ -13,6 +13,7 @@ carries its error.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate
 from typing import Any, Final, TypeAlias
@@ -37,6 +38,8 @@ from faithfulness_pipeline.core.port import (
     billed_of,
     source_of,
 )
+
+_LOG = logging.getLogger(__name__)
 
 #: Receives how many rows (fractions allowed: each row passes two LLM steps) just advanced.
 RowProgress = Callable[[float], None]
@@ -75,9 +78,35 @@ def row_frame(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+class _SafeProgress:
+    """A progress callback that can never fail a row or the run: what it raises (a closed pipe under a
+    progress bar, a bug in a notebook's callback) is logged once and the callback is not called again."""
+
+    def __init__(self, progress: RowProgress) -> None:
+        self._progress: RowProgress | None = progress
+
+    def __call__(self, rows: float) -> None:
+        if self._progress is None:
+            return
+        try:
+            self._progress(rows)
+        except Exception as exc:
+            self._progress = None
+            _LOG.warning("the progress callback failed (%s: %s): scoring goes on without it",
+                         type(exc).__name__, str(exc)[:200])
+
+
+def safe_progress(progress: RowProgress | None) -> RowProgress | None:
+    """``progress`` made unable to raise (:class:`_SafeProgress`); None stays None."""
+    if progress is None or isinstance(progress, _SafeProgress):
+        return progress
+    return _SafeProgress(progress)
+
+
 async def judge_chunk(df: pl.DataFrame, judging: Judging, progress: RowProgress | None = None) -> pl.DataFrame:
     """A prepared chunk with its claims, verdicts, truncation flag, error, usage (``x_*`` and ``v_*``), source
     and billed columns, row for row."""
+    progress = safe_progress(progress)
     rows = row_frame(df)
     cache = judging.rows
     kept = None
@@ -175,6 +204,7 @@ async def judge_rows(
     path of the first and the last one: passages become Python strings only when their call's verdicts
     are due, and each call's rows become a small result frame as soon as its verdicts are back.
     """
+    progress = safe_progress(progress)
     n = rows.height
     size = max(1, overlap or n)
     row_ids = rows.get_column(INDEX)

@@ -14,7 +14,7 @@ import glob
 import itertools
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Final
@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.storage import Place, StorageError, describe, is_remote
+from faithfulness_pipeline.core.text_inputs import ReadPlan, plan, scan
 
 # Distinguishes temporaries of one process (threads may write several outputs at once).
 _TMP_COUNTER = itertools.count()
@@ -150,28 +151,53 @@ def _open(path: str) -> pq.ParquetFile:
         raise read_error(path, exc) from exc
 
 
-def scan_input(path: str) -> pl.LazyFrame:
-    """A lazy frame over one input file, in the format its suffix names. Text formats infer their column
-    types from every row, so a value late in the file cannot contradict a type guessed from the first."""
-    fmt = input_format(path)
-    if fmt == "JSON Lines":
-        return pl.scan_ndjson(path, infer_schema_length=None)
-    if fmt == "CSV":
-        return pl.scan_csv(path, infer_schema_length=None)
-    return pl.scan_parquet(path)
-
-
-def file_schema(path: str) -> pl.Schema:
-    """The columns of one input file (Parquet: from its footer; text formats: inferred)."""
+def scan_input(path: str, text: frozenset[str] = frozenset()) -> pl.LazyFrame:
+    """A lazy frame over one input file, in the format its suffix names. Text formats are read by their
+    plan (``core.text_inputs``): types inferred from every row, and values never bent to fit them; ``text``
+    names CSV columns read as text (the row key's)."""
     fmt = input_format(path)
     if fmt == PARQUET:
-        return pl.Schema(_open(path).schema_arrow)
-    if _empty(path):
-        raise InputError(f"{path!r} is empty: a {fmt} file names its columns in its rows. Remove it, or write its rows")
+        return pl.scan_parquet(path)
+    return scan(path, fmt, _plan(path, fmt, text).overrides)
+
+
+def _plan(path: str, fmt: str, text: frozenset[str]) -> ReadPlan:
     try:
-        return scan_input(path).collect_schema()
+        return plan(path, fmt, text)
     except READ_ERRORS as exc:
         raise read_error(path, exc) from exc
+
+
+def duplicate_columns(names: Iterable[str]) -> list[str]:
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for name in names:
+        (twice if name in seen else seen).add(name)
+    return sorted(twice)
+
+
+def parquet_schema(path: str) -> pa.Schema:
+    """The arrow schema of one Parquet file from its footer; a name given to two columns is refused (no
+    table, polars' or the scored one, can hold both)."""
+    schema = _open(path).schema_arrow
+    twice = duplicate_columns(schema.names)
+    if twice:
+        raise InputError(
+            f"{path!r} has two columns named {', '.join(map(repr, twice))}: a column's name must say which one it "
+            f"is. Rename or drop one of them (pyarrow: table.rename_columns), then run again."
+        )
+    return schema
+
+
+def file_schema(path: str, text: frozenset[str] = frozenset()) -> pl.Schema:
+    """The columns of one input file (Parquet: from its footer; text formats: inferred, and checked that
+    they read every value unchanged)."""
+    fmt = input_format(path)
+    if fmt == PARQUET:
+        return pl.Schema(parquet_schema(path))
+    if _empty(path):
+        raise InputError(f"{path!r} is empty: a {fmt} file names its columns in its rows. Remove it, or write its rows")
+    return _plan(path, fmt, text).schema
 
 
 def _empty(path: str) -> bool:
@@ -184,14 +210,14 @@ def _empty(path: str) -> bool:
     return os.path.isfile(path) and os.path.getsize(path) == 0
 
 
-def count_rows(paths: list[str]) -> int:
+def count_rows(paths: list[str], text: frozenset[str] = frozenset()) -> int:
     total = 0
     for path in paths:
         if input_format(path) == PARQUET:
             total += _open(path).metadata.num_rows
             continue
         try:
-            total += int(scan_input(path).select(pl.len()).collect().item())
+            total += int(scan_input(path, text).select(pl.len()).collect().item())
         except READ_ERRORS as exc:
             raise read_error(path, exc) from exc
     return total
@@ -235,13 +261,14 @@ def check_utf8(batch: pa.RecordBatch, path: str, first_row: int) -> None:
             ) from None
 
 
-def iter_chunks(paths: list[str], chunk_rows: int) -> Iterator[pl.DataFrame]:
+def iter_chunks(paths: list[str], chunk_rows: int, text: frozenset[str] = frozenset()) -> Iterator[pl.DataFrame]:
     """Input rows as polars frames of at most ``chunk_rows`` rows, file by file, in file order; a chunk never
-    spans two files."""
+    spans two files (``text``: as for :func:`scan_input`)."""
     for path in paths:
         try:
             if input_format(path) == PARQUET:
                 done = 0
+                parquet_schema(path)
                 for batch in _open(path).iter_batches(batch_size=chunk_rows):
                     check_utf8(batch, path, done)
                     done += batch.num_rows
@@ -249,7 +276,7 @@ def iter_chunks(paths: list[str], chunk_rows: int) -> Iterator[pl.DataFrame]:
                     assert isinstance(frame, pl.DataFrame)
                     yield frame
             else:
-                yield from scan_input(path).collect_batches(chunk_size=chunk_rows)
+                yield from scan_input(path, text).collect_batches(chunk_size=chunk_rows)
         except InputError:
             raise
         except READ_ERRORS as exc:
@@ -273,14 +300,14 @@ def rechunked(frames: Iterable[pl.DataFrame], rows: int) -> Iterator[pl.DataFram
         yield pl.concat(pending, how="vertical")
 
 
-def read_all(spec: str) -> pl.DataFrame:
+def read_all(spec: str, text: frozenset[str] = frozenset()) -> pl.DataFrame:
     """Every row of an input file, folder or glob at once, as one table (a column must have one type in
     every file that has it): for small tables such as labelled rows."""
     from faithfulness_pipeline.core.combine import conform, union_schema
 
     paths = resolve_inputs(spec)
-    schema = union_schema([(p, file_schema(p)) for p in paths])
-    return pl.concat([conform(chunk, schema) for chunk in iter_chunks(paths, 1_000_000)], how="vertical")
+    schema = union_schema([(p, file_schema(p, text)) for p in paths])
+    return pl.concat([conform(chunk, schema) for chunk in iter_chunks(paths, 1_000_000, text)], how="vertical")
 
 
 def _process_is_alive(pid: int) -> bool:
@@ -325,21 +352,87 @@ def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Pa
         raise
 
 
+def _wide(dtype: pa.DataType) -> pa.DataType:
+    """``dtype`` with the offsets polars always writes wide (large strings, binaries and lists): a column
+    that differs from polars' type only in those holds the same values."""
+    if pa.types.is_string(dtype):
+        return pa.large_string()
+    if pa.types.is_binary(dtype):
+        return pa.large_binary()
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return pa.large_list(_wide(dtype.value_type))
+    if pa.types.is_struct(dtype):
+        return pa.struct([dtype.field(i).with_type(_wide(dtype.field(i).type)) for i in range(dtype.num_fields)])
+    return dtype
+
+
+def _through_polars(dtype: pa.DataType) -> pa.DataType | None:
+    """The arrow type polars writes for a column it read as ``dtype`` (None: polars cannot hold it)."""
+    try:
+        frame = pl.from_arrow(pa.table({"c": pa.array([], dtype)}))
+        assert isinstance(frame, pl.DataFrame)
+        out = frame.to_arrow().schema.field(0).type
+        pa.array([], out).cast(dtype)  # pyarrow can put it back
+    except (pa.ArrowException, pl.exceptions.PolarsError, TypeError, ValueError):
+        return None
+    return out
+
+
+def input_arrow_types(paths: list[str]) -> dict[str, pa.DataType]:
+    """The Parquet input columns polars would write as another type (a 16-byte fixed binary as a binary, a
+    time64[us] as time64[ns], a timestamp[s] as timestamp[ms]), with their input types: the scored table
+    gets them back (:class:`ParquetChunkWriter`). A column whose files disagree on its arrow type, or that
+    a JSON Lines or CSV file has too, keeps polars' type."""
+    found: dict[str, pa.DataType] = {}
+    mixed: set[str] = set()
+    for path in paths:
+        if input_format(path) != PARQUET:
+            mixed.update(file_schema(path).names())
+            continue
+        for field in parquet_schema(path):
+            before = found.setdefault(field.name, field.type)
+            if before != field.type:
+                mixed.add(field.name)
+    restore = {}
+    for name, dtype in found.items():
+        out = _through_polars(dtype)
+        if name not in mixed and out is not None and out != _wide(dtype):
+            restore[name] = dtype
+    return restore
+
+
 class ParquetChunkWriter:
     """Appends polars chunks to one Parquet file (a path, or a stream such as ``core.storage.Place.replace``
     gives), each chunk a row group, all cast to the first chunk's schema; ``empty`` is the schema written
-    when no chunk comes (an empty table still has its columns)."""
+    when no chunk comes (an empty table still has its columns). ``arrow_types`` are the types columns are
+    written as where polars would write another (:func:`input_arrow_types`: passthrough columns keep the
+    input's types)."""
 
-    def __init__(self, sink: Path | pa.NativeFile, empty: pl.Schema | None = None) -> None:
+    def __init__(self, sink: Path | pa.NativeFile, empty: pl.Schema | None = None,
+                 arrow_types: Mapping[str, pa.DataType] | None = None) -> None:
         self._sink = sink
         self._empty = empty
+        self._arrow_types = dict(arrow_types or {})
         self._writer: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
         self.rows = 0
 
+    def _restored(self, table: pa.Table) -> pa.Table:
+        for name, dtype in self._arrow_types.items():
+            if name not in table.column_names:
+                continue
+            at = table.column_names.index(name)
+            try:
+                column = table.column(at).cast(dtype)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue  # values the input type cannot hold came in: polars' type keeps them whole
+            table = table.set_column(at, table.schema.field(at).with_type(dtype), column)
+        return table
+
     def write(self, frame: pl.DataFrame) -> None:
         table = frame.to_arrow()
         if self._writer is None:
+            table = self._restored(table)
             self._schema = table.schema
             self._writer = pq.ParquetWriter(self._sink, self._schema, compression="zstd")
         else:

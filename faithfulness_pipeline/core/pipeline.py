@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -149,14 +150,30 @@ async def judge_frame(
     return pl.concat(parts, how="vertical")
 
 
+def prepared_chunks(chunks: Iterable[pl.DataFrame], config: ScoringConfig) -> Iterator[pl.DataFrame]:
+    """``chunks`` prepared as the scoring pass prepares them, keys checked across the whole stream."""
+    registry = KeyRegistry()
+    for chunk in chunks:
+        yield prepare(chunk, config, registry)
+
+
+def check_inputs(chunks: Iterable[pl.DataFrame], config: ScoringConfig) -> int:
+    """Every check the input rows alone allow (readable, valid UTF-8, keys present and unique across every
+    file, columns of the right types), made by preparing every chunk as the scoring pass will and keeping
+    nothing: a run that pays per request makes them before its first request, so a problem in the last file
+    costs nothing. A context hook is not called (it is code, not input: the scoring pass calls it once a
+    row, and the row key never depends on it). Returns the number of rows to judge."""
+    return sum(frame.height for frame in prepared_chunks(chunks, replace(config, context_hook=None)))
+
+
 def rows_of(chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig | None) -> Rows:
     """The run's rows (``core.flow.ROW_COLUMNS`` frames) for a bulk judge's prepay, read from ``chunks``
     anew each time (``config`` None: the chunks are prepared already)."""
 
     def rows() -> Iterator[pl.DataFrame]:
-        registry = KeyRegistry()
-        for chunk in chunks():
-            yield row_frame(chunk if config is None else prepare(chunk, config, registry))
+        frames = chunks() if config is None else prepared_chunks(chunks(), config)
+        for frame in frames:
+            yield row_frame(frame)
 
     return rows
 

@@ -9,7 +9,7 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.io import iter_chunks
 from faithfulness_pipeline.core.money import dollars
-from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
+from faithfulness_pipeline.core.pipeline import prepared_chunks
 from faithfulness_pipeline.core.port import CostEstimate, Estimating, ExtractItem, VerdictItem
 from faithfulness_pipeline.judging.llm.packing import rough_sentences
 from faithfulness_pipeline.judging.stack import JudgeStack
@@ -18,12 +18,10 @@ from faithfulness_pipeline.judging.stack import JudgeStack
 def estimate_cost(judge: JudgeStack, paths: list[str], config: ScoringConfig, *, batch: bool = False) -> str:
     """The dry-run report: what scoring ``paths`` would send, without sending anything; the cost both
     interactively and as provider batches, ``batch`` marking the mode of this run."""
-    registry = KeyRegistry()
     answers: list[ExtractItem] = []
     verdicts: list[VerdictItem] = []
     rows = 0
-    for chunk in iter_chunks(paths, config.chunk_rows):
-        prepared = prepare(chunk, config, registry)
+    for prepared in prepared_chunks(iter_chunks(paths, config.chunk_rows, config.columns.key_columns()), config):
         rows += prepared.height
         for key, answer, question, context in prepared.select(
             S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT

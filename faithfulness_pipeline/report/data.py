@@ -20,7 +20,7 @@ import polars as pl
 from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.claimless import count_claimless
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.core.io import resolve_inputs
+from faithfulness_pipeline.core.io import PARQUET, READ_ERRORS, input_format, parquet_schema, read_error, resolve_inputs
 from faithfulness_pipeline.core.storage import Place
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
@@ -84,14 +84,63 @@ _LIGHT_VERDICTS = pl.col("verdicts").list.eval(
 )
 
 
+def _scored_file(file: str) -> pl.Schema:
+    """The columns of a scored table's file, refusing (one line naming the file) what is no scored table's:
+    another format, a file that is not Parquet, two columns of one name, the score columns mistyped."""
+    fmt = input_format(file)
+    if fmt != PARQUET:
+        raise InputError(
+            f"{file!r} is {fmt}, not a scored table: the report reads the Parquet table `faithfulness-pipeline score "
+            f"-o` writes (or a warehouse folder). Score the file first, then report on its output."
+        )
+    schema = pl.Schema(parquet_schema(file))
+    for name, kind in _SCORED_KINDS.items():
+        if name in schema and not kind(schema[name]):
+            raise InputError(
+                f"column {name!r} of {file!r} has type {schema[name]}, not the type of a scored table's "
+                f"{name!r}: give the output of `faithfulness-pipeline score` (or a warehouse folder)."
+            )
+    return schema
+
+
+def _verdict_list(dtype: pl.DataType) -> bool:
+    if not (isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Struct)):
+        return False
+    return {"verdict", "speculative"} <= {f.name for f in dtype.inner.fields}
+
+
+#: What the report computes on, by column: a table whose column is of another kind is no scored table.
+_SCORED_KINDS: dict[str, Callable[[pl.DataType], bool]] = {
+    "row_key": lambda d: d == pl.String, "status": lambda d: d == pl.String, "verdicts": _verdict_list,
+    **{n: (lambda d: d.is_numeric()) for n in ("n_claims", "n_supported", "n_contradicted", "n_unsupported",
+                                                "n_speculative", "hallucination_score", "faithfulness_score")},
+}
+
+
 def _read(file: str, wanted: set[str] | None) -> pl.DataFrame:
     """One Parquet file (a path or a URI: polars reads both), only the ``wanted`` columns it has (contexts
     and other passthrough stay unread), with the light verdicts when ``wanted`` names the columns."""
-    if wanted is None:
+    schema = _scored_file(file)
+    try:
+        if wanted is None:
+            return pl.read_parquet(file)
+        present = [c for c in schema.names() if c in wanted]
+        lazy = pl.scan_parquet(file)
+        return lazy.select(_LIGHT_VERDICTS.alias(c) if c == "verdicts" else pl.col(c) for c in present).collect()
+    except READ_ERRORS as exc:
+        raise read_error(file, exc) from exc
+
+
+def _read_table(file: str) -> pl.DataFrame:
+    """A whole Parquet table (a calibration table), a file that is no Parquet one line naming it."""
+    if input_format(file) != PARQUET:
+        raise InputError(f"{file!r} is {input_format(file)}: a calibration table is the Parquet file "
+                         f"`faithfulness-pipeline calibrate -o` writes")
+    parquet_schema(file)
+    try:
         return pl.read_parquet(file)
-    lazy = pl.scan_parquet(file)
-    present = [c for c in lazy.collect_schema().names() if c in wanted]
-    return lazy.select(_LIGHT_VERDICTS.alias(c) if c == "verdicts" else pl.col(c) for c in present).collect()
+    except READ_ERRORS as exc:
+        raise read_error(file, exc) from exc
 
 
 def verdicts_of(spec: str, row_keys: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -102,7 +151,12 @@ def verdicts_of(spec: str, row_keys: list[str]) -> dict[str, list[dict[str, Any]
              else resolve_inputs(spec))
     found: dict[str, list[dict[str, Any]]] = {}
     for file in files:
-        rows = pl.scan_parquet(file).filter(pl.col("row_key").is_in(row_keys)).select("row_key", "verdicts").collect()
+        _scored_file(file)
+        try:
+            rows = (pl.scan_parquet(file).filter(pl.col("row_key").is_in(row_keys)).select("row_key", "verdicts")
+                    .collect())
+        except READ_ERRORS as exc:
+            raise read_error(file, exc) from exc
         for key, verdicts in rows.iter_rows():
             found.setdefault(key, verdicts or [])
     return found
@@ -156,7 +210,7 @@ def day_of(frame: pl.DataFrame, column: str, timezone: str) -> pl.Expr:
 def load_calibration(spec: str | None, warehouse: Place | None) -> pl.DataFrame | None:
     """The judge's calibration table when one is given or the warehouse has one; None otherwise."""
     if spec:
-        return pl.concat([pl.read_parquet(f) for f in resolve_inputs(spec)], how="diagonal_relaxed")
+        return pl.concat([_read_table(f) for f in resolve_inputs(spec)], how="diagonal_relaxed")
     if warehouse is None:
         return None
     for table in CALIBRATION_TABLES:
@@ -165,7 +219,7 @@ def load_calibration(spec: str | None, warehouse: Place | None) -> pl.DataFrame 
             f for f in folder.files(".parquet") if f.parent().path == folder.path
         ]
         if files:
-            return pl.concat([pl.read_parquet(f.uri) for f in files], how="diagonal_relaxed")
+            return pl.concat([_read_table(f.uri) for f in files], how="diagonal_relaxed")
     return None
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import tempfile
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.port import (
@@ -105,6 +106,25 @@ def _extract_in_worker(answers: list[str]) -> list[tuple[str, ...]]:
     return [extract_claims(answer) for answer in answers]
 
 
+#: The fork server listens on a Unix socket at <temp dir>/pymp-XXXXXXXX/listener-XXXXXXXX (multiprocessing's
+#: own naming), and a socket path holds at most 107 bytes: under a longer temp dir no worker could start.
+SOCKET_PATH_MAX: Final = 107
+FORK_SERVER_SOCKET_TAIL: Final = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+
+
+def fork_server_fits() -> bool:
+    """Whether a fork server can start here: the OS has it and the temporary folder is short enough for
+    its socket's path (a long TMPDIR, as some CI runners and sandboxes set, is not)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return False
+    return len(os.fsencode(tempfile.gettempdir())) + FORK_SERVER_SOCKET_TAIL <= SOCKET_PATH_MAX
+
+
+def start_method() -> str:
+    """How worker processes start: from a fork server where one fits, else as fresh interpreters."""
+    return "forkserver" if fork_server_fits() else "spawn"
+
+
 class OfflineJudge:
     """Deterministic lexical judge (implements :class:`~faithfulness_pipeline.core.port.Judge`).
 
@@ -150,10 +170,13 @@ class OfflineJudge:
         if self._pool is None:
             # forkserver: workers start from a clean process, not a fork of this one (which may hold
             # polars' threads and locks).
-            method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-            self._pool = ProcessPoolExecutor(
-                max_workers=self._processes - 1, mp_context=multiprocessing.get_context(method)
-            )
+            try:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=self._processes - 1, mp_context=multiprocessing.get_context(start_method())
+                )
+            except (OSError, ValueError, RuntimeError):
+                self._drop_pool()
+                return None
             weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
         return self._pool
 
@@ -208,7 +231,7 @@ class OfflineJudge:
                 end = front + self._piece(back - front, total, shared=True)
                 try:
                     running[front] = (end, pool.submit(there, work[front:end]))
-                except (BrokenProcessPool, RuntimeError):
+                except (BrokenProcessPool, RuntimeError, OSError):  # OSError: the workers could not start
                     self._drop_pool()
                     break
                 front = end
