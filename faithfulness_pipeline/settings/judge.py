@@ -56,6 +56,12 @@ class JudgeSettings(BaseModel):
     backoff_max_s: float = Field(default=60.0, ge=0, allow_inf_nan=False,
                                  description="longest retry pause, in seconds",
                                  json_schema_extra=flag("--backoff-max"))
+    retry_after_max_s: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False,
+        description="longest Retry-After of a 429 that is waited out, in seconds (default: backoff_max_s); a "
+        "longer one (a daily or hourly limit) fails the requests it holds back at once, naming the wait",
+        json_schema_extra=flag("--retry-after-max"),
+    )
     pack_tokens: int = Field(default=DEFAULT_PACK_TOKENS, ge=256, description="prompt-token budget of one request")
     max_items_per_pack: int = Field(default=DEFAULT_MAX_ITEMS_PER_PACK, ge=1, description="items per request at most")
     context_window: int | None = Field(

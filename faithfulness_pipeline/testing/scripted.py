@@ -18,8 +18,12 @@ Misbehaviour on purpose, to test salvage: ``misbehave`` maps a marker to a mode;
 (extraction) or claims (verdicts) contain the marker is answered wrongly the first ``times`` times it is
 seen. Modes: ``drop`` (left out of the reply), ``invent`` (answered under an id nobody asked for),
 ``wrong_count`` (one verdict too few; extraction: an empty claim), ``bad_code`` (an invalid code;
-extraction: a sentence number that does not exist). ``extracts_nothing=True`` answers every extraction with
-no claims, as a small model was seen to do for every answer.
+extraction: a sentence number that does not exist). Two modes answer with text that is not valid
+Unicode, a lone UTF-16 surrogate (half an emoji, :data:`CUT_EMOJI`) at the end of every claim (written
+out) or verdict reason: ``surrogate`` writes it as the JSON escape ``\\ud83d`` inside the reply (what a
+model in JSON mode emits), ``raw_surrogate`` puts it in the reply's content itself (the provider's JSON
+then carries the escape). ``extracts_nothing=True`` answers every
+extraction with no claims, as a small model was seen to do for every answer.
 
 Every request is recorded in ``calls`` (step and the items' texts) for assertions.
 """
@@ -43,6 +47,8 @@ DATA_OPEN = "<<<DATA>>>"
 DATA_CLOSE = "<<<END DATA>>>"
 _SPLIT = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n+")
 SCRIPTED_REASON = "Scripted: the passages do not back this claim."
+#: The first half of the surrogate pair of U+1F600, alone: what a model writes when it stops inside an emoji.
+CUT_EMOJI = "\ud83d"
 
 
 def script_sentences(answer: str) -> list[str]:
@@ -125,6 +131,7 @@ class ScriptedJudge:
         step = "extract" if items and "sentences" in items[0] else "verdict"
         reply: dict[str, Any] = {}
         texts: list[str] = []
+        escaped = False
         for item in items:
             value: list[Any]
             if step == "extract":
@@ -150,10 +157,18 @@ class ScriptedJudge:
                 value = value[:-1] if step == "verdict" else [*value, ""]
             elif mode == "bad_code":
                 value = ["X!" for _ in value] if step == "verdict" else [len(item["sentences"]) + 1]
+            elif mode in ("surrogate", "raw_surrogate"):
+                escaped = escaped or mode == "surrogate"
+                if step == "verdict":
+                    value = [f"{c}{'|' if '|' not in c else ''} cut {CUT_EMOJI}" for c in value]
+                else:
+                    value = [f"{sentences[c - 1] if isinstance(c, int) else c} {CUT_EMOJI}" for c in value]
             reply[key] = value
         with self._lock:
             self.calls.append(ScriptedCall(step, tuple(texts)))
-        return json.dumps(reply, ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(reply, ensure_ascii=False, separators=(",", ":"))
+        # The escape in the reply's own JSON, as a model writes it (the raw character is the other mode).
+        return text.replace(CUT_EMOJI, "\\ud83d") if escaped else text
 
     def _claims(self, sentences: list[str]) -> list[Any]:
         out: list[Any] = []

@@ -185,3 +185,19 @@ def test_a_judge_that_extracts_nothing_is_a_warning_not_a_perfect_score(tmp_path
     with FakeLLMServer(ScriptedJudge(), api_key=CANARY) as normal:
         run = _run(_cli(normal, src, tmp_path / "normal.parquet"))
     assert run.returncode == 0 and "no claims, more than" not in run.stderr
+
+
+def test_a_lone_surrogate_from_the_model_is_u_fffd_in_the_written_table(tmp_path: Path) -> None:
+    src = tmp_path / "in.parquet"
+    frame = _rows(12, seed=3)
+    frame.write_parquet(src)
+    out = tmp_path / "out.parquet"
+    with FakeLLMServer(ScriptedJudge(misbehave={"[C]": "surrogate"}, times=10_000), api_key=CANARY) as srv:
+        result = _run(_cli(srv, src, out, "--store", str(tmp_path / "store.sqlite")))
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "not valid Unicode" in result.stderr
+    scored = pl.read_parquet(out)
+    assert scored.height == frame.height and (scored["status"] == "ok").all()
+    hit = scored.filter(pl.col("output").str.contains("[C]", literal=True))
+    assert hit.height > 0
+    assert all(c.endswith(" \ufffd") for cs in hit["claims"].to_list() for c in cs)

@@ -231,6 +231,8 @@ class LiteLLMJudge:
         c = self.limiter.counters
         if c.rate_limited:
             notes.append(f"{c.rate_limited} rate-limited replies (429); in-flight cap went down to {c.min_cap_seen}")
+        if (repaired := self._runner.repairs.note()) is not None:
+            notes.append(repaired)
         return JudgeStats(
             requests=s.requests,
             prompt_tokens=s.prompt_tokens,

@@ -27,7 +27,9 @@ from typing import Final
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
-#: A Retry-After longer than this is not waited out in one go (a daily quota is a failure, not a pause).
+#: A Retry-After longer than this is never waited out in one go, whoever calls (the judge fails the requests
+#: held back by one longer than its ``retry_after_max_s`` before they reach the limiter: a daily quota is a
+#: failure, not a pause).
 MAX_RETRY_AFTER_S: Final = 300.0
 
 
@@ -126,6 +128,10 @@ class RequestLimiter:
             self._loop = loop
             self._waiters = []
             self.in_flight = 0
+
+    def now(self) -> float:
+        """The limiter's clock (injectable in tests): what pauses and holds are measured on."""
+        return self._clock()
 
     def slot(self, tokens: int, head_start_s: float = 0.0) -> Slot:
         """A slot for a request of ``tokens`` (for TPM). Waiting requests get free slots in arrival

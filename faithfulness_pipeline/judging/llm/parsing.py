@@ -4,7 +4,9 @@ A reply is one JSON object keyed by the request's local ids (see ``prompts``). I
 by member: a reply cut short by an output limit still yields every member that was complete before the
 cut. Each member is then validated on its own (pydantic, strict types; the verdict code grammar; the
 exact number of verdicts; evidence indices in range). The caller keeps ``ok`` and re-asks only for
-``failed`` items. Ids the request did not contain are reported, never used.
+``failed`` items. Ids the request did not contain are reported, never used. Every string taken from a
+reply is made valid Unicode here (``valid_text``: a lone surrogate becomes U+FFFD), and the items whose
+text that changed are named in ``replaced``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Final, Generic, TypeVar
 from pydantic import StrictInt, StrictStr, TypeAdapter, ValidationError
 
 from faithfulness_pipeline.core.port import ClaimVerdict, Verdict
+from faithfulness_pipeline.judging.llm.valid_text import checked
 
 T = TypeVar("T")
 
@@ -47,6 +50,8 @@ class ParsedReply(Generic[T]):
     complete: bool = True  # False when the JSON object was cut short or was not JSON at all
     #: reply characters per validated id: the weights for sharing a reply's completion tokens
     weights: dict[str, int] = field(default_factory=dict)
+    #: validated ids whose claims or reasons hold U+FFFD: text of the reply that was not valid Unicode
+    replaced: frozenset[str] = frozenset()
 
 
 def read_members(text: str) -> tuple[list[tuple[str, Any, int]], bool]:
@@ -155,29 +160,36 @@ def parse_extract_reply(text: str, sentences: Mapping[str, Sequence[str]]) -> Pa
     seen, failed, unknown, complete = _collect(text, list(sentences))
     ok: dict[str, tuple[str, ...]] = {}
     weights: dict[str, int] = {}
+    replaced: set[str] = set()
     for key, (value, chars) in seen.items():
         try:
-            ok[key] = _claims(value, sentences[key])
+            ok[key], bad = _claims(value, sentences[key])
         except ValueError as exc:
             failed[key] = str(exc)
             continue
         weights[key] = chars
-    return ParsedReply(ok=ok, failed=failed, unknown_ids=unknown, complete=complete, weights=weights)
+        if bad:
+            replaced.add(key)
+    return ParsedReply(ok=ok, failed=failed, unknown_ids=unknown, complete=complete, weights=weights,
+                       replaced=frozenset(replaced))
 
 
-def _claims(value: Any, sentences: Sequence[str]) -> tuple[str, ...]:
+def _claims(value: Any, sentences: Sequence[str]) -> tuple[tuple[str, ...], bool]:
+    """The claims, and whether a written-out one holds U+FFFD (see ``valid_text``)."""
     try:
         entries = _ENTRIES.validate_python(value, strict=True)
     except ValidationError:
         raise ValueError("claims are not a list of sentence numbers and texts") from None
     claims: list[str] = []
     last = 0
+    replaced = False
     for entry in entries:
         if isinstance(entry, str):
-            text = entry.strip()
+            text, bad = checked(entry.strip())
             if not text:
                 raise ValueError("a claim is empty")
             claims.append(text)
+            replaced = replaced or bad
             continue
         if not 1 <= entry <= len(sentences):
             raise ValueError(f"sentence {entry} does not exist (the answer has {len(sentences)})")
@@ -185,7 +197,7 @@ def _claims(value: Any, sentences: Sequence[str]) -> tuple[str, ...]:
             raise ValueError("sentence numbers are repeated or out of order")
         last = entry
         claims.append(sentences[entry - 1])
-    return tuple(claims)
+    return tuple(claims), replaced
 
 
 def parse_code(code: str, n_passages: int) -> ClaimVerdict:
@@ -211,6 +223,7 @@ def parse_verdict_reply(text: str, expected: Mapping[str, tuple[int, int]]) -> P
     seen, failed, unknown, complete = _collect(text, list(expected))
     ok: dict[str, tuple[ClaimVerdict, ...]] = {}
     weights: dict[str, int] = {}
+    replaced: set[str] = set()
     for key, (value, chars) in seen.items():
         n_claims, n_passages = expected[key]
         try:
@@ -221,10 +234,14 @@ def parse_verdict_reply(text: str, expected: Mapping[str, tuple[int, int]]) -> P
         if len(codes) != n_claims:
             failed[key] = f"{len(codes)} verdicts for {n_claims} claims"
             continue
+        valid = [checked(c) for c in codes]
         try:
-            ok[key] = tuple(parse_code(c, n_passages) for c in codes)
+            ok[key] = tuple(parse_code(c, n_passages) for c, _ in valid)
         except ValueError as exc:
             failed[key] = str(exc)
             continue
         weights[key] = chars
-    return ParsedReply(ok=ok, failed=failed, unknown_ids=unknown, complete=complete, weights=weights)
+        if any(bad for _, bad in valid):
+            replaced.add(key)
+    return ParsedReply(ok=ok, failed=failed, unknown_ids=unknown, complete=complete, weights=weights,
+                       replaced=frozenset(replaced))

@@ -87,6 +87,11 @@ class Plan(Generic[R]):
         """``(messages, local id -> index, parse context)`` of one request."""
         raise NotImplementedError
 
+    def shrink(self, i: int) -> bool:
+        """Item ``i`` alone was refused as too long by the server (whose window is smaller than the one the
+        judge knows): cut what may be cut to about half and say so on its result; False when nothing can be."""
+        return False
+
     def response_format(self, ids: Sequence[str]) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -247,6 +252,21 @@ class VerdictPlan(Plan[VerdictResult]):
         entry = Entry(i, cost, bound, group, shared)
         self.entries[i] = entry
         return entry
+
+    def shrink(self, i: int) -> bool:
+        # As for an item over the window the judge knows (``add``): passages are cut, never claims.
+        count = self.sizing.count_tokens
+        entry, claims, passages = self.entries[i], self.items[i].claims, self.passages[i]
+        bare = count(prompts.verdict_line(prompts.ID_SLOT, claims, ())) + 4
+        budget = (entry.prompt_tokens - bare) // 2
+        cut = truncate_passages(passages, budget, count) if budget > 0 else ()
+        if not cut or cut == passages:
+            return False
+        line = prompts.verdict_line(prompts.ID_SLOT, claims, cut)
+        self.truncated.add(i)
+        self.passages[i], self.lines[i] = cut, line
+        self.entries[i] = Entry(i, count(line) + 4, entry.output_tokens)
+        return True
 
     def expected_output(self, i: int) -> int:
         # A code is ~3 tokens; about one claim in five needs a reason of ~12 tokens.

@@ -10,6 +10,7 @@ reads as policy while the litellm specifics stay here.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -19,6 +20,7 @@ from faithfulness_pipeline.judging.llm.card import import_litellm
 from faithfulness_pipeline.judging.llm.limits import RequestLimiter, retry_after_from_headers
 from faithfulness_pipeline.judging.llm.packing import Count
 from faithfulness_pipeline.judging.llm.reachability import shown
+from faithfulness_pipeline.judging.llm.valid_text import valid_text
 
 if TYPE_CHECKING:
     from faithfulness_pipeline.settings.judge import JudgeSettings
@@ -28,6 +30,9 @@ class Reply:
     text: str
     prompt_tokens: int
     completion_tokens: int
+    #: why a reply that came back holds no answer to parse (the model refused, no choices, null content);
+    #: None for a reply with content. Asking the same request again would get the same reply.
+    unanswered: str | None = None
 
 
 #: 429s are the server asking for patience, not a broken request: they get a larger retry budget.
@@ -71,11 +76,12 @@ class Tries:
 
 
 class RequestFailed(Exception):
-    """A request that produced no usable reply. ``kind`` decides what happens next."""
+    """A request that produced no usable reply. ``kind`` decides what happens next: ``fatal`` no request of
+    the run can work, ``give_up`` none of this pack's can for now (its items become error rows)."""
 
     def __init__(
         self,
-        kind: Literal["rate_limit", "transient", "timeout", "too_big", "isolate", "fatal", "stale"],
+        kind: Literal["rate_limit", "transient", "timeout", "too_big", "isolate", "fatal", "stale", "give_up"],
         reason: str,
         sent: bool = True,
     ) -> None:
@@ -138,8 +144,15 @@ class Sender:
         self._redact = redact
         self._stats = stats  # the judge's: requests are counted as they are sent
         self._replies = 0  # successful requests so far
-        self._unreachable = 0  # connection failures since the endpoint last answered anything
+        self._unreachable = 0  # connection failures (and HTML pages) since the endpoint last answered anything
         self._breaker = breaker_threshold(config.max_concurrency)
+        #: a Retry-After longer than this fails the requests it holds back instead of pausing them
+        self.retry_after_max_s = (
+            config.retry_after_max_s if config.retry_after_max_s is not None
+            else max(config.backoff_max_s, config.backoff_base_s)
+        )
+        self._held_until = float("-inf")  # on the limiter's clock: until then requests fail unsent
+        self._held_reason = ""
 
     async def send(
         self,
@@ -176,18 +189,22 @@ class Sender:
         async with self.limiter.slot(prompt_estimate + max_tokens, head_start_s) as slot:
             if self.fatal is not None:  # learnt while this request waited for its slot
                 raise RequestFailed("fatal", self.fatal, sent=False)
+            if self.limiter.now() < self._held_until:  # a Retry-After too long to wait holds every request
+                slot.unused()
+                raise RequestFailed("give_up", self._held_reason, sent=False)
             if still_needed is not None and not still_needed():
                 slot.unused()
                 raise RequestFailed("stale", "stored by another process while waiting for a slot", sent=False)
             self._stats.requests += 1
             try:
-                # The outer timeout is a backstop for providers that ignore ``timeout`` (a context
-                # manager, not wait_for: no extra task and loop hop for every request).
-                async with asyncio.timeout(cfg.timeout_s * 1.5 + 5):
+                # ``timeout`` bounds the whole request: the client's own timeout bounds each read, so a body
+                # trickling in a byte at a time would hold the request (and its slot) for as long as the
+                # server likes. A context manager, not wait_for: no extra task and loop hop per request.
+                async with asyncio.timeout(cfg.timeout_s):
                     response = await litellm.acompletion(**kwargs)
             except Exception as exc:
                 raise self.classify(exc) from None
-            text = _content(response)
+            text, unanswered = _content(response)
             usage = getattr(response, "usage", None)
             prompt = _int(getattr(usage, "prompt_tokens", None)) or prompt_estimate
             completion = _int(getattr(usage, "completion_tokens", None)) or self.count_tokens(text)
@@ -195,20 +212,33 @@ class Sender:
         self.limiter.on_success()
         self._replies += 1
         self._unreachable = 0
-        return Reply(text=text, prompt_tokens=prompt, completion_tokens=completion)
+        return Reply(text=text, prompt_tokens=prompt, completion_tokens=completion, unanswered=unanswered)
 
     def classify(self, exc: BaseException) -> RequestFailed:
         from litellm import exceptions as litellm
 
-        detail = self._redact(" ".join(str(exc).split()))[:200]
+        detail = valid_text(self._redact(" ".join(str(exc).split())))[:200]
         name = type(exc).__name__
+        status = _int(getattr(exc, "status_code", None))
+        if (isinstance(exc, litellm.RateLimitError) or status in (400, 403, 429)) and quota_used_up(exc, detail):
+            # Waiting cannot help: no request of any pack will work until the account has credit again.
+            where = f" (key from {self.api_key_env})" if self.api_key_env else ""
+            self.fatal = (
+                f"not scored: the provider says the account's quota is used up (insufficient_quota{where}): "
+                f"{detail[:160]}; add credit or raise the limit, then re-run: results so far are kept"
+            )
+            self._stats.notes.append(self.fatal)
+            return RequestFailed("fatal", self.fatal)
         if isinstance(exc, litellm.RateLimitError):
             self._unreachable = 0
             headers = getattr(exc, "litellm_response_headers", None)
             response = getattr(exc, "response", None)
             if headers is None and response is not None:
                 headers = getattr(response, "headers", None)
-            pause = self.limiter.on_rate_limited(retry_after_from_headers(dict(headers) if headers else None))
+            retry_after = retry_after_from_headers(dict(headers) if headers else None)
+            if retry_after is not None and retry_after > self.retry_after_max_s:
+                return self._held_back(retry_after)
+            pause = self.limiter.on_rate_limited(retry_after)
             return RequestFailed("rate_limit", f"rate limited (429; paused {pause:.3g} s)")
         if isinstance(exc, litellm.ContextWindowExceededError):
             return RequestFailed("too_big", f"the request exceeds the model's context window: {detail}")
@@ -222,28 +252,48 @@ class Sender:
             return RequestFailed("isolate", f"the provider refused the content: {detail}")
         if _never_reached_a_server(exc):
             return self._connection_failed(detail)
+        if _HTML.search(str(exc)) is not None:
+            # A web page where the API's JSON should be (a proxy's login page, sent with status 200, that
+            # litellm reports as a 500): no provider is answering, so it counts toward the circuit breaker.
+            return self._connection_failed(_html_detail(self._redact(str(exc))), "HTML, not JSON: a proxy or a "
+                                           "wrong --api-base?")
         self._unreachable = 0  # the endpoint answered, if with an error
-        status = _int(getattr(exc, "status_code", None))
         if isinstance(exc, litellm.BadRequestError) or (status is not None and 400 <= status < 500 and status != 408):
             # Once requests have worked, a refused one is about its items: isolate them. Before that it is
             # most likely the setup (a parameter the server rejects): do not multiply the requests.
             return RequestFailed("isolate" if self._replies else "fatal", f"{name}: {detail}")
         return RequestFailed("transient", f"{name}{f' {status}' if status else ''}: {detail}")
 
-    def _connection_failed(self, detail: str) -> RequestFailed:
-        """A request that reached no server. Many in a row (``breaker_threshold``) trip the circuit breaker:
-        the endpoint is taken for dead, nothing more is sent, and every item not yet judged becomes an error
-        row saying so (results so far are kept, in the store too, for the re-run)."""
+    def _connection_failed(self, detail: str, what: str = "connection error") -> RequestFailed:
+        """A request that reached no server (or no API: ``what`` says what came back instead). Many in a row
+        (``breaker_threshold``) trip the circuit breaker: the endpoint is taken for dead, nothing more is sent,
+        and every item not yet judged becomes an error row saying so (results so far are kept, in the store
+        too, for the re-run)."""
         self._unreachable += 1
         if self._unreachable < self._breaker or self.fatal is not None:
-            return RequestFailed("transient", f"connection error: {detail}")
+            return RequestFailed("transient", f"{what}: {detail}")
         where = self.endpoint or "the provider"
         self.fatal = (
             f"not scored: the judge's endpoint {where} could not be reached for {self._unreachable} requests in a "
-            f"row (circuit breaker; last: {detail[:120]}); re-run once it is back: results so far are kept"
+            f"row (circuit breaker; last: {what}: {detail[:120]}); re-run once it is back: results so far are kept"
         )
         self._stats.notes.append(self.fatal)
         return RequestFailed("fatal", self.fatal)
+
+    def _held_back(self, retry_after_s: float) -> RequestFailed:
+        """A 429 whose Retry-After is longer than ``retry_after_max_s`` (a daily or hourly limit): sleeping it
+        out would hold the run for hours, so this pack and every request until then fail at once, unsent."""
+        until = self.limiter.now() + retry_after_s
+        first = self._held_until < self.limiter.now()
+        self._held_until = max(self._held_until, until)
+        self._held_reason = (
+            f"rate limited (429) with Retry-After {retry_after_s:g} s, longer than the {self.retry_after_max_s:g} s "
+            f"waited out at most (--retry-after-max, FP_JUDGE_RETRY_AFTER_MAX_S): not waited; re-run once the "
+            f"provider's limit has reset (results so far are kept), or raise --retry-after-max"
+        )
+        if first:
+            self._stats.notes.append(self._held_reason)
+        return RequestFailed("give_up", self._held_reason)
 
 
 def _never_reached_a_server(exc: BaseException) -> bool:
@@ -280,12 +330,52 @@ _CONNECTION_ERRORS: Final = frozenset({
 })
 
 
-def _content(response: Any) -> str:
-    try:
-        content = response.choices[0].message.content
-    except (AttributeError, IndexError, TypeError):
-        return ""
-    return content if isinstance(content, str) else ""
+def _content(response: Any) -> tuple[str, str | None]:
+    """The reply's text, and why it holds no answer when it holds none (None when it has content)."""
+    choices = getattr(response, "choices", None)
+    if not choices:
+        return "", "no answer: the reply has no choices (a content filter, or a proxy that drops them)"
+    message = getattr(choices[0], "message", None)
+    content = getattr(message, "content", None)
+    if isinstance(content, str):
+        # Valid Unicode from here on: the reply is counted, quoted back in a repair message and parsed.
+        return valid_text(content), None
+    refusal = getattr(message, "refusal", None)
+    if isinstance(refusal, str) and refusal.strip():
+        return "", f"the model refused: {valid_text(' '.join(refusal.split()))}"
+    if getattr(choices[0], "finish_reason", None) == "content_filter":
+        return "", "no answer: the provider's content filter withheld it"
+    return "", "no answer: the reply's content is null"
+
+
+#: What a web page has and a JSON reply has not (tags, not the words: any language, any framework).
+_HTML: Final = re.compile(r"<\s*(?:!doctype\s+html|html[\s>]|head[\s>]|body[\s>]|title[\s>])", re.IGNORECASE)
+_TITLE: Final = re.compile(r"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
+
+
+def _html_detail(text: str) -> str:
+    """What the page is, in a few words: its title when it has one."""
+    title = _TITLE.search(text)
+    shown = " ".join(title.group(1).split())[:80] if title else ""
+    return valid_text(f"the endpoint sent a web page{f' titled {shown!r}' if shown else ''}")
+
+
+#: How providers say the account is out of credit (OpenAI: a 429 ``insufficient_quota``, "You exceeded your
+#: current quota"). Not "quota exceeded" alone: per-minute limits are worded that way and do pass.
+_QUOTA_CODES: Final = frozenset({"insufficient_quota", "billing_hard_limit_reached"})
+_QUOTA_WORDS: Final = ("insufficient_quota", "exceeded your current quota", "billing_hard_limit_reached",
+                       "credit balance is too low")
+
+
+def quota_used_up(exc: BaseException, detail: str) -> bool:
+    """Whether a refused request says the account is out of credit: no request can work until it has some."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and (inner.get("code") in _QUOTA_CODES or inner.get("type") in _QUOTA_CODES):
+            return True
+    lowered = detail.lower()
+    return any(words in lowered for words in _QUOTA_WORDS)
 
 
 def _int(value: Any) -> int | None:

@@ -44,6 +44,7 @@ from faithfulness_pipeline.judging.llm.requests import (
     Tries,
     Turns,
 )
+from faithfulness_pipeline.judging.llm.valid_text import TextRepairs, valid_text
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class PackRunner:
         self.max_retries = max_retries
         self._stats = stats
         self._turns: Turns | None = None
+        #: results whose judge text was not valid Unicode (``valid_text``): one note of the run
+        self.repairs = TextRepairs()
 
     async def run(self, plan: Plan[R], hooks: Hooks[R]) -> None:
         """Counts, packs and sends one step's items, the first requests leaving while the rest are counted.
@@ -209,13 +212,20 @@ class PackRunner:
                     self._charge(plan, indices, None, None, id_map)
                 tries = tries.failed(failure.kind == "rate_limit")
                 alone = len(indices) == 1
-                if failure.kind == "fatal" or (failure.kind == "isolate" and alone):
+                if failure.kind in ("fatal", "give_up") or (failure.kind == "isolate" and alone):
                     for i in indices:
                         self._finish_error(plan, i, failure.reason, hooks)
                     return
-                if tries.exhausted(retries) or (failure.kind == "too_big" and alone):
+                too_big_alone = failure.kind == "too_big" and alone
+                if too_big_alone and not tries.exhausted(retries) and plan.shrink(indices[0]):
+                    self._window_note()
+                    continue  # the same item with half its passages: a different, smaller request
+                if tries.exhausted(retries) or too_big_alone:
+                    reason = tries.gave_up(failure.reason)
+                    if failure.kind == "too_big":  # the hint first: the server's words may be long
+                        reason = f"too long for the server: {self._window_hint()}; {reason}"
                     for i in indices:
-                        self._finish_error(plan, i, tries.gave_up(failure.reason), hooks)
+                        self._finish_error(plan, i, reason, hooks)
                     return
                 if failure.kind in ("transient", "timeout"):
                     await self.limiter.back_off(tries.errors)
@@ -227,6 +237,15 @@ class PackRunner:
                 continue  # after a 429 the limiter's shared pause makes this attempt wait
             if retry:
                 self._stats.retries += 1
+            if reply.unanswered is not None:
+                # A refusal, no choices, null content: the same request would get the same reply. A lone item
+                # ends with the reply's words; a pack is halved, so the other items get through.
+                self._charge(plan, indices, reply, None, id_map)
+                if len(indices) == 1:
+                    self._finish_error(plan, indices[0], reply.unanswered, hooks)
+                    return
+                await self._split(plan, halves(indices), tries.failed(False), hooks)
+                return
             parsed = plan.parse(reply.text, context)
             self._charge(plan, indices, reply, parsed, id_map)
             done: list[Any] = []
@@ -234,6 +253,8 @@ class PackRunner:
                 i = id_map[local]
                 plan.results[i] = plan.ok_result(i, value, plan.usage[i])
                 done.append(plan.results[i])
+                if local in parsed.replaced:
+                    self.repairs.add(plan.item_id(i))
             if done and hooks.settled is not None:
                 hooks.settled(done)
             hooks.tick(len(done))
@@ -257,13 +278,24 @@ class PackRunner:
                 return
             tries = tries.unusable_reply(reply.text, next(iter(parsed.failed.values())))
 
+    def _window_hint(self) -> str:
+        return (f"the server's context window is smaller than the {self.card.context_window} tokens the judge "
+                f"assumes: set --context-window (FP_JUDGE_CONTEXT_WINDOW) to it")
+
+    def _window_note(self) -> None:
+        note = f"an item alone was too long for the server, so its passages were cut (context_truncated); " \
+               f"{self._window_hint()}"
+        if note not in self._stats.notes:
+            self._stats.notes.append(note)
+
     async def _split(self, plan: Plan[R], groups: list[tuple[int, ...]], tries: Tries, hooks: Hooks[R]) -> None:
         await asyncio.gather(*(self._run_pack(plan, g, tries, hooks) for g in groups))
 
     def _finish_error(self, plan: Plan[R], i: int, reason: str, hooks: Hooks[R]) -> None:
         if i in plan.results:
             return
-        plan.results[i] = plan.error_result(i, self.redact(reason)[:ERROR_CHARS], plan.usage[i])
+        # The reason may quote a provider's or a model's text: valid Unicode, or no row can be written.
+        plan.results[i] = plan.error_result(i, valid_text(self.redact(reason))[:ERROR_CHARS], plan.usage[i])
         self._stats.failed_items += 1
         hooks.tick(1)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from collections.abc import Iterator, Mapping
 from typing import Final
 from urllib.parse import quote, quote_plus
@@ -114,8 +115,13 @@ class Redactor:
 
     def __init__(self, secret: str | None) -> None:
         self._secret = secret or ""
-        self._forms = sorted(_forms(self._secret), key=len, reverse=True) if self._secret else []
+        forms = sorted(_forms(self._secret), key=len, reverse=True) if self._secret else []
         k = self.PIECE
+        self._forms = [f for f in forms if len(f) >= k]
+        # A key shorter than a piece ("k", "test") is masked only where it stands as a whole token: inside
+        # a word it is a coincidence ("BrokenPipeError" holds "k"), and masking it there garbles the message.
+        short = [re.escape(f) for f in forms if len(f) < k]
+        self._short = re.compile(rf"(?<![\w-])(?:{'|'.join(short)})(?![\w-])") if short else None
         self._pieces = frozenset(form[i : i + k] for form in self._forms for i in range(len(form) - k + 1))
 
     def __call__(self, text: str) -> str:
@@ -124,6 +130,8 @@ class Redactor:
         for form in self._forms:  # whole forms first: one mask for a whole key, not one per piece
             if form in text:
                 text = text.replace(form, self.MASK)
+        if self._short is not None:
+            text = self._short.sub(self.MASK, text)
         return self._mask_pieces(text)
 
     def _mask_pieces(self, text: str) -> str:

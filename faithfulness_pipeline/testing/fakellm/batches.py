@@ -544,7 +544,7 @@ class BatchService:
         fields: dict[str, Any] = {}
         for key, rows, suffix in (("output_file_id", batch.output, "output"), ("error_file_id", batch.errors, "error")):
             if rows:
-                data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
+                data = "".join(_jsonl_line(r) for r in rows).encode()
                 fields[key] = self._add_file(f"{batch_id}_{suffix}.jsonl", "batch_output", data).id
         self._set(batch, **fields)
 
@@ -659,3 +659,14 @@ def validate_input(data: bytes) -> tuple[list[_Line], list[dict[str, Any]]]:
         model = model or body["model"]
         lines.append(_Line(number, custom_id, body))
     return lines, errors
+
+
+def _jsonl_line(row: dict[str, Any]) -> str:
+    """One output line, UTF-8 as OpenAI writes it; a lone surrogate in a reply (not UTF-8 at all) goes out as
+    its JSON escape, as a provider's JSON carries it."""
+    text = json.dumps(row, ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        text = json.dumps(row)
+    return text + "\n"

@@ -16,6 +16,7 @@ from typing import Any, Final
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.judging.llm.card import import_litellm
 from faithfulness_pipeline.judging.llm.limits import retry_after_from_headers
+from faithfulness_pipeline.judging.llm.requests import quota_used_up
 from faithfulness_pipeline.settings.judge import JudgeSettings
 
 #: Providers whose batch endpoints litellm speaks (``litellm.acreate_batch``'s ``custom_llm_provider``).
@@ -76,6 +77,9 @@ class BatchAPI:
                 f"use one of {', '.join(BATCH_PROVIDERS)} or the interactive mode"
             )
         self.api_base = config.api_base
+        #: a Retry-After on a creation longer than this is a failure, not a pause (as for requests)
+        self.retry_after_max_s = (config.retry_after_max_s if config.retry_after_max_s is not None
+                                  else max(config.backoff_max_s, config.backoff_base_s))
         self._api_key = api_key
         self._redact = redact
         self._sleep = sleep
@@ -94,6 +98,10 @@ class BatchAPI:
 
         detail = self._redact(" ".join(str(exc).split()))[:300]
         fatal = isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError | openai.NotFoundError)
+        if quota_used_up(exc, detail):
+            return BatchAPIError(f"{what} failed: the provider says the account's quota is used up "
+                                 f"(insufficient_quota): {detail}; add credit or raise the limit, then re-run",
+                                 fatal=True)
         return BatchAPIError(f"{what} failed ({type(exc).__name__}): {detail}", fatal=fatal)
 
     async def upload(self, data: bytes, name: str) -> str:
@@ -116,11 +124,16 @@ class BatchAPI:
                 )
                 return _view(batch)
             except openai.RateLimitError as exc:
-                if attempt == CREATE_TRIES:
+                if attempt == CREATE_TRIES or quota_used_up(exc, str(exc)):
                     raise self._failure(f"creating a batch ({attempt} tries)", exc) from None
                 response = getattr(exc, "response", None)
                 headers = getattr(exc, "litellm_response_headers", None) or getattr(response, "headers", None)
                 pause = retry_after_from_headers(dict(headers) if headers else None)
+                if pause is not None and pause > self.retry_after_max_s:
+                    raise BatchAPIError(
+                        f"creating a batch failed: rate limited (429) with Retry-After {pause:g} s, longer than the "
+                        f"{self.retry_after_max_s:g} s waited out at most (--retry-after-max, "
+                        f"FP_JUDGE_RETRY_AFTER_MAX_S); re-run once the limit has reset", fatal=True) from None
                 await self._sleep(pause if pause is not None else CREATE_PAUSE_S * attempt)
             except Exception as exc:
                 raise self._failure("creating a batch", exc) from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from faithfulness_pipeline.core.port import JudgeStats, Usage
@@ -20,6 +20,7 @@ from faithfulness_pipeline.judging.llm.batch.ledger import BatchLedger, BatchRec
 from faithfulness_pipeline.judging.llm.batch.lines import Pending, deserialise, encode, plan_of, reply_of
 from faithfulness_pipeline.judging.llm.card import ModelCard
 from faithfulness_pipeline.judging.llm.plans import Sizing, share_usage
+from faithfulness_pipeline.judging.llm.valid_text import TextRepairs
 from faithfulness_pipeline.judging.store.protocol import Store
 
 Rows = list[tuple[bytes, str, str]]
@@ -36,6 +37,8 @@ class Ingest:
     sizing: Sizing
     card: ModelCard
     stats: JudgeStats
+    #: results whose judge text was not valid Unicode (``valid_text``): one note of the run
+    repairs: TextRepairs = field(default_factory=TextRepairs)
 
     async def __call__(
         self, step: str, record: BatchRecord, view: BatchView, paid: dict[bytes, Usage]
@@ -74,19 +77,19 @@ class Ingest:
             entries = [plan.add(i) for i in range(len(pendings))]
             entry = replies.get(custom_id)
             reason, text, usage, counts = reply_of(entry, view)
-            if reason is not None or any(e is None for e in entries):
-                for key, p in zip(keys, pendings, strict=True):
-                    retry[key] = replace(p, tries=p.tries + counts, sent=p.sent + 1,
+            fits = all(e is not None for e in entries)
+            indices = tuple(range(len(pendings)))
+            if reason is not None or not fits:
+                if fits and any(usage):  # a reply without an answer (a refusal) is billed all the same
+                    _, id_map, _ = plan.render(indices)
+                    self._charge(plan, indices, usage, None, id_map)
+                for i, (key, p) in enumerate(zip(keys, pendings, strict=True)):
+                    retry[key] = replace(p, tries=p.tries + counts, sent=p.sent + 1, spent=p.spent + plan.usage[i],
                                          reason=reason or "the item no longer fits the model")
                 continue
-            indices = tuple(range(len(pendings)))
             _, id_map, context = plan.render(indices)
             parsed = plan.parse(text, context)
-            priced = share_usage(plan, indices, usage[0], usage[1], parsed, id_map, self.card.cost)
-            self.stats.prompt_tokens += usage[0]
-            self.stats.completion_tokens += usage[1]
-            if priced is not None and self.stats.cost_usd is not None:
-                self.stats.cost_usd += priced[0] + priced[1]
+            self._charge(plan, indices, usage, parsed, id_map)
             for local, value in parsed.ok.items():
                 i = id_map[local]
                 spent = pendings[i].spent + plan.usage[i]
@@ -94,6 +97,8 @@ class Ingest:
                 if encoded is not None:
                     rows.append((keys[i], step, encoded))
                     paid[keys[i]] = spent
+                    if local in parsed.replaced:
+                        self.repairs.add(pendings[i].item.id)
             for local, why in parsed.failed.items():
                 i = id_map[local]
                 p = pendings[i]
@@ -101,3 +106,12 @@ class Ingest:
                 retry[keys[i]] = replace(p, tries=p.tries + 1, sent=p.sent + 1, spent=p.spent + plan.usage[i],
                                          reason=f"invalid reply: {why}", repair=repair)
         return rows, retry
+
+    def _charge(self, plan: Any, indices: tuple[int, ...], usage: tuple[int, int], parsed: Any,
+                id_map: dict[str, int]) -> None:
+        """Shares a line's usage out over its items (``plan.usage``) and counts it into the judge's stats."""
+        priced = share_usage(plan, indices, usage[0], usage[1], parsed, id_map, self.card.cost)
+        self.stats.prompt_tokens += usage[0]
+        self.stats.completion_tokens += usage[1]
+        if priced is not None and self.stats.cost_usd is not None:
+            self.stats.cost_usd += priced[0] + priced[1]

@@ -411,6 +411,8 @@ class BatchJudge:
             listed = ", ".join(f"{b} ({status})" for b, status in list(self._batches.items())[:10])
             more = f" and {len(self._batches) - 10} more" if len(self._batches) > 10 else ""
             notes.append(f"batches: {listed}{more}")
+        if (repaired := self._read.repairs.note()) is not None:
+            notes.append(repaired)
         return JudgeStats(
             requests=s.requests + fallback.requests,
             prompt_tokens=s.prompt_tokens + fallback.prompt_tokens,

@@ -22,6 +22,7 @@ from faithfulness_pipeline.core.port import (
 )
 from faithfulness_pipeline.judging.llm.batch.api import BatchView
 from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, Sizing, VerdictPlan
+from faithfulness_pipeline.judging.llm.valid_text import valid_text
 from faithfulness_pipeline.judging.store.codec import encode_claims, encode_verdicts
 
 Item = ExtractItem | VerdictItem
@@ -97,14 +98,19 @@ def reply_of(entry: dict[str, Any] | None, view: BatchView) -> tuple[str | None,
         code = detail.get("code") if isinstance(detail, dict) else None
         text = detail.get("message") or code if isinstance(detail, dict) else detail
         unanswered = code == "batch_expired" or status == 429
-        return f"batch line failed: {str(text)[:ERROR_CHARS]}", "", (0, 0), 0 if unanswered else 1
+        return f"batch line failed: {valid_text(str(text))[:ERROR_CHARS]}", "", (0, 0), 0 if unanswered else 1
     try:
-        content = body["choices"][0]["message"]["content"]
+        message = body["choices"][0]["message"]
+        content = message["content"]
     except (KeyError, IndexError, TypeError):
-        content = None
+        message, content = None, None
     usage = body.get("usage") or {}
     tokens = (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
-    return None, content if isinstance(content, str) else "", tokens, 1
+    refusal = message.get("refusal") if isinstance(message, dict) and content is None else None
+    if isinstance(refusal, str) and refusal.strip():  # the model's words are the reason, not "not JSON"
+        return f"the model refused: {valid_text(' '.join(refusal.split()))[:ERROR_CHARS]}", "", tokens, 1
+    # Valid Unicode from here on: the text is parsed, and a lone item's is kept in the ledger for its repair.
+    return None, valid_text(content) if isinstance(content, str) else "", tokens, 1
 
 
 def deserialise(step: str, data: dict[str, Any]) -> Pending:
@@ -127,6 +133,7 @@ def encode(result: ExtractResult | VerdictResult, usage: Usage) -> str | None:
 
 
 def error_result(step: str, item_id: str, reason: str, spent: Usage) -> ExtractResult | VerdictResult:
+    reason = valid_text(reason)
     if step == "extract":
         return ExtractResult(item_id, None, reason, spent, billed=spent)
     return VerdictResult(item_id, None, reason, spent, billed=spent)

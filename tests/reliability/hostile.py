@@ -1,0 +1,183 @@
+"""An OpenAI-compatible endpoint on 127.0.0.1 that answers what real providers and proxies have answered:
+a used-up quota, a daily limit's Retry-After, a proxy's HTML login page with status 200, a refusal, no
+choices, a body that trickles in a byte at a time, an error whose text is not valid Unicode.
+
+What each request gets is ``behave(n, body)`` (``n`` counts requests from 1); :func:`scripted` is the healthy
+answer (the scripted judge's reply), so a test can mix healthy and hostile answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from faithfulness_pipeline.testing.fakellm.server import ChatRequest
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
+
+LOGIN_PAGE = (
+    "<!DOCTYPE html>\n<html><head><title>Sign in - Corporate Proxy</title></head>"
+    "<body><form action='/login'><input name='user'><input type='password' name='pw'></form></body></html>\n"
+)
+QUOTA_MESSAGE = (
+    "You exceeded your current quota, please check your plan and billing details. For more information on "
+    "this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors."
+)
+REFUSAL = "I'm sorry, but I can't help with that request."
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+    trickle_s: float | None = None  # seconds between two bytes of the body, sent one at a time
+
+
+def completion(message: dict[str, Any] | None, choices: list[Any] | None = None) -> Answer:
+    body = {
+        "id": "chatcmpl-hostile", "object": "chat.completion", "created": int(time.time()), "model": "fake-judge",
+        "choices": choices if choices is not None else
+        [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+    }
+    return Answer(body=json.dumps(body).encode())
+
+
+def error(status: int, message: str, kind: str, code: str | None, headers: dict[str, str] | None = None) -> Answer:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return Answer(status=status, body=json.dumps(body).encode(), headers=headers or {})
+
+
+def quota() -> Answer:
+    return error(429, QUOTA_MESSAGE, "insufficient_quota", "insufficient_quota")
+
+
+def retry_after(seconds: float) -> Answer:
+    return error(429, "Rate limit reached for requests per day (RPD).", "requests", "rate_limit_exceeded",
+                 {"Retry-After": f"{seconds:g}"})
+
+
+def login_page() -> Answer:
+    return Answer(body=LOGIN_PAGE.encode(), content_type="text/html")
+
+
+def refusal() -> Answer:
+    return completion({"role": "assistant", "content": None, "refusal": REFUSAL})
+
+
+def no_choices() -> Answer:
+    return completion(None, choices=[])
+
+
+_JUDGE = ScriptedJudge()
+
+
+def scripted(body: dict[str, Any], *, trickle_s: float | None = None) -> Answer:
+    chat = ChatRequest(model=str(body["model"]), messages=list(body["messages"]),
+                       response_format=body.get("response_format"), temperature=body.get("temperature"),
+                       seed=body.get("seed"), max_tokens=body.get("max_tokens"), stream=False, raw=body)
+    answer = completion({"role": "assistant", "content": _JUDGE(chat)})
+    return Answer(body=answer.body, trickle_s=trickle_s)
+
+
+Behaviour = Callable[[int, dict[str, Any]], Answer]
+
+
+class HostileServer:
+    """``with HostileServer(behave) as server:``; ``server.requests`` counts the chat requests received."""
+
+    def __init__(self, behave: Behaviour) -> None:
+        self.behave = behave
+        self.requests = 0
+        self.bodies: list[dict[str, Any]] = []
+        self.cut_short = 0  # trickled bodies the client hung up on before their last byte
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> HostileServer:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            loop.run_until_complete(self._start())
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup() if self._runner else asyncio.sleep(0))
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="hostile", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+    async def _start(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/chat/completions", self._chat)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.2)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body: dict[str, Any] = await request.json()
+        with self._lock:
+            self.requests += 1
+            n = self.requests
+            self.bodies.append(body)
+        answer = self.behave(n, body)
+        headers = {"Content-Type": answer.content_type, **answer.headers}
+        if answer.trickle_s is None:
+            return web.Response(status=answer.status, body=answer.body, headers=headers)
+        response = web.StreamResponse(status=answer.status, headers=headers)
+        response.content_length = len(answer.body)
+        await response.prepare(request)
+        sent = 0
+        try:
+            for k in range(len(answer.body)):
+                await response.write(answer.body[k : k + 1])
+                sent += 1
+                await asyncio.sleep(answer.trickle_s)
+            await response.write_eof()
+        finally:
+            if sent < len(answer.body):
+                with self._lock:
+                    self.cut_short += 1
+        return response
+
+
+def too_long(limit_chars: int, step: str) -> Behaviour:
+    """Answers like a server whose window is smaller than the judge thinks: a 400 ``context_length_exceeded``
+    for a request of ``step`` ("extract" or "verdict") whose data section is over ``limit_chars``; the scripted
+    judge's reply otherwise."""
+    def behave(n: int, body: dict[str, Any]) -> Answer:
+        content = "".join(str(m.get("content")) for m in body["messages"] if m.get("role") == "user")
+        data = content.split("<<<DATA>>>", 1)[-1]
+        is_step = ('"sentences"' in data) == (step == "extract")
+        if is_step and len(data) > limit_chars:
+            return error(400, f"This model's maximum context length is 2048 tokens. However, your messages resulted "
+                              f"in {len(data) // 3} tokens.", "invalid_request_error", "context_length_exceeded")
+        return scripted(body)
+    return behave
