@@ -9,9 +9,11 @@ process, no latency) with a result store.
 
 Memory: every process of the run's session (the run process, the fork server, each step process, the
 offline judge's worker pool, Dagster's log capture) is read from /proc every ~0.2 s; a process's peak
-is its VmHWM while it is alive. The run process's own ``ru_maxrss`` from ``wait4`` (the largest of it
-and every descendant it or they reaped) cross-checks the largest one. A run whose processes hold more
-than ``--kill-above-gb`` at once (or that leaves the machine under 1.5 GB available) is killed.
+is its VmHWM while it is alive. The run process's ``ru_maxrss`` from ``wait4`` is reported beside it: it is
+that process's own peak only, as the fork server that starts the steps outlives the run process (it ends
+when the run process's end closes its pipe) and is never reaped by it, so no step's peak reaches it. A run
+whose processes hold more than ``--kill-above-gb`` at once (or that leaves the machine under 1.5 GB
+available) is killed.
 
 The litellm judge scores cold (an empty store: every request sent) up to ``--cold-max`` rows. Above that
 a cold day takes as long as its requests do: a cold 100,000 took 583 s through ``dg launch`` and 370 s
@@ -343,8 +345,9 @@ def _summary(seen: Sampled, log_text: str) -> dict[str, Any]:
     by_role: dict[str, list[int]] = {}
     for kb, role in peaks:
         by_role.setdefault(role, []).append(kb)
-    # ru_maxrss also covers what polling missed of a process's last 0.2 s, but only for processes reaped by
-    # the run's own tree (not the re-parented worker pool) and it names none.
+    # ru_maxrss covers the root and what it reaped: all of the CLI's tree, but for dg launch only the run
+    # process (its fork server, the steps' parent, is never reaped by it). It also covers what polling
+    # missed of the root's last 0.2 s.
     largest_kb = max(polled_kb, seen.root_maxrss_kb)
     return {
         "wall_s": seen.wall_s,
@@ -618,12 +621,13 @@ def _label(r: dict[str, Any]) -> str:
 def _day_row(r: dict[str, Any]) -> str:
     d = r["day"]
     if not d.get("wall_s") and d.get("skipped"):
-        return f"| {r['rows']:,} | {_label(r)} | {d['skipped']} | | | | | | |"
+        return f"| {r['rows']:,} | {_label(r)} | {d['skipped']} | | | | | | | |"
     requests = "" if d["requests"] is None else f"{d['requests']:,}"
     state = f" ({d['killed']})" if d["killed"] else ""
     ratio = _warehouse_bytes(d) / r["landing_bytes"]
     return (f"| {r['rows']:,} | {_label(r)} | {requests} | {d['wall_s']:.0f}{state} | **{d['largest_gb']:.2f}** "
-            f"({d['largest_role']}) | **{d['all_gb']:.2f}** ({d['processes']}) | {d['at_once_gb']:.2f} | "
+            f"({d['largest_role']}) | {d['root_maxrss_gb']:.2f} | **{d['all_gb']:.2f}** ({d['processes']}) | "
+            f"{d['at_once_gb']:.2f} | "
             f"{r['landing_bytes'] / MB:.0f} | {_warehouse_bytes(d) / MB:.0f} ({ratio:.1f}×) |")
 
 
@@ -745,17 +749,19 @@ def report(result: dict[str, Any]) -> str:
         "with a result store (`<warehouse>/_judge_store.sqlite`; the CLI's `--store`)." + warm_note,
         "",
         "Peak RSS: every process of the run's session (run process, fork server, step processes, the offline "
-        f"judge's worker pool, Dagster's log capture) read from /proc every {POLL_S:g} s, VmHWM while it is alive; "
-        "the run process's `ru_maxrss` from `wait4` cross-checks the largest. *All processes* adds every "
-        "process's peak (an upper bound: forked processes share pages, and steps do not all run at once); *at "
-        "once* is the largest sum of VmRSS seen at one sample. GB = 2^30 and MB = 2^20 bytes. Warehouse bytes: "
+        f"judge's worker pool, Dagster's log capture) read from /proc every {POLL_S:g} s, VmHWM while it is alive. "
+        "*Run process (wait4)* is the `ru_maxrss` of `dg launch` itself (its own peak: the fork server that "
+        "starts the steps is never reaped by it). *All processes* adds every process's peak (an upper bound: "
+        "each step process is forked from the fork server and counts the pages it shares with it, and steps do "
+        "not all run at once); *at once* is the largest sum of VmRSS seen at one sample, what the machine had "
+        "to hold. GB = 2^30 and MB = 2^20 bytes. Warehouse bytes: "
         "every file the run wrote under the warehouse (the six tables, the DuckDB file, the HTML report), the "
         f"result store not included. Landing files: {landings}; built (or found in `--work`) in "
         f"{result['generate_s']:.0f} s by a child process, between runs.",
         "",
-        "| answers | judge | requests | wall s | largest process GB (which) | all processes GB (count) | at once GB "
-        "| landing MB | warehouse MB (× landing) |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| answers | judge | requests | wall s | largest process GB (which) | run process GB (wait4) "
+        "| all processes GB (count) | at once GB | landing MB | warehouse MB (× landing) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         *(_day_row(r) for r in runs),
         "",
         "The CLI on the same file (`--quiet`; a warm run starts from a copy of the same store):",
