@@ -1,16 +1,22 @@
 """Test-wide settings: litellm stays offline and quiet (no price-list fetch, no tokenizer download); one
-PostgreSQL cluster per worker for the tests that need a real server."""
+PostgreSQL cluster and one S3 server (moto, ``tests/s3_server.py``) per worker for the tests that need a
+real server."""
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.postgres_cluster import Cluster, missing_reason, postgres_cluster
+from tests.s3_server import FOREIGN_AWS, S3Server, s3_env
+from tests.s3_server import missing_reason as s3_missing_reason
+from tests.s3_server import s3_server as running_s3_server
 
 for _name, _value in {
     "LITELLM_OFFLINE_MODE": "true",
@@ -50,3 +56,43 @@ def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str],
         return cluster.url(database=database)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 server on 127.0.0.1 for this worker process (skipped, saying why, without moto)."""
+    reason = s3_missing_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    # werkzeug logs every request of the server at INFO: the tests' output stays readable without it.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    with running_s3_server() as server:
+        yield server
+
+
+@dataclass
+class S3Bucket:
+    """A fresh bucket on the test's S3 server; the environment of the test (and of its subprocesses, which
+    inherit it) points every S3 client at the server."""
+
+    server: S3Server
+    name: str
+    env: dict[str, str]
+
+    def uri(self, key: str = "") -> str:
+        return f"s3://{self.name}/{key}" if key else f"s3://{self.name}"
+
+    def objects(self) -> list[str]:
+        """The keys of every object in the bucket (``S3Server.keys``)."""
+        return self.server.keys(self.name)
+
+
+@pytest.fixture
+def s3(s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
+    """A new, empty bucket, and AWS_* variables (endpoint, dummy keys, region) for this test only."""
+    for name in FOREIGN_AWS:
+        monkeypatch.delenv(name, raising=False)
+    env = s3_env(s3_server, tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return S3Bucket(s3_server, s3_server.new_bucket(), env)

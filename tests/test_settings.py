@@ -35,7 +35,7 @@ from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SETTINGS = settings()
-SCORE_SETTINGS = [s for s in SETTINGS if s.model in (JudgeSettings, ScoringSettings)]
+SCORE_SETTINGS = [s for s in SETTINGS if s.model in (JudgeSettings, ScoringSettings) and s.cli_flag is not None]
 CALIBRATION_SETTINGS = settings(CalibrationSettings)
 RESOURCES: dict[str, type[Any]] = {"judge": JudgeResource, "scoring": ScoringResource,
                                    "calibration": CalibrationResource, "landing": LandingResource,
@@ -56,7 +56,7 @@ def _other_value(setting: Setting) -> tuple[str, Any]:
         choice = next(c for c in setting.choices if c != setting.default)
         return choice, choice
     if setting.kind is int:
-        return "1000", 1000
+        return ("4", 4) if setting.name == "shards" else ("1000", 1000)  # shards are at most 256
     if setting.kind is float:
         return "0.75", 0.75
     return f"x-{setting.name}", f"x-{setting.name}"
@@ -172,6 +172,16 @@ def test_a_variable_that_is_not_a_number_is_refused_by_name() -> None:
 
 
 DAGSTER_LAYER = [s for s in SETTINGS if s.model not in (JudgeSettings, ScoringSettings, CalibrationSettings)]
+
+
+def test_shards_shape_the_dagster_day_only() -> None:
+    """A day's shard steps are Dagster's business: a variable and a resource field, no flag of the CLI."""
+    (shards,) = [s for s in SETTINGS if s.name == "shards"]
+    assert shards.cli_flag is None and shards.env == "FP_JUDGE_SHARDS" and shards.resource == "judge"
+    assert not [o for p in score.params for o in p.opts if "shard" in o]
+    assert DefsSettings.from_env({"FP_JUDGE_SHARDS": "3"}).judge.shards == 3
+    with pytest.raises(ConfigError, match="FP_JUDGE_SHARDS"):
+        DefsSettings.from_env({"FP_JUDGE_SHARDS": "0"})
 
 
 def test_the_dagster_layer_keeps_its_variables_and_defaults() -> None:

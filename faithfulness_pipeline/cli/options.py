@@ -31,7 +31,7 @@ def setting_options(*models: type[BaseModel]) -> Callable[[Callable[..., None]],
     declared here. Unset (None) means the variable, then the default."""
 
     def decorate(command: Callable[..., None]) -> Callable[..., None]:
-        for setting in reversed([s for s in settings() if s.model in models]):
+        for setting in reversed([s for s in settings() if s.model in models and s.cli_flag is not None]):
             if setting.kind is bool:
                 option = click.option(setting.flag, setting.name, is_flag=True, default=None, help=_help(setting))
             else:

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
+from faithfulness_pipeline.core.storage import StorageError, describe
 from faithfulness_pipeline.settings.derive import from_env, settings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
@@ -35,7 +36,9 @@ def _options(command: Callable[..., None]) -> Callable[..., None]:
 
 @click.command("report")
 @click.argument("source", metavar="WAREHOUSE_OR_SCORED_TABLE")
-@click.option("-o", "--output", required=True, help="HTML file to write (self-contained: mail it, open it offline).")
+@click.option("-o", "--output", required=True,
+              help="HTML file to write, a path or an s3:// (gs://, abfs://) URI (self-contained: mail it, open it "
+              "offline).")
 @click.option("--calibration", default=None, help="The judge's calibration table (Parquet) to show. Default: the "
               "warehouse's judge_calibration table when there is one.")
 @click.option("--timestamp-col", default="created_at", show_default=True,
@@ -46,16 +49,17 @@ def _options(command: Callable[..., None]) -> Callable[..., None]:
 @_options
 def report(source: str, output: str, calibration: str | None, timestamp_col: str, timezone: str | None,
            worst: int, **options: Any) -> None:
-    """Write the answer-quality report of a warehouse folder or a scored table (Parquet file, folder or glob)."""
+    """Write the answer-quality report of a warehouse folder or a scored table (Parquet file, folder or glob),
+    local or in an object store (s3://bucket/warehouse)."""
     from faithfulness_pipeline.judging.offline.judge import OFFLINE_MODEL_NAME
-    from faithfulness_pipeline.report import build_report, headline
+    from faithfulness_pipeline.report import build_report_to, headline
 
     started = time.monotonic()
     try:
         given = {k: v for k, v in options.items() if v is not None}
         scoring = from_env(ScoringSettings, os.environ, given)
         zone = timezone or os.environ.get(TIMEZONE_ENV) or "UTC"
-        path, data = build_report(
+        place, data = build_report_to(
             source,
             output,
             baseline_judges=frozenset({OFFLINE_MODEL_NAME}),
@@ -65,12 +69,15 @@ def report(source: str, output: str, calibration: str | None, timestamp_col: str
             scoring=scoring,
             worst=worst,
         )
-    except (FaithfulnessPipelineError, OSError) as exc:
+    except StorageError as exc:  # a URI that names no place (a scheme, credentials in it): the command's fault
         click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except (FaithfulnessPipelineError, OSError) as exc:
+        click.echo(f"error: {describe(exc)}", err=True)
         sys.exit(2)
     top = headline(data)
     click.echo(
-        f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB) in {time.monotonic() - started:.1f}s: "
+        f"wrote {place.uri} ({place.size() / 1024:.0f} KiB) in {time.monotonic() - started:.1f}s: "
         f"{top.answers} answers over {top.period}, judged by {top.judges}",
         err=True,
     )

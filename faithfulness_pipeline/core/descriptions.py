@@ -98,6 +98,8 @@ _DAILY = {
 
 #: What each published table holds.
 TABLE_DESCRIPTIONS = MappingProxyType({
+    "raw_conversations": "One row per judged answer as it landed: every landing column and the row key (and, for "
+    "chat rows, the answer, question and context judged). The passages live here; join by row_key and day.",
     "scored_conversations": "One row per judged answer: the user's columns, claims, verdicts, hallucination and "
     "faithfulness scores with reasons, status, judge and usage.",
     "claim_table": "One row per claim with its verdict, reason and evidence, the answer's model, day and "

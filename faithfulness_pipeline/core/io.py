@@ -1,8 +1,10 @@
 """Reading inputs in bounded chunks and writing outputs atomically.
 
 Inputs: a file, a directory (every ``*.parquet``, ``*.jsonl`` / ``*.ndjson`` and ``*.csv`` below it) or a glob,
-local or an object-store URI. The format follows the file's suffix (anything else is read as Parquet). Each
-file is read on its own, so files may differ in their columns (``core.combine`` unites them).
+local or an object-store URI (``core.storage``). The format follows the file's suffix (anything else is read
+as Parquet). Each file is read on its own, so files may differ in their columns (``core.combine`` unites them).
+Parquet is read through pyarrow's filesystems (footers, row groups: only what is needed), JSON Lines and CSV
+through polars' scans, which read object-store URIs themselves (same environment and profile chain).
 Outputs appear only when complete: a temporary file in the target directory, then ``os.replace``.
 """
 
@@ -12,17 +14,17 @@ import glob
 import itertools
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Final
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.core.storage import Place, StorageError, describe, is_remote
 
 # Distinguishes temporaries of one process (threads may write several outputs at once).
 _TMP_COUNTER = itertools.count()
@@ -46,18 +48,67 @@ def is_uri(spec: str) -> bool:
     return "://" in spec and not spec.startswith("file://")
 
 
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """A glob as a regular expression over whole paths: ``*`` and ``?`` stay within one folder, ``**``
+    crosses folders (as ``glob.glob(recursive=True)``)."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 2 :]:
+            end = pattern.index("]", i + 2)
+            body = pattern[i + 1 : end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def _remote_inputs(text: str) -> list[str]:
+    try:
+        if glob.has_magic(text):
+            # An object store has no globbing: list below the pattern's fixed folder and match every name.
+            head = text[: min(text.index(c) for c in "*?[" if c in text)].rsplit("/", 1)[0]
+            if head.endswith(":/"):
+                raise InputError(f"the pattern {text!r} must name its bucket (no wildcard before the first /)")
+            base = Place.of(head)
+            pattern = _glob_regex(base.uri + text[len(head) :])
+            files = [p.uri for p in base.files() if pattern.match(p.uri)]
+            if not files:
+                raise InputError(f"the pattern {text!r} matches no files")
+            return files
+        place = Place.of(text)
+        if place.is_dir():
+            files = [p.uri for p in place.files() if _is_input(p.name)]
+            if not files:
+                raise InputError(f"{text!r} holds no *.parquet, *.jsonl, *.ndjson or *.csv files")
+            return files
+        if place.is_file():
+            return [place.uri]
+    except StorageError as exc:
+        raise InputError(str(exc)) from None
+    except OSError as exc:
+        raise InputError(f"cannot list {text!r}: {describe(exc)}") from None
+    raise InputError(f"input {text!r} does not exist (give a Parquet, JSON Lines or CSV object, a prefix or a glob)")
+
+
 def resolve_inputs(spec: str | os.PathLike[str]) -> list[str]:
     """The input files that ``spec`` names, sorted, so runs are reproducible."""
     text = os.fspath(spec)
     if is_uri(text):
-        fs, path = pafs.FileSystem.from_uri(text)
-        info = fs.get_file_info(path)
-        if info.type == pafs.FileType.Directory:
-            selector = pafs.FileSelector(path, recursive=True)
-            scheme = text.split("://")[0]
-            infos = fs.get_file_info(selector)
-            return sorted(f"{scheme}://{i.path}" for i in infos if _is_input(i.path))
-        return [text]
+        return _remote_inputs(text)
     text = text.removeprefix("file://")
     path = Path(text)
     if path.is_dir():
@@ -91,9 +142,10 @@ def read_error(path: str, exc: BaseException) -> InputError:
 def _open(path: str) -> pq.ParquetFile:
     try:
         if is_uri(path):
-            fs, inner = pafs.FileSystem.from_uri(path)
-            return pq.ParquetFile(fs.open_input_file(inner))
+            return pq.ParquetFile(Place.of(path).open_input())
         return pq.ParquetFile(path)
+    except StorageError as exc:
+        raise InputError(str(exc)) from None
     except READ_ERRORS as exc:
         raise read_error(path, exc) from exc
 
@@ -114,12 +166,22 @@ def file_schema(path: str) -> pl.Schema:
     fmt = input_format(path)
     if fmt == PARQUET:
         return pl.Schema(_open(path).schema_arrow)
-    if not is_uri(path) and os.path.isfile(path) and os.path.getsize(path) == 0:
+    if _empty(path):
         raise InputError(f"{path!r} is empty: a {fmt} file names its columns in its rows. Remove it, or write its rows")
     try:
         return scan_input(path).collect_schema()
     except READ_ERRORS as exc:
         raise read_error(path, exc) from exc
+
+
+def _empty(path: str) -> bool:
+    if is_remote(path):
+        try:
+            place = Place.of(path)
+            return place.is_file() and place.size() == 0
+        except (StorageError, OSError):
+            return False  # the read that follows names the problem
+    return os.path.isfile(path) and os.path.getsize(path) == 0
 
 
 def count_rows(paths: list[str]) -> int:
@@ -194,6 +256,23 @@ def iter_chunks(paths: list[str], chunk_rows: int) -> Iterator[pl.DataFrame]:
             raise read_error(path, exc) from exc
 
 
+def rechunked(frames: Iterable[pl.DataFrame], rows: int) -> Iterator[pl.DataFrame]:
+    """``frames`` as chunks of exactly ``rows`` rows (the last one shorter): files of the same rows written in
+    other chunks can then be read side by side, chunk for chunk."""
+    pending: list[pl.DataFrame] = []
+    held = 0
+    for frame in frames:
+        pending.append(frame)
+        held += frame.height
+        while held >= rows:
+            whole = pl.concat(pending, how="vertical")
+            yield whole.slice(0, rows)
+            rest = whole.slice(rows)
+            pending, held = ([rest] if rest.height else []), rest.height
+    if held:
+        yield pl.concat(pending, how="vertical")
+
+
 def read_all(spec: str) -> pl.DataFrame:
     """Every row of an input file, folder or glob at once, as one table (a column must have one type in
     every file that has it): for small tables such as labelled rows."""
@@ -247,24 +326,31 @@ def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Pa
 
 
 class ParquetChunkWriter:
-    """Appends polars chunks to one Parquet file, all cast to the first chunk's schema."""
+    """Appends polars chunks to one Parquet file (a path, or a stream such as ``core.storage.Place.replace``
+    gives), each chunk a row group, all cast to the first chunk's schema; ``empty`` is the schema written
+    when no chunk comes (an empty table still has its columns)."""
 
-    def __init__(self, path: Path) -> None:
-        self._path = path
+    def __init__(self, sink: Path | pa.NativeFile, empty: pl.Schema | None = None) -> None:
+        self._sink = sink
+        self._empty = empty
         self._writer: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
+        self.rows = 0
 
     def write(self, frame: pl.DataFrame) -> None:
         table = frame.to_arrow()
         if self._writer is None:
             self._schema = table.schema
-            self._writer = pq.ParquetWriter(self._path, self._schema, compression="zstd")
+            self._writer = pq.ParquetWriter(self._sink, self._schema, compression="zstd")
         else:
             assert self._schema is not None
             table = table.cast(self._schema)
         self._writer.write_table(table)
+        self.rows += frame.height
 
     def close(self) -> None:
+        if self._writer is None and self._empty is not None:
+            self.write(pl.DataFrame(schema=self._empty))
         if self._writer is not None:
             self._writer.close()
 

@@ -331,6 +331,44 @@ def _check_unique(keys: pl.Series, registry: KeyRegistry, config: ScoringConfig)
     registry.seen.add(hashes)
 
 
+def derives_flat(schema: Mapping[str, pl.DataType], config: ScoringConfig) -> bool:
+    """Whether the judged columns of a table with ``schema`` follow from its own columns alone (flat, no
+    messages, no context hook, no static context): then :func:`with_internals` rebuilds them, and a stored
+    table need not keep them twice."""
+    columns = config.columns
+    return (columns.output in schema and columns.messages not in schema and config.context_hook is None
+            and config.static_context is None)
+
+
+def _flat_context(df: pl.DataFrame, columns: ColumnMap) -> pl.Expr:
+    """A flat row's passages: its context column's, cleaned; none without one."""
+    empty = pl.lit([], dtype=pl.List(pl.String))
+    if columns.context not in df.columns:
+        return empty
+    return _clean_passages(df, columns.context).fill_null(empty)
+
+
+def without_internals(prepared: pl.DataFrame) -> pl.DataFrame:
+    """A prepared flat table without the judged columns :func:`with_internals` rebuilds (they copy the
+    answer, question and context columns)."""
+    return prepared.drop(S.ANSWER, S.QUESTION, S.CONTEXT)
+
+
+def with_internals(frame: pl.DataFrame, config: ScoringConfig) -> pl.DataFrame:
+    """``frame`` (prepared, maybe stored :func:`without_internals`) with the judged answer, question and
+    context columns: as they are when it has them, else rebuilt from its flat columns exactly as
+    :func:`prepare` made them (only when :func:`derives_flat`)."""
+    if S.ANSWER in frame.columns:
+        return frame
+    columns = config.columns
+    question = (pl.col(columns.input).cast(pl.String) if columns.input in frame.columns
+                else pl.lit(None, dtype=pl.String))
+    return frame.with_columns(
+        pl.col(columns.output).cast(pl.String).alias(S.ANSWER), question.alias(S.QUESTION),
+        _flat_context(frame, columns).alias(S.CONTEXT),
+    )
+
+
 def prepare(df: pl.DataFrame, config: ScoringConfig, registry: KeyRegistry | None = None) -> pl.DataFrame:
     """Validate one input chunk and return it with one row per judged answer (see module docstring).
 
@@ -384,14 +422,16 @@ def prepare(df: pl.DataFrame, config: ScoringConfig, registry: KeyRegistry | Non
             if parsed is not None
             else empty
         )
-        if columns.context in df.columns:
+        if parsed is None:  # a flat table without messages: the rule with_internals rebuilds
+            context = _flat_context(df, columns)
+        elif columns.context in df.columns:
             frame = frame.with_columns(_clean_passages(df, columns.context).alias(S.CONTEXT))
             cell = pl.col(S.CONTEXT)
             # A null or empty context cell falls through to the conversation's tool results.
-            context = cell if parsed is None else pl.when(cell.list.len() > 0).then(cell).otherwise(tools)
+            context = pl.when(cell.list.len() > 0).then(cell).otherwise(tools).fill_null(empty)
         else:
-            context = tools
-        frame = frame.with_columns(context.fill_null(empty).alias(S.CONTEXT))
+            context = tools.fill_null(empty)
+        frame = frame.with_columns(context.alias(S.CONTEXT))
 
     key = _key_expr(df, config)
     if key is not None:

@@ -125,18 +125,27 @@ async def score_chunks(
         yield done
 
 
-async def judge_frame(
-    df: pl.DataFrame, judging: Judging | Judge, chunk_rows: int, progress: RowProgress | None = None
-) -> pl.DataFrame:
-    """A prepared table with its claims, verdicts and usage (``core.flow.judge_chunk``: extraction and
-    verdict usage apart), judged in chunks of ``chunk_rows`` rows, two in flight when calls overlap."""
+async def judge_chunks(
+    chunks: Iterable[pl.DataFrame], judging: Judging | Judge, progress: RowProgress | None = None
+) -> AsyncIterator[pl.DataFrame]:
+    """Prepared chunks with their claims, verdicts and usage (``core.flow.judge_chunk``: extraction and
+    verdict usage apart), in input order, two in flight when calls overlap (reading the next chunk on a
+    worker thread: it may come from a file)."""
     judging = Judging.of(judging)
-    stream = iter(chunks_of(df, chunk_rows))
+    stream = iter(chunks)
 
     async def run(chunk: pl.DataFrame) -> pl.DataFrame:
         return await judge_chunk(chunk, judging, progress)
 
-    parts = [part async for part in _in_order(lambda: next(stream, None), run, judging.overlap_rows is not None)]
+    async for done in _in_order(lambda: next(stream, None), run, judging.overlap_rows is not None, threaded=True):
+        yield done
+
+
+async def judge_frame(
+    df: pl.DataFrame, judging: Judging | Judge, chunk_rows: int, progress: RowProgress | None = None
+) -> pl.DataFrame:
+    """A prepared in-memory table judged in chunks of ``chunk_rows`` rows (:func:`judge_chunks`)."""
+    parts = [part async for part in judge_chunks(chunks_of(df, chunk_rows), judging, progress)]
     return pl.concat(parts, how="vertical")
 
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from faithfulness_pipeline.defs.assets import build_assets, build_checks
 from faithfulness_pipeline.defs.calibration import build_calibration_assets, build_calibration_job
-from faithfulness_pipeline.defs.io import WarehouseIOManager
+from faithfulness_pipeline.defs.io import STEP_IO, WarehouseIOManager
 from faithfulness_pipeline.defs.names import LLM_POOL
 from faithfulness_pipeline.defs.partitions import daily_partitions
 from faithfulness_pipeline.defs.resources import (
@@ -31,9 +31,9 @@ from faithfulness_pipeline.defs.resources import (
     JudgeResource,
     LandingResource,
     ScoringResource,
-    WarehouseResource,
 )
 from faithfulness_pipeline.defs.schedules import build_job, build_schedule, build_sensor
+from faithfulness_pipeline.defs.warehouse import WarehouseResource
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.judge import JudgeSettings
@@ -81,10 +81,16 @@ def _given(settings: BaseModel) -> dict[str, Any]:
     return settings.model_dump(exclude_defaults=True)
 
 
-def build_defs(settings: DefsSettings | None = None, executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
+def build_defs(
+    settings: DefsSettings | None = None,
+    executor: dg.ExecutorDefinition | None = None,
+    step_io_manager: dg.ConfigurableIOManager | None = None,
+) -> dg.Definitions:
     """The code location. ``executor`` replaces the local multiprocess executor, e.g. with
     ``dagster_k8s.k8s_job_executor`` or ``dagster_celery.celery_executor`` (one pod / Celery task per step;
-    the ``llm_judge`` pool still bounds the LLM steps, counted in the shared instance database)."""
+    the ``llm_judge`` pool still bounds the LLM steps, counted in the shared instance database).
+    ``step_io_manager`` replaces the local filesystem IO manager of what steps hand each other (a shard's
+    summary) with one every pod sees, e.g. ``dagster_aws.s3.S3PickleIOManager``."""
     settings = settings or DefsSettings()
     partitions = daily_partitions(settings.partitions_start, settings.landing.zone())
     model, prompt_version = settings.judge.identity()
@@ -102,8 +108,9 @@ def build_defs(settings: DefsSettings | None = None, executor: dg.ExecutorDefini
             "scoring": settings.scoring,
             "landing": settings.landing,
             "warehouse": settings.warehouse,
-            "calibration": settings.calibration,
             "io_manager": WarehouseIOManager(warehouse=settings.warehouse),
+            STEP_IO: step_io_manager or dg.FilesystemIOManager(),
+            "calibration": settings.calibration,
         },
         executor=executor or _executor(),
     )

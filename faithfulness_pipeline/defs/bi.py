@@ -15,7 +15,8 @@ from faithfulness_pipeline.defs.names import (
     REPORT_REVISION,
     SCORED,
 )
-from faithfulness_pipeline.defs.resources import ScoringResource, WarehouseResource
+from faithfulness_pipeline.defs.resources import ScoringResource
+from faithfulness_pipeline.defs.warehouse import WarehouseResource
 
 
 @dg.asset(
@@ -27,13 +28,13 @@ from faithfulness_pipeline.defs.resources import ScoringResource, WarehouseResou
     description="DuckDB file with views over the BI tables (all days). Open it from any SQL BI tool.",
 )
 def answer_quality_duckdb(warehouse: WarehouseResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
-    target = warehouse.duckdb_file()
-    rows = build_database(target, warehouse.root_path())
+    target = warehouse.duckdb_place()
+    rows = build_database(target, warehouse.root_place())
     return dg.MaterializeResult(
         metadata={
-            "path": dg.MetadataValue.path(str(target)),
+            "path": dg.MetadataValue.path(target.uri),
             **{f"rows_{t}": n for t, n in rows.items()},
-            "connect": f"duckdb {target}",
+            "connect": f"duckdb {target.uri}",
         }
     )
 
@@ -50,12 +51,12 @@ def answer_quality_duckdb(warehouse: WarehouseResource) -> dg.MaterializeResult:
 )
 def answer_quality_report(warehouse: WarehouseResource, scoring: ScoringResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
     from faithfulness_pipeline.judging.offline.judge import OFFLINE_MODEL_NAME
-    from faithfulness_pipeline.report import build_report, headline
+    from faithfulness_pipeline.report import build_report_to, headline
 
-    path, data = build_report(
-        str(warehouse.root_path()),
-        warehouse.report_file(),
+    place, data = build_report_to(
+        warehouse.root_place().uri,
+        warehouse.report_place(),
         baseline_judges=frozenset({OFFLINE_MODEL_NAME}),
         scoring=scoring,
     )
-    return dg.MaterializeResult(metadata=report_metadata(path, headline(data), data.threshold))
+    return dg.MaterializeResult(metadata=report_metadata(place, headline(data), data.threshold))

@@ -7,11 +7,12 @@
 - ``scored_conversations``: ``scores_in_range``, ``error_rate`` and ``llm_judge_used`` (a WARN when the rows were
   scored by the offline baseline because no model is set).
 
-The later checks load the stored partitions, so they can be re-run on their own from the UI.
+The later checks read the stored partitions (footers and lazy scans: no whole day in memory), so they can be
+re-run on their own from the UI.
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dagster as dg
@@ -21,6 +22,7 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.combine import column_types
 from faithfulness_pipeline.defs.landing import LandingFile
 from faithfulness_pipeline.defs.resources import ScoringResource
+from faithfulness_pipeline.defs.warehouse import WarehouseResource
 from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
 
 _EXAMPLES = 10
@@ -130,22 +132,25 @@ def input_schema_result(
     )
 
 
-def unique_keys_result(asset: str, keyed: Sequence[tuple[LandingFile, pl.Series]]) -> dg.AssetCheckResult:
-    """Keys are unique within one file already (normalisation refuses duplicates); this looks across files."""
-    # Typed explicitly: a landing file without rows that day would otherwise give a Null-typed column.
+def unique_keys_result(
+    asset: str, hashed: Sequence[tuple[LandingFile, pl.Series]], named: Callable[[set[int]], dict[int, str]]
+) -> dg.AssetCheckResult:
+    """Keys are unique within one file already (normalisation refuses duplicates); this looks across files,
+    by the keys' 64-bit hashes (8 bytes a row); ``named`` gives the keys of the hashes it reports."""
     frames = [
-        pl.DataFrame(
-            {"row_key": keys.cast(pl.String), "file": pl.Series([f.path] * len(keys), dtype=pl.String)}
-        )
-        for f, keys in keyed
+        pl.DataFrame({"hash": hashes, "file": pl.Series([f.path] * len(hashes), dtype=pl.String)})
+        for f, hashes in hashed
     ]
-    frame = pl.concat(frames) if frames else pl.DataFrame(schema={"row_key": pl.String, "file": pl.String})
+    frame = pl.concat(frames) if frames else pl.DataFrame(schema={"hash": pl.UInt64, "file": pl.String})
     dupes = (
-        frame.group_by("row_key")
+        frame.group_by("hash")
         .agg(pl.len().alias("rows"), pl.col("file").unique().sort().alias("files"))
         .filter(pl.col("rows") > 1)
-        .sort("row_key")
     )
+    names = named(set(dupes.get_column("hash").to_list())) if dupes.height else {}
+    dupes = dupes.with_columns(
+        pl.col("hash").replace_strict(names, default=None, return_dtype=pl.String).alias("row_key")
+    ).sort("row_key")
     examples = [
         f"`{r['row_key']}` x{r['rows']} in {', '.join(f'`{p}`' for p in r['files'])}"
         for r in dupes.head(_EXAMPLES).iter_rows(named=True)
@@ -163,14 +168,18 @@ def unique_keys_result(asset: str, keyed: Sequence[tuple[LandingFile, pl.Series]
     )
 
 
-def _key_diff(table: pl.DataFrame, upstream: pl.DataFrame) -> tuple[list[str], list[str], int]:
-    mine = table.get_column(S.ROW_KEY)
-    theirs = set(upstream.get_column(S.ROW_KEY).to_list())
-    mine_set = set(mine.to_list())
-    lost = sorted(theirs - mine_set)
-    extra = sorted(mine_set - theirs)
-    duplicated = mine.len() - mine.n_unique()
-    return lost, extra, duplicated
+def _key_diff(table: pl.LazyFrame, upstream: pl.LazyFrame) -> tuple[tuple[int, list[str]], tuple[int, list[str]], int]:
+    """(keys lost: their count and a few, keys added: likewise, rows repeating a key) of two tables, from their
+    key columns alone (anti-joins in polars' streaming engine)."""
+    mine, theirs = table.select(S.ROW_KEY), upstream.select(S.ROW_KEY)
+
+    def counted(rows: pl.LazyFrame) -> tuple[int, list[str]]:
+        n = int(rows.select(pl.len()).collect().item())
+        return n, rows.sort(S.ROW_KEY).head(_EXAMPLES).collect().get_column(S.ROW_KEY).to_list() if n else []
+
+    repeated = mine.select(pl.len() - pl.col(S.ROW_KEY).n_unique()).collect().item()
+    return (counted(theirs.join(mine, on=S.ROW_KEY, how="anti")), counted(mine.join(theirs, on=S.ROW_KEY, how="anti")),
+            int(repeated))
 
 
 def rows_preserved_check(
@@ -182,21 +191,24 @@ def rows_preserved_check(
         asset=asset,
         name=NO_ROWS_LOST,
         partitions_def=partitions,
-        additional_ins={"upstream": dg.AssetIn(upstream)},
+        additional_deps=[upstream],
         description=f"Same rows (row keys) as {upstream}: nothing dropped, added or duplicated.",
     )
-    def _check(table: pl.DataFrame, upstream: pl.DataFrame) -> dg.AssetCheckResult:
-        lost, extra, duplicated = _key_diff(table, upstream)
+    def _check(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        day = context.partition_key
+        (lost, lost_keys), (extra, extra_keys), duplicated = _key_diff(warehouse.scan(asset, [day]),
+                                                                       warehouse.scan(upstream, [day]))
+        rows, upstream_rows = warehouse.rows(asset, day), warehouse.rows(upstream, day)
         problems = []
         if lost:
-            problems.append(f"{len(lost)} row(s) of the upstream table are missing, e.g. {lost[:_EXAMPLES]}")
+            problems.append(f"{lost} row(s) of the upstream table are missing, e.g. {lost_keys}")
         if extra:
-            problems.append(f"{len(extra)} row(s) have keys the upstream table lacks, e.g. {extra[:_EXAMPLES]}")
+            problems.append(f"{extra} row(s) have keys the upstream table lacks, e.g. {extra_keys}")
         if duplicated:
             problems.append(f"{duplicated} row(s) repeat a key")
         return dg.AssetCheckResult(
             passed=not problems,
-            metadata={"rows": table.height, "upstream_rows": upstream.height, "problems": _md_list(problems)},
+            metadata={"rows": rows, "upstream_rows": upstream_rows, "problems": _md_list(problems)},
             description="; ".join(problems) or None,
         )
 
@@ -212,26 +224,29 @@ def claims_preserved_check(
         asset=asset,
         name=NO_ROWS_LOST,
         partitions_def=partitions,
-        additional_ins={"scored": dg.AssetIn(upstream)},
+        additional_deps=[upstream],
         description=f"Exactly n_claims rows per answer of {upstream} (answers with an error have none).",
     )
-    def _check(table: pl.DataFrame, scored: pl.DataFrame) -> dg.AssetCheckResult:
-        expected = scored.filter(pl.col("status") == S.STATUS_OK).select(
+    def _check(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        day = context.partition_key
+        table = warehouse.scan(asset, [day])
+        expected = warehouse.scan(upstream, [day]).filter(pl.col("status") == S.STATUS_OK).select(
             S.ROW_KEY, pl.col("n_claims").cast(pl.Int64).alias("expected")
         )
         got = table.group_by(S.ROW_KEY).agg(pl.len().cast(pl.Int64).alias("got"))
         joined = expected.join(got, on=S.ROW_KEY, how="full", coalesce=True).with_columns(
             pl.col("expected").fill_null(0), pl.col("got").fill_null(0)
         )
-        wrong = joined.filter(pl.col("expected") != pl.col("got")).sort(S.ROW_KEY)
+        wrong = joined.filter(pl.col("expected") != pl.col("got"))
+        off = int(wrong.select(pl.len()).collect().item())
         examples = [
             f"`{r[S.ROW_KEY]}`: {r['got']} claim row(s), n_claims = {r['expected']}"
-            for r in wrong.head(_EXAMPLES).iter_rows(named=True)
+            for r in wrong.sort(S.ROW_KEY).head(_EXAMPLES).collect().iter_rows(named=True)
         ]
         return dg.AssetCheckResult(
-            passed=wrong.is_empty(),
-            metadata={"claim_rows": table.height, "answers_off": wrong.height, "examples": _md_list(examples)},
-            description=f"{wrong.height} answer(s) have the wrong number of claim rows" if examples else None,
+            passed=off == 0,
+            metadata={"claim_rows": warehouse.rows(asset, day), "answers_off": off, "examples": _md_list(examples)},
+            description=f"{off} answer(s) have the wrong number of claim rows" if examples else None,
         )
 
     return _check
@@ -244,16 +259,18 @@ def aggregates_preserved_check(
         asset=asset,
         name=NO_ROWS_LOST,
         partitions_def=partitions,
-        additional_ins={"scored": dg.AssetIn(upstream)},
+        additional_deps=[upstream],
         description=f"The aggregates count every row of {upstream}.",
     )
-    def _check(table: pl.DataFrame, scored: pl.DataFrame) -> dg.AssetCheckResult:
-        counted = int(table.get_column("answers").sum() or 0)
-        passed = counted == scored.height
+    def _check(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        day = context.partition_key
+        counted = int(warehouse.scan(asset, [day]).select(pl.col("answers").sum()).collect().item() or 0)
+        scored = warehouse.rows(upstream, day)
+        passed = counted == scored
         return dg.AssetCheckResult(
             passed=passed,
-            metadata={"answers_counted": counted, "scored_rows": scored.height},
-            description=None if passed else f"aggregates count {counted} answers, the scored table has {scored.height}",
+            metadata={"answers_counted": counted, "scored_rows": scored},
+            description=None if passed else f"aggregates count {counted} answers, the scored table has {scored}",
         )
 
     return _check
@@ -266,22 +283,30 @@ def scores_in_range_check(asset: str, partitions: dg.PartitionsDefinition[str]) 
         partitions_def=partitions,
         description="Both scores lie in [0, scale]; ok rows with claims have scores; error rows have none.",
     )
-    def _check(table: pl.DataFrame, scoring: ScoringResource) -> dg.AssetCheckResult:
+    def _check(
+        context: dg.AssetCheckExecutionContext, scoring: ScoringResource, warehouse: WarehouseResource
+    ) -> dg.AssetCheckResult:
         scale = scoring.scale
-        problems: list[str] = []
+        table = warehouse.scan(asset, [context.partition_key])
         ok = pl.col("status") == S.STATUS_OK
+        problems: list[str] = []
+        bad_rows = 0
         for column in ("hallucination_score", "faithfulness_score"):
             score = pl.col(column)
-            bad = table.filter(score.is_not_null() & ((score < 0) | (score > scale)) | score.is_nan())
-            out_of_range = bad.select(S.ROW_KEY, column).iter_rows()
-            problems += [f"`{k}`: {column} = {v} outside [0, {scale:g}]" for k, v in out_of_range]
-            missing = table.filter(ok & (pl.col("n_claims") > 0) & score.is_null()).get_column(S.ROW_KEY)
-            problems += [f"`{k}`: status ok with claims but {column} is null" for k in missing]
-            leaked = table.filter(~ok & score.is_not_null())
-            problems += [f"`{k}`: status error but {column} = {v}" for k, v in leaked.select(S.ROW_KEY, column).rows()]
+            rules = (
+                (score.is_not_null() & ((score < 0) | (score > scale)) | score.is_nan(),
+                 f"{column} = {{}} outside [0, {scale:g}]"),
+                (ok & (pl.col("n_claims") > 0) & score.is_null(), f"status ok with claims but {column} is null{{}}"),
+                (~ok & score.is_not_null(), f"status error but {column} = {{}}"),
+            )
+            for rule, says in rules:
+                broken = table.filter(rule)
+                bad_rows += int(broken.select(pl.len()).collect().item())
+                for key, value in broken.select(S.ROW_KEY, column).head(_EXAMPLES).collect().rows():
+                    problems.append(f"`{key}`: " + says.format("" if value is None else value))
         return dg.AssetCheckResult(
-            passed=not problems,
-            metadata={"scale": scale, "bad_rows": len(problems), "examples": _md_list(problems[:_EXAMPLES])},
+            passed=bad_rows == 0,
+            metadata={"scale": scale, "bad_rows": bad_rows, "examples": _md_list(problems[:_EXAMPLES])},
             description=problems[0] if problems else None,
         )
 
@@ -295,24 +320,29 @@ def error_rate_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg
         partitions_def=partitions,
         description="At most max_error_rate (scoring resource) of the rows have status 'error'.",
     )
-    def _check(table: pl.DataFrame, scoring: ScoringResource) -> dg.AssetCheckResult:
-        errors = table.filter(pl.col("status") != S.STATUS_OK).sort(S.ROW_KEY)
-        rate = errors.height / table.height if table.height else 0.0
+    def _check(
+        context: dg.AssetCheckExecutionContext, scoring: ScoringResource, warehouse: WarehouseResource
+    ) -> dg.AssetCheckResult:
+        day = context.partition_key
+        rows = warehouse.rows(asset, day)
+        errors = warehouse.scan(asset, [day]).filter(pl.col("status") != S.STATUS_OK)
+        failed = int(errors.select(pl.len()).collect().item())
+        rate = failed / rows if rows else 0.0
         passed = rate <= scoring.max_error_rate
-        examples = [f"`{k}`: {e}" for k, e in errors.select(S.ROW_KEY, "error").head(_EXAMPLES).rows()]
+        examples = [f"`{k}`: {e}" for k, e in errors.select(S.ROW_KEY, "error").sort(S.ROW_KEY)
+                    .head(_EXAMPLES).collect().rows()]
         return dg.AssetCheckResult(
             passed=passed,
             metadata={
-                "error_rows": errors.height,
-                "rows": table.height,
+                "error_rows": failed,
+                "rows": rows,
                 "error_rate": rate,
                 "max_error_rate": scoring.max_error_rate,
                 "examples": _md_list(examples),
             },
             description=None
             if passed
-            else f"{errors.height} of {table.height} rows failed ({rate:.1%} > {scoring.max_error_rate:.1%}), "
-            f"e.g. {examples[0]}",
+            else f"{failed} of {rows} rows failed ({rate:.1%} > {scoring.max_error_rate:.1%}), e.g. {examples[0]}",
         )
 
     return _check
@@ -328,13 +358,16 @@ def offline_fallback_check(asset: str, partitions: dg.PartitionsDefinition[str])
         description="The rows were scored by an LLM judge, not by the offline baseline the pipeline falls back to "
         "when no model is set (FP_JUDGE_MODEL). Warns only: the baseline's scores are still written.",
     )
-    def _check(table: pl.DataFrame) -> dg.AssetCheckResult:
-        offline = table.filter(pl.col("judge_model").str.contains(OFFLINE_MODEL_NAME, literal=True)).height
+    def _check(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        day = context.partition_key
+        rows = warehouse.rows(asset, day)
+        offline = int(warehouse.scan(asset, [day]).filter(
+            pl.col("judge_model").str.contains(OFFLINE_MODEL_NAME, literal=True)).select(pl.len()).collect().item())
         return dg.AssetCheckResult(
             passed=offline == 0,
             severity=dg.AssetCheckSeverity.WARN,
-            metadata={"offline_rows": offline, "rows": table.height, "reason": OFFLINE_FALLBACK_NOTE},
-            description=f"{offline} of {table.height} row(s) scored by the offline baseline judge: no model is set "
+            metadata={"offline_rows": offline, "rows": rows, "reason": OFFLINE_FALLBACK_NOTE},
+            description=f"{offline} of {rows} row(s) scored by the offline baseline judge: no model is set "
             f"(FP_JUDGE_MODEL); see the reason in the metadata" if offline else None,
         )
 

@@ -5,11 +5,17 @@ DuckDB's own UI). The views hold no data: they read ``<table>/ds=*/data.parquet`
 newly materialised day shows up without touching the database. The file is rebuilt atomically (a new
 file swapped in), so a BI tool never sees it half-written.
 
-Paths are relative to the warehouse root, so the warehouse (with the file inside it) can be moved, copied
-or mounted anywhere. DuckDB resolves a relative path from its ``file_search_path`` setting, else from the
-working directory: open the file from the warehouse folder (``cd warehouse && duckdb answer_quality.duckdb``)
+Paths are relative to a local warehouse root, so the warehouse (with the file inside it) can be moved,
+copied or mounted anywhere. DuckDB resolves a relative path from its ``file_search_path`` setting, else from
+the working directory: open the file from the warehouse folder (``cd warehouse && duckdb answer_quality.duckdb``)
 or set ``SET file_search_path = '/where/the/warehouse/is'`` (a BI tool's init SQL; in Python
 ``duckdb.connect(path, config={"file_search_path": root})``).
+
+A warehouse in an object store gets views over absolute URIs (``s3://bucket/warehouse/claim_table/ds=*/...``),
+which a BI tool's DuckDB reads with its httpfs extension and its own credentials (``CREATE SECRET``). Building
+the file here needs no extension: the connection reads the store through the warehouse's own pyarrow
+filesystem, wrapped for fsspec (``register_filesystem``), to describe the views and count their rows. The
+file is built locally, then put where it belongs (uploaded, atomically, when that is a URI).
 
 Every view has one day column, ``day`` (DATE): the partition day of ``scored_conversations`` (its folder
 name, renamed), the ``day`` column that ``claim_table`` and ``daily_answer_quality`` carry. Views and
@@ -22,23 +28,29 @@ Queries (from the warehouse folder: ``duckdb answer_quality.duckdb``)::
     SELECT day, model, answers, hallucination_mean, hallucination_p90, over_threshold_share, billed_cost_usd
     FROM daily_answer_quality ORDER BY day, model;
 
+    -- the passages an answer was judged against live in raw_conversations (the scored table leaves them there)
+    SELECT s.row_key, s.hallucination_score, r.context FROM scored_conversations s
+    JOIN raw_conversations r USING (row_key, day) WHERE s.status = 'ok' ORDER BY s.hallucination_score DESC;
+
     -- contradicted claims with the judge's reason and evidence: no join needed
     SELECT day, model, conversation_id, claim, reason, evidence FROM claim_table WHERE verdict = 'contradicted';
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from faithfulness_pipeline.core.descriptions import TABLE_DESCRIPTIONS, describe
-from faithfulness_pipeline.core.io import atomic_path
+from faithfulness_pipeline.core.storage import Place
 
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection
 
 #: The tables exposed as views, in the order they are created.
-BI_TABLES = ("scored_conversations", "claim_table", "daily_answer_quality")
+BI_TABLES = ("scored_conversations", "claim_table", "daily_answer_quality", "raw_conversations")
 
 
 def _quote(text: str) -> str:
@@ -49,9 +61,11 @@ def _quote(text: str) -> str:
 _DAY_IN_FILE = ("claim_table", "daily_answer_quality")
 
 
-def view_sql(table: str) -> str:
-    """The view of ``table``, reading its partitions by a path relative to the warehouse root."""
-    pattern = _quote(f"{table}/ds=*/data.parquet")
+def view_sql(table: str, root: Place | None = None) -> str:
+    """The view of ``table``, reading its partitions by a path relative to the warehouse root, or below the
+    URI of ``root`` when that is in an object store."""
+    prefix = f"{root.uri}/" if root is not None and root.remote else ""
+    pattern = _quote(f"{prefix}{table}/ds=*/data.parquet")
     if table in _DAY_IN_FILE:
         return (
             f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({pattern}, '
@@ -75,18 +89,43 @@ def comment_sql(con: DuckDBPyConnection, table: str) -> list[str]:
     return statements
 
 
-def build_database(target: Path, root: Path) -> dict[str, int]:
-    """Rebuild the DuckDB file at ``target`` with a view per BI table that has data; returns rows per view."""
+def _partitions(root: Place, table: str) -> bool:
+    folder = root.child(table)
+    return any(f.name == "data.parquet" and f.parent().name.startswith("ds=") for f in folder.files(".parquet"))
+
+
+def store_filesystem(place: Place) -> Any:
+    """The fsspec filesystem DuckDB reads ``place``'s object store through (``register_filesystem``): its
+    pyarrow filesystem, so the same credentials; under the scheme the views' URIs use."""
+    from fsspec.implementations.arrow import ArrowFSWrapper
+
+    class StoreFileSystem(ArrowFSWrapper):  # type: ignore[misc]
+        # ArrowFSWrapper names itself after pyarrow's type ("gcs" for gs:// URIs): DuckDB routes by this name.
+        @property
+        def protocol(self) -> tuple[str, ...]:
+            return (place.scheme,)
+
+    # No fsspec instance cache: a cached wrapper could outlive the environment (endpoint, keys) of its fs.
+    return StoreFileSystem(place.fs, skip_instance_cache=True)
+
+
+def build_database(target: str | os.PathLike[str] | Place, root: str | os.PathLike[str] | Place) -> dict[str, int]:
+    """Rebuild the DuckDB file at ``target`` (a local path or a URI) with a view per BI table of the warehouse
+    at ``root`` that has data; returns rows per view."""
     import duckdb  # lazily: importing the code location stays fast
 
-    present = [t for t in BI_TABLES if any((root / t).glob("ds=*/data.parquet"))]
+    warehouse, destination = Place.of(root), Place.of(target)
+    present = [t for t in BI_TABLES if _partitions(warehouse, t)]
     rows: dict[str, int] = {}
-    with atomic_path(target, suffix=".duckdb") as tmp:
-        tmp.unlink()  # duckdb creates its own file; an empty placeholder is not a database
-        con = duckdb.connect(str(tmp), config={"file_search_path": str(root)})
+    with tempfile.TemporaryDirectory(prefix="fp-duckdb-") as scratch:
+        built = Path(scratch) / "answer_quality.duckdb"
+        config: dict[str, Any] = {} if warehouse.remote else {"file_search_path": warehouse.path}
+        con = duckdb.connect(str(built), config=config)
         try:
+            if warehouse.remote:
+                con.register_filesystem(store_filesystem(warehouse))
             for table in present:
-                con.execute(view_sql(table))
+                con.execute(view_sql(table, warehouse))
                 for statement in comment_sql(con, table):
                     con.execute(statement)
                 count = con.execute(f'SELECT count(*) FROM "{table}"').fetchone()
@@ -94,4 +133,5 @@ def build_database(target: Path, root: Path) -> dict[str, int]:
             con.execute("CHECKPOINT")
         finally:
             con.close()
+        destination.put_file(built)  # whole, atomically: a BI tool never opens half a file
     return rows

@@ -1,10 +1,12 @@
-"""The IO manager: polars frames <-> Parquet partitions of the warehouse.
+"""The IO managers: small polars frames <-> Parquet files of the warehouse, and the handoffs between steps.
 
-One file per asset partition, ``<root>/<asset>/ds=<day>/data.parquet`` (hive layout, so DuckDB, polars,
-Spark and BI tools read the day as a column). Writing swaps a complete file in atomically, so
-re-materialising a partition replaces exactly that partition: no duplicates, no leftovers, and a
-reader never sees half a file. (dagster-polars does not work with polars 2; this is the small
-replacement.)
+The daily tables stream through the warehouse themselves (``defs.warehouse``: no day is held in memory);
+this manager serves the small ones that pass as frames (the labelled rows and the calibration table), one
+file per asset (partition), swapped in atomically. (dagster-polars does not work with polars 2; this is
+the small replacement.) What one step hands the next that is no table (a shard's summary) is pickled by
+Dagster's own filesystem IO manager under ``STEP_IO``: in the instance's storage folder here; with a
+Kubernetes or Celery executor, point it at storage every pod sees (``dagster_aws``'s S3 pickle IO
+manager, for example).
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.defs.metadata import table_metadata
-from faithfulness_pipeline.defs.resources import WarehouseResource
+from faithfulness_pipeline.defs.warehouse import WarehouseResource
+
+#: The IO manager of what steps hand each other that is no table.
+STEP_IO = "step_io_manager"
 
 
 def _table(key: dg.AssetKey) -> str:
@@ -28,8 +33,9 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
     def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
         partition = context.partition_key if context.has_partition_key else None
         table = _table(context.asset_key)
-        path = self.warehouse.write(table, partition, obj)
-        context.add_output_metadata({**table_metadata(obj, table), "path": dg.MetadataValue.path(str(path))})
+        place = self.warehouse.write(table, partition, obj)
+        context.add_output_metadata({**table_metadata(obj.schema, table, obj.height),
+                                     "path": dg.MetadataValue.path(place.uri)})
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:
         upstream = context.upstream_output

@@ -1,103 +1,287 @@
-"""extracted_claims and judged_claims: the core's one claims -> verdicts flow (``core.flow``), in one step.
+"""extracted_claims and judged_claims: the core's one claims -> verdicts flow (``core.flow``), a day in shards.
 
-One step materialises both (a multi-asset), the same flow as the CLI's, so that a verdict request leaves as
-soon as its answers' claims are back and a re-run is served whole rows from the result store. The step runs
-in the ``llm_judge`` pool (limit in dagster_home/dagster.yaml), so concurrent runs and backfills never run
-more judge steps at once than the pool allows.
+A day is judged as ``judge.shards`` shards, each its own step in the ``llm_judge`` pool (limit in the
+instance's dagster.yaml), so Dagster's executor runs them side by side (processes here, pods with the k8s
+executor) and concurrent runs never run more judge steps at once than the pool allows:
+
+    shard_plan -> judge_shard x S (pool llm_judge) -> combine -> extracted_claims, judged_claims
+
+A row's shard follows from a hash of its question and answer, so identical contents meet in one shard and
+are paid once there, as in a single step. Each shard streams the day's raw_conversations chunk by chunk
+through the same flow as the CLI (a verdict request leaves as soon as its answers' claims are back; a
+re-run is served whole rows from the result store) and writes its rows, with their position in the day, to
+a staging file in the warehouse; ``combine`` merges the shards back into the day's order and writes the two
+tables, each holding the row key and its own columns. Nothing holds a whole day.
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
 import asyncio
-from collections.abc import Callable, Iterator
+import itertools
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.flow import V_USAGE, X_USAGE, RowProgress
-from faithfulness_pipeline.core.pipeline import chunks_of, judge_frame, rows_of
-from faithfulness_pipeline.defs.metadata import judge_metadata, usage_totals
-from faithfulness_pipeline.defs.names import CLAIMS, CLAIMS_REVISION, GROUP, LLM_POOL, RAW, VERDICTS, VERDICTS_REVISION
-from faithfulness_pipeline.defs.resources import JudgeResource, ScoringResource, WarehouseResource
-from faithfulness_pipeline.judging.stack import JudgeStack
+from faithfulness_pipeline.core.normalize import with_internals
+from faithfulness_pipeline.core.pipeline import judge_chunks, rows_of
+from faithfulness_pipeline.core.port import JudgeStats
+from faithfulness_pipeline.defs.io import STEP_IO
+from faithfulness_pipeline.defs.metadata import judge_metadata, table_metadata, usage_totals
+from faithfulness_pipeline.defs.names import (
+    CLAIMS,
+    CLAIMS_REVISION,
+    GROUP,
+    LLM_POOL,
+    RAW,
+    VERDICTS,
+    VERDICTS_REVISION,
+)
+from faithfulness_pipeline.defs.resources import JudgeResource, ScoringResource
+from faithfulness_pipeline.defs.warehouse import WarehouseResource
+
+#: The two tables' columns, for a day without rows.
+_CLAIMS_TYPES: dict[str, pl.DataType] = {S.ROW_KEY: pl.String(), S.CLAIMS: pl.List(pl.String), S.ERROR: pl.String()}
+_VERDICTS_TYPES: dict[str, pl.DataType] = {
+    S.ROW_KEY: pl.String(), S.VERDICTS: pl.List(S.RAW_VERDICT_STRUCT), S.CONTEXT_TRUNCATED: pl.Boolean(),
+    S.ERROR: pl.String(),
+}
+CLAIMS_SCHEMA = pl.Schema({**_CLAIMS_TYPES, **S.USAGE_SCHEMA})
+VERDICTS_SCHEMA = pl.Schema({**_VERDICTS_TYPES, **S.USAGE_SCHEMA, S.RESULT_SOURCE: pl.String(), **S.BILLED_SCHEMA})
+#: A row's position in the day (raw_conversations' order), kept while shards are apart.
+POSITION = "_fp_position"
+#: What extracted_claims holds besides the row key: the claims, an extraction error, the extraction's usage.
+CLAIM_COLUMNS = (S.CLAIMS, S.ERROR, *S.USAGE_COLUMNS)
+#: What judged_claims holds besides the row key: the verdicts, the row's error, the verdicts' usage, where
+#: the results came from and what this run paid for the row (both steps).
+VERDICT_COLUMNS = (S.VERDICTS, S.CONTEXT_TRUNCATED, S.ERROR, *S.USAGE_COLUMNS, S.RESULT_SOURCE, *S.BILLED_COLUMNS)
 
 
-def judge_assets(partitions: dg.PartitionsDefinition[str], versioned: Callable[[str], str]) -> dg.AssetsDefinition:
-    """The step that judges a day; ``versioned`` adds the judge's identity to a code version."""
+@dataclass
+class ShardResult:
+    """What a shard step hands to ``combine``: where its rows are, and what it spent."""
 
-    @dg.multi_asset(
+    shard: int
+    path: str
+    rows: int
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def judge_assets(partitions: dg.PartitionsDefinition[str], versioned: Any) -> dg.AssetsDefinition:
+    """The graph that judges a day; ``versioned`` adds the judge's identity to a code version."""
+
+    @dg.op(ins={"after": dg.In(dg.Nothing)}, out=dg.DynamicOut(int, io_manager_key=STEP_IO))
+    def shard_plan(judge: JudgeResource) -> Iterator[dg.DynamicOutput[int]]:
+        for shard in range(judge.shards):
+            yield dg.DynamicOutput(shard, mapping_key=f"shard_{shard}")
+
+    @dg.op(pool=LLM_POOL, out=dg.Out(io_manager_key=STEP_IO))
+    def judge_shard(
+        context: dg.OpExecutionContext, shard: int, judge: JudgeResource, scoring: ScoringResource,
+        warehouse: WarehouseResource,
+    ) -> ShardResult:
+        return judge_one_shard(context, shard, judge, scoring, warehouse)
+
+    @dg.op(out={CLAIMS: dg.Out(dg.Nothing, is_required=True), VERDICTS: dg.Out(dg.Nothing, is_required=True)})
+    def combine(context: dg.OpExecutionContext, results: list[ShardResult], warehouse: WarehouseResource,
+                judge: JudgeResource) -> Iterator[dg.Output[None]]:
+        yield from combine_shards(context, results, warehouse, judge)
+
+    @dg.graph_multi_asset(
         outs={
             CLAIMS: dg.AssetOut(
                 code_version=versioned(CLAIMS_REVISION),
                 kinds={"parquet", "llm"},
                 description="Step a: the atomic claims of every answer (one LLM extraction per answer, packed into "
-                "few requests; shared by both scorers), with what the extraction cost. Empty answers have no "
-                "claims and cost nothing. Materialised with judged_claims, in one step.",
+                "few requests; shared by both scorers), with what the extraction cost: the row key, the claims, "
+                "an extraction error and the extraction's usage. Empty answers have no claims and cost nothing.",
             ),
             VERDICTS: dg.AssetOut(
                 code_version=versioned(VERDICTS_REVISION),
                 kinds={"parquet", "llm"},
                 description="Step b: a verdict for every claim against the answer's context only (supported / "
-                "contradicted / unsupported, hedging, reason, evidence). An empty context makes no call.",
+                "contradicted / unsupported, hedging, reason, evidence): the row key, the verdicts, the row's "
+                "error, the verdicts' usage, where the results came from and what this run paid for the row.",
             ),
         },
-        internal_asset_deps={CLAIMS: {dg.AssetKey(RAW)}, VERDICTS: {dg.AssetKey(CLAIMS)}},
+        ins={RAW: dg.AssetIn(RAW, dagster_type=dg.Nothing)},
         group_name=GROUP,
         partitions_def=partitions,
-        pool=LLM_POOL,
         can_subset=False,
     )
-    def claims_and_verdicts(
-        context: dg.AssetExecutionContext,
-        raw_conversations: pl.DataFrame,
-        judge: JudgeResource,
-        scoring: ScoringResource,
-        warehouse: WarehouseResource,
-    ) -> Iterator[dg.Output[pl.DataFrame]]:
-        yield from judge_day(context, raw_conversations, judge, scoring, warehouse)
+    def claims_and_verdicts(raw_conversations: None) -> Any:
+        return combine(shard_plan(after=raw_conversations).map(judge_shard).collect())
 
     return claims_and_verdicts
 
 
-def judge_day(
-    context: dg.AssetExecutionContext,
-    raw: pl.DataFrame,
-    judge: JudgeResource,
-    scoring: ScoringResource,
+def shard_of(frame: pl.DataFrame, shards: int) -> pl.Series:
+    """Each row's shard: a hash of its question and answer, so identical contents share a shard."""
+    hashed = pl.struct(pl.col(S.QUESTION).fill_null(""), pl.col(S.ANSWER).fill_null("")).hash(seed=7)
+    return frame.select((hashed % shards).cast(pl.Int32)).to_series()
+
+
+def _shard_rows(
+    warehouse: WarehouseResource, day: str, config: Any, shard: int, shards: int
+) -> Iterator[pl.DataFrame]:
+    """This shard's rows of the day, prepared (judged columns rebuilt where the raw table does not keep
+    them), with their position in the day, chunk by chunk."""
+    offset = 0
+    for batch in warehouse.batches(RAW, day, config.chunk_rows):
+        frame = with_internals(batch, config).with_columns(
+            pl.int_range(offset, offset + batch.height, dtype=pl.Int64).alias(POSITION)
+        )
+        offset += batch.height
+        if shards > 1:
+            frame = frame.filter(shard_of(frame, shards) == shard)
+        yield frame
+
+
+def judge_one_shard(
+    context: dg.OpExecutionContext, shard: int, judge: JudgeResource, scoring: ScoringResource,
     warehouse: WarehouseResource,
-) -> Iterator[dg.Output[pl.DataFrame]]:
+) -> ShardResult:
+    day = context.partition_key
+    config = scoring.config()
+    shards = judge.shards
+    total = warehouse.rows(RAW, day)
+    staging = warehouse.staging(context.run_id, day, f"shard-{shard}.parquet")
     # Batch mode reports the state of the step's batches while it waits.
     made = judge.make(warehouse.judge_store(), report=context.log.info)
-    judged = _judged(context, raw, made, scoring.config().chunk_rows)
-    meta = judge_metadata(made.stats(), made.model_name, made.prompt_version)
-    # An extraction that failed left no claims; a failure of the verdicts is judged_claims' own.
+    progress = _progress(context, total if shards == 1 else total / shards, shard)
+
+    async def run() -> int:
+        written = 0
+        try:
+            await made.prepay(rows_of(lambda: _shard_rows(warehouse, day, config, shard, shards), None))
+            with staging.writer() as out:
+                chunks = _shard_rows(warehouse, day, config, shard, shards)
+                async for judged in judge_chunks(chunks, made.judging(), progress):
+                    out.write(_shard_columns(judged))
+                    written += judged.height
+        finally:
+            await made.aclose()
+        return written
+
+    written = asyncio.run(run())
+    return ShardResult(shard, staging.place.uri, written, asdict(made.stats()))
+
+
+def _shard_columns(judged: pl.DataFrame) -> pl.DataFrame:
+    """A judged chunk as a shard keeps it: position, row key, and both tables' own columns."""
     extraction_error = pl.when(pl.col(S.CLAIMS).is_null()).then(pl.col(S.ERROR)).otherwise(None)
-    claims = judged.select(
-        *raw.columns, S.CLAIMS, extraction_error.alias(S.ERROR),
+    return judged.select(
+        POSITION, S.ROW_KEY, S.CLAIMS, extraction_error.alias("_x_error"), *X_USAGE,
+        S.VERDICTS, S.CONTEXT_TRUNCATED, S.ERROR, *V_USAGE, S.RESULT_SOURCE, *S.BILLED_COLUMNS,
+    )
+
+
+def _claims(part: pl.DataFrame) -> pl.DataFrame:
+    return part.select(
+        S.ROW_KEY, S.CLAIMS, pl.col("_x_error").alias(S.ERROR),
         *[pl.col(x).alias(c) for x, c in zip(X_USAGE, S.USAGE_COLUMNS, strict=True)],
     )
-    verdicts = judged.select(
-        *raw.columns, S.CLAIMS, S.ERROR, S.VERDICTS, S.CONTEXT_TRUNCATED,
-        *[(pl.col(x) + pl.col(v)).alias(c) for x, v, c in zip(X_USAGE, V_USAGE, S.USAGE_COLUMNS, strict=True)],
+
+
+def _verdicts(part: pl.DataFrame) -> pl.DataFrame:
+    return part.select(
+        S.ROW_KEY, S.VERDICTS, S.CONTEXT_TRUNCATED, S.ERROR,
+        *[pl.col(v).alias(c) for v, c in zip(V_USAGE, S.USAGE_COLUMNS, strict=True)],
         S.RESULT_SOURCE, *S.BILLED_COLUMNS,
     )
-    # What the step sent is one figure for both tables: it is on judged_claims. extracted_claims says what
-    # producing its claims cost (the extraction's share of the requests, stored results included).
-    yield dg.Output(claims, output_name=CLAIMS, metadata={
-        "judge_model": made.model_name,
-        "prompt_version": made.prompt_version,
-        "claims": int(claims.get_column(S.CLAIMS).list.len().sum() or 0),
-        "error_rows": int(claims.get_column(S.ERROR).is_not_null().sum()),
-        **{f"extraction_{k}": v for k, v in usage_totals(claims).items()},
+
+
+def combine_shards(
+    context: dg.OpExecutionContext, results: list[ShardResult], warehouse: WarehouseResource, judge: JudgeResource
+) -> Iterator[dg.Output[None]]:
+    """The shards merged back into the day's order, written as the two tables; the staging files go."""
+    day = context.partition_key
+    results = sorted(results, key=lambda r: r.shard)
+    chunk = 10_000
+    rows = 0
+    claims = 0
+    extraction_errors = row_errors = truncated = 0
+    with (warehouse.writer(CLAIMS, day, empty=CLAIMS_SCHEMA) as claim_out,
+          warehouse.writer(VERDICTS, day, empty=VERDICTS_SCHEMA) as verdict_out):
+        for part in _merged(warehouse, [r.path for r in results], chunk):
+            claim_out.write(_claims(part))
+            verdict_out.write(_verdicts(part))
+            rows += part.height
+            claims += int(part.get_column(S.CLAIMS).list.len().sum() or 0)
+            extraction_errors += int(part.get_column("_x_error").is_not_null().sum())
+            row_errors += int(part.get_column(S.ERROR).is_not_null().sum())
+            truncated += int(part.get_column(S.CONTEXT_TRUNCATED).sum() or 0)
+    expected = warehouse.rows(RAW, day)
+    if rows != expected:  # a shard that lost or invented rows is a bug, never a row outcome
+        raise RuntimeError(f"the shards of {day} hold {rows} rows, raw_conversations {expected}")
+    for result in results:
+        warehouse.staged(result.path).delete()
+    stats = _summed([JudgeStats(**r.stats) for r in results])
+    model, prompt = judge.identity()
+    yield dg.Output(None, output_name=CLAIMS, metadata={
+        **table_metadata(warehouse.table_schema(CLAIMS, day), CLAIMS, rows),
+        "path": dg.MetadataValue.path(warehouse.partition(CLAIMS, day).uri),
+        "judge_model": model,
+        "prompt_version": prompt,
+        "claims": claims,
+        "error_rows": extraction_errors,
+        "shards": len(results),
+        **{f"extraction_{k}": v for k, v in usage_totals(warehouse.scan(CLAIMS, [day])).items()},
     })
-    yield dg.Output(verdicts, output_name=VERDICTS, metadata={
-        **meta,
-        "error_rows": int(verdicts.get_column(S.ERROR).is_not_null().sum()),
-        "context_truncated_rows": int(verdicts.get_column(S.CONTEXT_TRUNCATED).sum() or 0),
+    yield dg.Output(None, output_name=VERDICTS, metadata={
+        **table_metadata(warehouse.table_schema(VERDICTS, day), VERDICTS, rows),
+        "path": dg.MetadataValue.path(warehouse.partition(VERDICTS, day).uri),
+        **judge_metadata(stats, model, prompt),
+        "error_rows": row_errors,
+        "context_truncated_rows": truncated,
+        "shards": len(results),
     })
 
 
-def _progress(context: dg.AssetExecutionContext, total: int) -> RowProgress:
+def _merged(warehouse: WarehouseResource, paths: list[str], chunk: int) -> Iterator[pl.DataFrame]:
+    """The shards' rows in the day's order, ``chunk`` positions at a time. Each shard is in position order,
+    so a window of positions takes a prefix of every shard: memory stays at a window per shard."""
+    streams = [warehouse.staged(path).batches(chunk) for path in paths]
+    buffers = [pl.DataFrame() for _ in paths]
+    done = [False] * len(paths)
+    low = 0
+    while True:
+        high = low + chunk
+        parts = []
+        for k, stream in enumerate(streams):
+            while not done[k] and (buffers[k].is_empty() or buffers[k].get_column(POSITION)[-1] < high):
+                batch = next(stream, None)
+                if batch is None:
+                    done[k] = True
+                else:
+                    buffers[k] = batch if buffers[k].is_empty() else pl.concat([buffers[k], batch])
+            if not buffers[k].is_empty():
+                inside = buffers[k].get_column(POSITION) < high
+                parts.append(buffers[k].filter(inside))
+                buffers[k] = buffers[k].filter(~inside)
+        parts = [p for p in parts if p.height]
+        if not parts and all(done) and all(b.is_empty() for b in buffers):
+            return
+        if parts:
+            yield pl.concat(parts).sort(POSITION)
+        low = high
+
+
+def _summed(stats: list[JudgeStats]) -> JudgeStats:
+    cost = None if any(s.cost_usd is None for s in stats) else sum(s.cost_usd or 0.0 for s in stats)
+    notes = list(dict.fromkeys(itertools.chain.from_iterable(s.notes for s in stats)))
+    return JudgeStats(
+        requests=sum(s.requests for s in stats), prompt_tokens=sum(s.prompt_tokens for s in stats),
+        completion_tokens=sum(s.completion_tokens for s in stats), cost_usd=cost,
+        cached_items=sum(s.cached_items for s in stats), duplicate_items=sum(s.duplicate_items for s in stats),
+        failed_items=sum(s.failed_items for s in stats), retries=sum(s.retries for s in stats), notes=notes,
+    )
+
+
+def _progress(context: dg.OpExecutionContext, total: float, shard: int) -> RowProgress:
     """Logs every tenth of the way: the UI shows how far a long LLM step is."""
     done = [0.0, 0.0]  # rows finished (each row counts half per LLM step), rows at the last log line
 
@@ -105,20 +289,7 @@ def _progress(context: dg.AssetExecutionContext, total: int) -> RowProgress:
         done[0] += rows
         if total and done[0] - done[1] >= total / 10:
             done[1] = done[0]
-            context.log.info(f"claims and verdicts: {min(done[0], total):.0f} of {total} rows")
+            context.log.info(f"claims and verdicts, shard {shard}: {min(done[0], total):.0f} of about {total:.0f} rows")
 
     return report
 
-
-def _judged(context: dg.AssetExecutionContext, frame: pl.DataFrame, judge: JudgeStack, chunk_rows: int) -> pl.DataFrame:
-    """The claims, verdicts and usage (extraction and verdicts apart) of every row; the judge is closed after."""
-    progress = _progress(context, frame.height)
-
-    async def run() -> pl.DataFrame:
-        try:
-            await judge.prepay(rows_of(lambda: chunks_of(frame, chunk_rows), None))
-            return await judge_frame(frame, judge.judging(), chunk_rows, progress)
-        finally:
-            await judge.aclose()
-
-    return asyncio.run(run())

@@ -7,19 +7,20 @@ in that zone, like ingestion-time partitioning in a warehouse. ``undated_day`` p
 such rows to one fixed day instead (for a one-off import of an old, undated table).
 
 Files may have different schemas (flat and chat shapes side by side): each is read on its own, as the CLI
-reads them (``core.io``, ``core.combine``).
+reads them (``core.io``, ``core.combine``). The landing location may be in an object store
+(``s3://bucket/landing/``): listed and dated through ``core.storage`` (an object's modification time is
+when it was uploaded), its rows read by polars' scans, which take the URI as they take a path.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import polars as pl
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import InputError
@@ -32,6 +33,7 @@ from faithfulness_pipeline.core.io import (
     resolve_inputs,
     scan_input,
 )
+from faithfulness_pipeline.core.storage import Place, StorageError, is_remote
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +51,8 @@ class LandingFile:
 
 
 def _stat(path: str) -> LandingFile:
-    if "://" in path and not path.startswith("file://"):
-        fs, inner = pafs.FileSystem.from_uri(path)
-        info = fs.get_file_info(inner)
-        mtime = info.mtime_ns if info.mtime_ns is not None else 0
-        return LandingFile(path, mtime, info.size or 0)
-    st = Path(path).stat()
-    return LandingFile(path, st.st_mtime_ns, st.st_size)
+    info = Place.of(path).info()  # one request on an object store: size and time together
+    return LandingFile(path, int(info.mtime_ns or 0), int(info.size or 0))
 
 
 def list_landing(spec: str) -> list[LandingFile]:
@@ -70,7 +67,19 @@ def list_landing(spec: str) -> list[LandingFile]:
 
 
 def _exists(spec: str) -> bool:
-    return "://" not in spec and os.path.isdir(spec)
+    """Whether ``spec`` is a landing folder that exists (with no input files in it yet). An object store has
+    no empty folders: a prefix without objects is an empty landing folder as long as its bucket exists."""
+    if not is_remote(spec):
+        return "://" not in spec and os.path.isdir(spec)
+    if any(c in spec for c in "*?["):
+        return False  # a pattern that matches nothing is a mistake, as it is locally
+    try:
+        place = Place.of(spec)
+        while place.parent() != place:
+            place = place.parent()
+        return place.is_dir()
+    except (StorageError, OSError):
+        return False
 
 
 def day_expr(schema: pl.Schema, column: str, path: str, timezone: str = "UTC") -> pl.Expr | None:
@@ -141,7 +150,7 @@ def _utf8_error(path: str) -> InputError | None:
     """The error naming the column (and row) of ``path`` whose text is not valid UTF-8."""
     done = 0
     try:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
+        for batch in pq.ParquetFile(Place.of(path).open_input()).iter_batches(batch_size=65536):
             check_utf8(batch, path, done)
             done += batch.num_rows
     except InputError as exc:
@@ -166,23 +175,27 @@ def rows_before(
     return int(counted.item() or 0)
 
 
-def load_day(
-    files: list[LandingFile], day: date, timestamp_column: str, undated_day: date | None, timezone: str = "UTC"
-) -> list[tuple[LandingFile, pl.DataFrame]]:
-    """Each file's rows of ``day``, columns as they are in the file (a file without rows that day gives an
-    empty frame, so an empty day still has every column)."""
-    out = []
-    for file in files:
-        try:
-            frame = (
-                _row_days(file, timestamp_column, undated_day, timezone)
-                .filter(pl.col("__fp_day") == day)
-                .drop("__fp_day")
-                .collect()
-            )
-        except _TIMESTAMP_ERRORS as exc:
-            raise _timestamp_error(file.path, timestamp_column, exc) from None
-        except READ_ERRORS as exc:
-            raise read_error(file.path, exc) from None
-        out.append((file, frame))
-    return out
+def day_batches(
+    file: LandingFile, day: date, timestamp_column: str, undated_day: date | None, timezone: str, rows: int
+) -> Iterator[pl.DataFrame]:
+    """The file's rows of ``day`` in chunks of at most ``rows`` rows, columns as they are in the file: read by
+    polars' streaming engine, so a file of any size passes in bounded memory. A file without rows that day
+    gives one empty frame, so an empty day still has every column."""
+    try:
+        frames = (
+            _row_days(file, timestamp_column, undated_day, timezone)
+            .filter(pl.col("__fp_day") == day)
+            .drop("__fp_day")
+            .collect_batches(chunk_size=rows)
+        )
+        empty = True
+        for frame in frames:
+            if frame.height:
+                empty = False
+                yield frame
+        if empty:
+            yield pl.DataFrame(schema=dict(file_schema(file.path)))
+    except _TIMESTAMP_ERRORS as exc:
+        raise _timestamp_error(file.path, timestamp_column, exc) from None
+    except READ_ERRORS as exc:
+        raise read_error(file.path, exc) from None

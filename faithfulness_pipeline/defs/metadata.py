@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -10,6 +9,7 @@ import polars as pl
 
 from faithfulness_pipeline.core.descriptions import describe
 from faithfulness_pipeline.core.port import JudgeStats
+from faithfulness_pipeline.core.storage import Place
 
 if TYPE_CHECKING:
     from faithfulness_pipeline.report import Headline
@@ -18,12 +18,16 @@ _BINS = 5
 _TEXT_LIMIT = 160
 
 
-def table_metadata(frame: pl.DataFrame, table: str) -> dict[str, Any]:
-    """Row count and column schema, each column described (``core/descriptions.py``, as in DuckDB)."""
-    schema = dg.TableSchema(columns=[
-        dg.TableColumn(name, str(dtype), description=describe(table, name)) for name, dtype in frame.schema.items()
+def table_metadata(schema: pl.Schema, table: str, rows: int | None = None) -> dict[str, Any]:
+    """Row count (when given) and column schema, each column described (``core/descriptions.py``, as in
+    DuckDB)."""
+    columns = dg.TableSchema(columns=[
+        dg.TableColumn(name, str(dtype), description=describe(table, name)) for name, dtype in schema.items()
     ])
-    return {"dagster/row_count": frame.height, "dagster/column_schema": schema}
+    meta: dict[str, Any] = {"dagster/column_schema": columns}
+    if rows is not None:
+        meta["dagster/row_count"] = rows
+    return meta
 
 
 def judge_metadata(stats: JudgeStats, model: str, prompt_version: str) -> dict[str, Any]:
@@ -53,20 +57,25 @@ def _cell(text: Any, limit: int = _TEXT_LIMIT) -> str:
     return value.replace("|", "\\|")
 
 
-def usage_totals(scored: pl.DataFrame, prefix: str = "") -> dict[str, Any]:
-    """Totals over the rows of a scored table (both LLM steps; a packed request's usage is shared out) of
-    the usage columns, or with ``prefix="billed_"`` of what the run paid."""
-    if f"{prefix}llm_calls" not in scored.columns:
+def usage_totals(scored: pl.DataFrame | pl.LazyFrame, prefix: str = "") -> dict[str, Any]:
+    """Totals over the rows of a table with usage columns (both LLM steps; a packed request's usage is
+    shared out), or with ``prefix="billed_"`` of what the run paid; one aggregation, lazy or not."""
+    lazy = scored.lazy()
+    if f"{prefix}llm_calls" not in lazy.collect_schema().names():
         return {}
-    scored = scored.select(pl.col(f"{prefix}{c}").alias(c) for c in ("llm_calls", "prompt_tokens",
-                                                                      "completion_tokens", "cost_usd"))
-    cost = scored.get_column("cost_usd")
-    unknown = cost.null_count()
+    totals = lazy.select(
+        pl.col(f"{prefix}llm_calls").sum().alias("llm_calls"),
+        pl.col(f"{prefix}prompt_tokens").sum().alias("prompt_tokens"),
+        pl.col(f"{prefix}completion_tokens").sum().alias("completion_tokens"),
+        pl.col(f"{prefix}cost_usd").sum().alias("cost_usd"),
+        pl.col(f"{prefix}cost_usd").null_count().alias("unknown"),
+    ).collect().row(0, named=True)
+    unknown = int(totals["unknown"])
     return {
-        "llm_requests": round(float(scored.get_column("llm_calls").sum() or 0.0), 3),
-        "prompt_tokens": int(scored.get_column("prompt_tokens").sum() or 0),
-        "completion_tokens": int(scored.get_column("completion_tokens").sum() or 0),
-        "cost_usd": float(cost.sum() or 0.0) if unknown == 0 else f"unknown for {unknown} row(s)",
+        "llm_requests": round(float(totals["llm_calls"] or 0.0), 3),
+        "prompt_tokens": int(totals["prompt_tokens"] or 0),
+        "completion_tokens": int(totals["completion_tokens"] or 0),
+        "cost_usd": float(totals["cost_usd"] or 0.0) if unknown == 0 else f"unknown for {unknown} row(s)",
     }
 
 
@@ -99,19 +108,21 @@ def _flagged_claims(verdicts: list[dict[str, Any]] | None) -> str:
     return "<br>".join(parts) or "-"
 
 
-def worst_answers_md(scored: pl.DataFrame, answer_column: str, limit: int = 5) -> str:
+def worst_answers_md(scored: pl.LazyFrame, answer_column: str, limit: int = 5) -> str:
     """The answers with the highest hallucination scores, with the claims that made them so."""
-    ok = scored.filter(pl.col("hallucination_score").is_not_null())
-    if ok.is_empty():
-        return "_no scored answers in this partition_"
-    worst = ok.sort(["hallucination_score", "faithfulness_score", "row_key"], descending=[True, False, False]).head(
-        limit
+    present = scored.collect_schema().names()
+    answer = pl.col(answer_column) if answer_column in present else pl.lit("")
+    worst = (
+        scored.filter(pl.col("hallucination_score").is_not_null())
+        .sort(["hallucination_score", "faithfulness_score", "row_key"], descending=[True, False, False])
+        .head(limit)
+        .select("row_key", "hallucination_score", "faithfulness_score", answer.alias("__a"), "verdicts")
+        .collect()
     )
-    answer = pl.col(answer_column) if answer_column in worst.columns else pl.lit("")
+    if worst.is_empty():
+        return "_no scored answers in this partition_"
     lines = ["| row_key | hallucination | faithfulness | answer | flagged claims |", "|---|---:|---:|---|---|"]
-    for row in worst.select(
-        "row_key", "hallucination_score", "faithfulness_score", answer.alias("__a"), "verdicts"
-    ).iter_rows(named=True):
+    for row in worst.iter_rows(named=True):
         lines.append(
             f"| {_cell(row['row_key'], 60)} | {row['hallucination_score']:g} | {row['faithfulness_score']:g} "
             f"| {_cell(row['__a'] or '')} | {_flagged_claims(row['verdicts'])} |"
@@ -119,21 +130,32 @@ def worst_answers_md(scored: pl.DataFrame, answer_column: str, limit: int = 5) -
     return "\n".join(lines)
 
 
-def scored_metadata(scored: pl.DataFrame, *, scale: float, answer_column: str) -> dict[str, Any]:
-    errors = scored.filter(pl.col("status") != "ok").height
-    models = sorted({m for m in scored.get_column("judge_model").unique().to_list() if m})
-    prompts = sorted({p for p in scored.get_column("prompt_version").unique().to_list() if p})
+#: What the scored table's metadata reads of it (the rest stays on disk).
+_SUMMARISED = ("status", "judge_model", "prompt_version", "hallucination_score", "faithfulness_score",
+               "llm_calls", "prompt_tokens", "completion_tokens", "cost_usd", "billed_llm_calls",
+               "billed_prompt_tokens", "billed_completion_tokens", "billed_cost_usd")
+
+
+def scored_metadata(scored: pl.DataFrame | pl.LazyFrame, *, scale: float, answer_column: str) -> dict[str, Any]:
+    """What the UI shows of a scored table: judges, errors, spend, the score distribution, the worst answers.
+    A lazy table is read only for the columns that needs."""
+    lazy = scored.lazy()
+    present = lazy.collect_schema().names()
+    slim = lazy.select([c for c in _SUMMARISED if c in present]).collect()
+    errors = slim.filter(pl.col("status") != "ok").height
+    models = sorted({m for m in slim.get_column("judge_model").unique().to_list() if m})
+    prompts = sorted({p for p in slim.get_column("prompt_version").unique().to_list() if p})
     meta: dict[str, Any] = {
         "judge_model": ", ".join(models) or "-",
         "prompt_version": ", ".join(prompts) or "-",
         "error_rows": errors,
-        **usage_totals(scored),
-        **{f"billed_{k}": v for k, v in usage_totals(scored, "billed_").items()},
-        "score_distribution": dg.MetadataValue.md(score_distribution_md(scored, scale)),
-        "worst_answers": dg.MetadataValue.md(worst_answers_md(scored, answer_column)),
+        **usage_totals(slim),
+        **{f"billed_{k}": v for k, v in usage_totals(slim, "billed_").items()},
+        "score_distribution": dg.MetadataValue.md(score_distribution_md(slim, scale)),
+        "worst_answers": dg.MetadataValue.md(worst_answers_md(lazy, answer_column)),
     }
     for column in ("hallucination_score", "faithfulness_score"):
-        mean = scored.get_column(column).mean()
+        mean = slim.get_column(column).mean()
         if isinstance(mean, float):
             meta[f"mean_{column}"] = round(mean, 4)
     return meta
@@ -162,12 +184,12 @@ def aggregates_md(table: pl.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def report_metadata(path: Path, top: Headline, threshold: float) -> dict[str, Any]:
+def report_metadata(place: Place, top: Headline, threshold: float) -> dict[str, Any]:
     """The report's file (a link in the UI) and its headline numbers, as values and as a preview."""
     rows = [f"| {label} | {_cell(value, 80)} |" for label, value in top.items(threshold)]
     meta: dict[str, Any] = {
-        "path": dg.MetadataValue.path(str(path)),
-        "size_bytes": path.stat().st_size,
+        "path": dg.MetadataValue.path(place.uri),
+        "size_bytes": place.size(),
         "period": top.period,
         "judges": top.judges,
         "answers": top.answers,

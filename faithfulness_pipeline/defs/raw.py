@@ -1,4 +1,11 @@
-"""raw_conversations: the day's conversations from the landing location, validated and normalised."""
+"""raw_conversations: the day's conversations from the landing location, validated and normalised, streamed.
+
+Each landing file's rows of the day are read chunk by chunk (polars' streaming engine filters them by
+day), prepared by the core (one row per judged answer, a row key) and appended to the day's file: no
+process holds the day. The table keeps the input: every landing column and the row key, and the judged
+answer, question and context only where they cannot be rebuilt from the input columns (chat messages):
+for flat tables ``core.normalize.with_internals`` rebuilds them, so the passages are stored once.
+"""
 
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
 from collections.abc import Iterator
@@ -10,11 +17,13 @@ import polars as pl
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.io import file_schema
-from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
+from faithfulness_pipeline.core.normalize import KeyRegistry, derives_flat, key_hashes, prepare, without_internals
 from faithfulness_pipeline.defs import checks
-from faithfulness_pipeline.defs.landing import list_landing, load_day, rows_before
+from faithfulness_pipeline.defs.landing import LandingFile, day_batches, list_landing, rows_before
+from faithfulness_pipeline.defs.metadata import table_metadata
 from faithfulness_pipeline.defs.names import GROUP, RAW, RAW_REVISION
 from faithfulness_pipeline.defs.resources import LandingResource, ScoringResource
+from faithfulness_pipeline.defs.warehouse import WarehouseResource
 
 
 def raw_asset(partitions: dg.PartitionsDefinition[str]) -> dg.AssetsDefinition:
@@ -26,45 +35,66 @@ def raw_asset(partitions: dg.PartitionsDefinition[str]) -> dg.AssetsDefinition:
         kinds={"parquet", "polars"},
         check_specs=checks.input_check_specs(RAW),
         description="Conversations of the day from the landing location, validated and normalised: one row per "
-        "judged answer (passthrough columns + row_key + the answer, question and context that will be judged).",
+        "judged answer (every landing column, row_key, and for chat rows the answer, question and context "
+        "that will be judged).",
     )
     def raw_conversations(
-        context: dg.AssetExecutionContext, landing: LandingResource, scoring: ScoringResource
-    ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
-        yield from load_raw(context, landing, scoring, partitions.get_first_partition_key())
+        context: dg.AssetExecutionContext, landing: LandingResource, scoring: ScoringResource,
+        warehouse: WarehouseResource,
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:  # type: ignore[type-arg]
+        yield from load_raw(context, landing, scoring, warehouse, partitions.get_first_partition_key())
 
     return raw_conversations
 
 
+def _prepared_schema(schema: pl.Schema, config: object, keep: bool) -> pl.Schema:
+    frame = prepare(pl.DataFrame(schema=dict(schema)), config)  # type: ignore[arg-type]
+    return frame.schema if keep else without_internals(frame).schema
+
+
 def load_raw(
-    context: dg.AssetExecutionContext, landing: LandingResource, scoring: ScoringResource, first: str | None
-) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
-    """The day's rows of every landing file, and the input checks; ``first`` is the first partition key."""
+    context: dg.AssetExecutionContext, landing: LandingResource, scoring: ScoringResource,
+    warehouse: WarehouseResource, first: str | None,
+) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:  # type: ignore[type-arg]
+    """The day's rows of every landing file into raw_conversations, and the input checks; ``first`` is the
+    first partition key."""
     day = date.fromisoformat(context.partition_key)
     config = scoring.config()
     files = list_landing(landing.path)
     if not files:
         raise InputError(f"the landing location {landing.path!r} holds no Parquet, JSON Lines or CSV files yet")
-    prepared: list[pl.DataFrame] = []
-    schemas = []
-    keyed = []
-    for file, frame in load_day(files, day, landing.timestamp_column, landing.undated(), landing.zone()):
-        # One registry per file: duplicates across files are reported by the unique-keys check, which can
-        # name the files; duplicates inside one file are refused here with examples.
-        try:
-            table = prepare(frame, config, KeyRegistry())
-        except InputError as exc:
-            raise InputError(
-                f"landing file {file.path!r} cannot be scored: {exc} In Dagster, the column names are the "
-                f"scoring resource's *_column settings."
-            ) from None
-        prepared.append(table)
-        schemas.append((file, file_schema(file.path), frame.height))
-        keyed.append((file, table.get_column(S.ROW_KEY)))
-    # Columns of different types across files are united here and reported by the blocking input_schema
-    # check below (the raw table is kept for inspection); the CLI refuses them by the same rule.
-    raw = pl.concat(prepared, how="diagonal_relaxed")
-    contributing = sum(1 for _, _, rows in schemas if rows)
+    schemas = [(file, file_schema(file.path)) for file in files]
+    # The judged columns are kept only where the input cannot rebuild them (a chat file among the day's).
+    keep = not all(derives_flat(schema, config) for _, schema in schemas)
+    try:
+        prepared = [(f.path, _prepared_schema(s, config, keep)) for f, s in schemas]
+    except InputError as exc:
+        raise _landing_error(files[0], exc) from None
+    # Columns of different types across files are united to a common type here and reported by the blocking
+    # input_schema check below (the raw table is kept for inspection); the CLI refuses them by the same rule.
+    union = pl.concat([pl.DataFrame(schema=dict(s)) for _, s in prepared], how="diagonal_relaxed").schema
+    counts: list[tuple[LandingFile, pl.Schema, int]] = []
+    hashed: list[tuple[LandingFile, pl.Series]] = []
+    with warehouse.writer(RAW, context.partition_key, empty=union) as out:
+        for file, schema in schemas:
+            # One registry per file: duplicates across files are reported by the unique-keys check, which can
+            # name the files; duplicates inside one file are refused here with examples.
+            registry = KeyRegistry()
+            rows = 0
+            keys = []
+            for frame in day_batches(file, day, landing.timestamp_column, landing.undated(), landing.zone(),
+                                     config.chunk_rows):
+                try:
+                    table = prepare(frame, config, registry)
+                except InputError as exc:
+                    raise _landing_error(file, exc) from None
+                if not keep:
+                    table = without_internals(table)
+                out.write(_united(table, union))
+                keys.append(key_hashes(table.get_column(S.ROW_KEY)))
+                rows += table.height
+            counts.append((file, schema, rows))
+            hashed.append((file, pl.concat(keys) if keys else pl.Series(dtype=pl.UInt64)))
     early = [] if first is None else [
         (file, rows_before(file, date.fromisoformat(first), landing.timestamp_column, landing.undated(),
                            landing.timezone))
@@ -75,14 +105,43 @@ def load_raw(
             f"{sum(n for _, n in early)} landing row(s) are dated before the first partition {first} and are "
             f"never scored (see the {checks.BEFORE_START} check)"
         )
-    yield dg.Output(
-        raw,
-        metadata={"landing": landing.path, "landing_files": len(files), "files_with_rows": contributing,
-                  "rows_before_partitions_start": sum(n for _, n in early)},
-    )
+    written = sum(n for _, _, n in counts)
+    yield dg.MaterializeResult(metadata={
+        **table_metadata(union, RAW, written),
+        "landing": landing.path, "landing_files": len(files), "files_with_rows": sum(1 for *_, n in counts if n),
+        "rows_before_partitions_start": sum(n for _, n in early),
+        "path": dg.MetadataValue.path(warehouse.partition(RAW, context.partition_key).uri),
+    })
     yield checks.input_schema_result(
-        RAW, schemas, required=landing.required_columns, model_column=scoring.model_column,
+        RAW, counts, required=landing.required_columns, model_column=scoring.model_column,
         timestamp_column=landing.timestamp_column,
     )
-    yield checks.unique_keys_result(RAW, keyed)
+    yield checks.unique_keys_result(RAW, hashed, lambda wanted: _keys_named(warehouse, context.partition_key, wanted))
     yield checks.before_start_result(RAW, first or "", early)
+
+
+def _united(table: pl.DataFrame, union: pl.Schema) -> pl.DataFrame:
+    """``table`` with the day's columns, in the day's order, in the day's types."""
+    return table.select(
+        pl.col(name).cast(dtype) if name in table.columns else pl.lit(None, dtype=dtype).alias(name)
+        for name, dtype in union.items()
+    )
+
+
+def _keys_named(warehouse: WarehouseResource, day: str, wanted: set[int]) -> dict[int, str]:
+    """The row keys of the day whose hashes are ``wanted`` (the duplicates the check names)."""
+    found: dict[int, str] = {}
+    for batch in warehouse.batches(RAW, day, 100_000, columns=[S.ROW_KEY]):
+        keys = batch.get_column(S.ROW_KEY)
+        hashes = key_hashes(keys)
+        for h, k in zip(hashes.filter(hashes.is_in(list(wanted))), keys.filter(hashes.is_in(list(wanted))),
+                        strict=True):
+            found.setdefault(int(h), k)
+    return found
+
+
+def _landing_error(file: LandingFile, exc: InputError) -> InputError:
+    return InputError(
+        f"landing file {file.path!r} cannot be scored: {exc} In Dagster, the column names are the scoring "
+        f"resource's *_column settings."
+    )

@@ -1,4 +1,4 @@
-"""Dagster resources: the judge, the scoring settings, the landing location and the warehouse.
+"""Dagster resources: the judge, the scoring settings, the landing location (the warehouse: ``defs.warehouse``).
 
 Every field is described, so the Dagster UI (Deployment > Resources) documents them. Secrets come only
 from the environment: set ``api_key`` with ``dg.EnvVar("OPENAI_API_KEY")`` (``definitions.py`` does when
@@ -7,23 +7,20 @@ from the environment: set ``api_key`` with ``dg.EnvVar("OPENAI_API_KEY")`` (``de
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import polars as pl
 from pydantic import BaseModel, Field, ValidationError
 
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.core.io import atomic_path
+from faithfulness_pipeline.defs.warehouse import WarehouseResource  # a resource like these, in a module of its own
 from faithfulness_pipeline.judging.factory import make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import config_error
 from faithfulness_pipeline.settings.judge import JudgeSettings
-from faithfulness_pipeline.settings.landing import LandingSettings, WarehouseSettings
+from faithfulness_pipeline.settings.landing import LandingSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 
@@ -48,6 +45,12 @@ class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[typ
         unless one is set)."""
         values = {name: getattr(self, name) for name in JudgeSettings.model_fields}
         if self.model is not None and values["store"] is None:
+            if default_store is None:  # the warehouse is in an object store: no SQLite file beside it
+                raise ConfigError(
+                    "the LLM judge keeps its results in a store, and the warehouse is in an object store, which "
+                    "cannot hold the default SQLite file: set FP_JUDGE_STORE (judge.store) to a postgresql:// URL "
+                    "the workers share, or a local path"
+                )
             values["store"] = default_store
         return JudgeSettings(**values)
 
@@ -99,58 +102,5 @@ class LandingResource(dg.ConfigurableResource, LandingSettings):  # type: ignore
     """Where raw conversations land: the ``LandingSettings`` fields (described there, and in the README's
     table). ``timezone`` is best set with FP_TIMEZONE: the partitions are fixed when the code location loads."""
 
-
-def _one_component(value: str, what: str) -> None:
-    if any(sep in value for sep in ("/", "\\", "\0")) or value in (".", ".."):
-        raise ConfigError(f"{what} {value!r} would not be one folder name inside the warehouse")
-
-
-def _inside(root: Path, relative: str, what: str) -> Path:
-    """``root / relative``, refused when a key or name (``..``, an absolute path) would lead outside ``root``.
-
-    Lexical on purpose: a table folder that is a symlink to another disk stays allowed."""
-    path = Path(os.path.normpath(root / relative))
-    if "\\" in relative or "\0" in relative or not path.is_relative_to(root) or path == root:
-        raise ConfigError(f"{what} {relative!r} leads outside the warehouse root {str(root)!r}")
-    return path
-
-
-class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ignore[type-arg]
-    """Where tables are written: ``<root>/<table>/ds=YYYY-MM-DD/data.parquet``, one file per day. The fields are
-    the ``WarehouseSettings`` fields (described there, and in the README's table)."""
-
-    def judge_store(self) -> str:
-        return str(self.root_path() / "_judge_store.sqlite")
-
-    def table_dir(self, table: str) -> Path:
-        return _inside(self.root_path(), table, "table name")
-
-    def partition_file(self, table: str, partition_key: str | None) -> Path:
-        base = self.table_dir(table)
-        if partition_key:
-            _one_component(partition_key, "partition key")
-            base = _inside(base, f"ds={partition_key}", "partition key")
-        return base / "data.parquet"
-
-    def write(self, table: str, partition_key: str | None, frame: pl.DataFrame) -> Path:
-        """Replace exactly one partition: a complete new file swapped in, then any stray files removed."""
-        target = self.partition_file(table, partition_key)
-        with atomic_path(target, suffix=".parquet") as tmp:
-            frame.write_parquet(tmp, compression="zstd", statistics=True)
-        for other in target.parent.glob("*.parquet"):
-            # Files another writer (or an older layout) left in this partition would duplicate its rows.
-            if other.name != target.name:
-                other.unlink(missing_ok=True)
-        return target
-
-    def read(self, table: str, partition_keys: list[str] | None) -> pl.DataFrame:
-        keys: list[str | None] = list(partition_keys) if partition_keys else [None]
-        frames = []
-        for key in keys:
-            path = self.partition_file(table, key)
-            if not path.exists():
-                raise FileNotFoundError(
-                    f"{table} has no data for partition {key or '(unpartitioned)'} at {path}: materialise it first"
-                )
-            frames.append(pl.read_parquet(path))
-        return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+__all__ = ["CalibrationResource", "JudgeResource", "LandingResource", "ScoringResource", "WarehouseResource",
+           "judge_identity"]

@@ -1,28 +1,47 @@
-"""scored_conversations and what BI reads of it per day: claim_table and daily_answer_quality."""
+"""scored_conversations and what BI reads of it per day: claim_table and daily_answer_quality.
+
+scored_conversations streams the day's raw_conversations, extracted_claims and judged_claims side by side
+(the same rows in the same order, chunk for chunk) through the core's scoring. It carries what BI reads:
+every input column but the heavy ones (the context column and the chat messages, which stay in
+raw_conversations, joined by row_key where a query needs them: the DuckDB view ``answer_contexts``), and the
+scores, claims, verdicts, reasons, status, judge and usage columns of the CLI's scored table.
+"""
 
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
-from collections.abc import Callable
-from datetime import date
+from collections.abc import Callable, Iterator
+from datetime import UTC, date, datetime
 
 import dagster as dg
 import polars as pl
 
+from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.aggregates import daily_aggregates
+from faithfulness_pipeline.core.io import rechunked
+from faithfulness_pipeline.core.normalize import with_internals
 from faithfulness_pipeline.core.outputs import claim_table as build_claim_table
 from faithfulness_pipeline.core.pipeline import score_step
 from faithfulness_pipeline.defs.calibration import latest_calibration
-from faithfulness_pipeline.defs.metadata import aggregates_md, scored_metadata
+from faithfulness_pipeline.defs.metadata import aggregates_md, scored_metadata, table_metadata
 from faithfulness_pipeline.defs.names import (
     CLAIM_TABLE,
     CLAIM_TABLE_REVISION,
+    CLAIMS,
     DAILY,
     DAILY_REVISION,
     GROUP,
     LEGACY_JUDGE_COLUMNS,
+    RAW,
     SCORED,
     SCORED_REVISION,
+    VERDICTS,
 )
 from faithfulness_pipeline.defs.resources import JudgeResource, ScoringResource
+from faithfulness_pipeline.defs.warehouse import WarehouseResource
+
+#: What the daily aggregates read of the scored table (the rest stays on disk).
+_AGGREGATED = ("status", "n_claims", "n_supported", "n_contradicted", "n_unsupported", "n_speculative",
+               "hallucination_score", "faithfulness_score", "judge_model", "prompt_version", S.RESULT_SOURCE,
+               *S.USAGE_COLUMNS, *S.BILLED_COLUMNS)
 
 
 def scored_assets(
@@ -36,21 +55,26 @@ def scored_assets(
         partitions_def=partitions,
         code_version=versioned(SCORED_REVISION),
         kinds={"parquet", "polars"},
-        description="The scored table (one row per judged answer): passthrough columns, claims, verdicts, "
-        "counts, hallucination and faithfulness scores with reasons, status/error, judge model, prompt "
-        "version and usage. Scores are Mastra's; error rows have null scores, never 0.",
+        deps=[RAW, CLAIMS, VERDICTS],
+        description="The scored table (one row per judged answer): the input columns but the context and the chat "
+        "messages (those stay in raw_conversations), claims, verdicts, counts, hallucination and faithfulness "
+        "scores with reasons, status/error, judge model, prompt version and usage. Scores are Mastra's; error "
+        "rows have null scores, never 0.",
     )
     def scored_conversations(
-        context: dg.AssetExecutionContext, judged_claims: pl.DataFrame, judge: JudgeResource,
-        scoring: ScoringResource,
-    ) -> dg.Output[pl.DataFrame]:
+        context: dg.AssetExecutionContext, judge: JudgeResource, scoring: ScoringResource,
+        warehouse: WarehouseResource,
+    ) -> dg.MaterializeResult:  # type: ignore[type-arg]
+        day = context.partition_key
         config = scoring.config()
         model, prompt = judge.identity()
-        staged = judged_claims.drop([c for c in LEGACY_JUDGE_COLUMNS if c in judged_claims.columns])
-        scored = score_step(staged, config, judge_model=model, prompt_version=prompt)
-        metadata = scored_metadata(scored, scale=config.scale, answer_column=config.columns.output)
+        written = write_scored(warehouse, day, scoring, model, prompt)
+        scan = warehouse.scan(SCORED, [day])
+        metadata = {**table_metadata(written, SCORED, warehouse.rows(SCORED, day)),
+                    **scored_metadata(scan, scale=config.scale, answer_column=config.columns.output)}
         metadata["calibration"] = latest_calibration(context.instance, model, prompt)
-        return dg.Output(scored, metadata=metadata)
+        metadata["path"] = dg.MetadataValue.path(warehouse.partition(SCORED, day).uri)
+        return dg.MaterializeResult(metadata=metadata)
 
     @dg.asset(
         name=CLAIM_TABLE,
@@ -58,16 +82,29 @@ def scored_assets(
         partitions_def=partitions,
         code_version=versioned(CLAIM_TABLE_REVISION),
         kinds={"parquet", "polars"},
+        deps=[SCORED],
         description="One row per claim with its verdict, reason and evidence, keyed by the answer's row_key, "
         "with the answer's day, model and conversation id (drill-downs need no join).",
     )
     def claim_table(
-        context: dg.AssetExecutionContext, scored_conversations: pl.DataFrame, scoring: ScoringResource
-    ) -> dg.Output[pl.DataFrame]:
-        table = build_claim_table(scored_conversations, _carried(scored_conversations.columns, scoring,
-                                                                 date.fromisoformat(context.partition_key)))
-        by_verdict = dict(table.group_by("verdict").len().sort("verdict").rows())
-        return dg.Output(table, metadata={f"{v}_claims": int(n) for v, n in by_verdict.items()})
+        context: dg.AssetExecutionContext, scoring: ScoringResource, warehouse: WarehouseResource
+    ) -> dg.MaterializeResult:  # type: ignore[type-arg]
+        day = context.partition_key
+        columns = warehouse.table_schema(SCORED, day).names()
+        carry = _carried(columns, scoring, date.fromisoformat(day))
+        wanted = [c for c in (S.ROW_KEY, scoring.model_column, scoring.id_column, "verdicts", "judge_model",
+                              "prompt_version", "scored_at") if c in columns]
+        counts: dict[str, int] = {}
+        with warehouse.writer(CLAIM_TABLE, day, empty=build_claim_table(_empty(warehouse, day), carry).schema) as out:
+            for chunk in warehouse.batches(SCORED, day, scoring.chunk_rows, columns=list(dict.fromkeys(wanted))):
+                table = build_claim_table(chunk, carry)
+                out.write(table)
+                for verdict, n in table.group_by("verdict").len().rows():
+                    counts[verdict] = counts.get(verdict, 0) + int(n)
+        return dg.MaterializeResult(metadata={
+            "dagster/row_count": sum(counts.values()),
+            **{f"{v}_claims": n for v, n in sorted(counts.items())},
+        })
 
     @dg.asset(
         name=DAILY,
@@ -75,26 +112,86 @@ def scored_assets(
         partitions_def=partitions,
         code_version=versioned(DAILY_REVISION),
         kinds={"parquet", "polars"},
+        deps=[SCORED],
         description="BI aggregates per day x model: answers, errors, mean/p50/p90 of both scores, share over "
         "the hallucination threshold, claim counts, tokens and cost.",
     )
     def daily_answer_quality(
-        context: dg.AssetExecutionContext, scored_conversations: pl.DataFrame, scoring: ScoringResource
-    ) -> dg.Output[pl.DataFrame]:
+        context: dg.AssetExecutionContext, scoring: ScoringResource, warehouse: WarehouseResource
+    ) -> dg.MaterializeResult:  # type: ignore[type-arg]
         day = date.fromisoformat(context.partition_key)
-        dated = scored_conversations.with_columns(pl.lit(day, dtype=pl.Date).alias("__fp_day"))
+        scan = warehouse.scan(SCORED, [context.partition_key])
+        present = scan.collect_schema().names()
+        wanted = [c for c in (*_AGGREGATED, scoring.model_column) if c in present]
+        slim = scan.select(list(dict.fromkeys(wanted))).collect()
+        dated = slim.with_columns(pl.lit(day, dtype=pl.Date).alias("__fp_day"))
         table = daily_aggregates(
             dated, day_column="__fp_day", model_column=scoring.model_column,
             hallucination_threshold=scoring.hallucination_threshold,
         )
-        models = " + ".join(sorted({m for m in scored_conversations.get_column("judge_model").unique() if m}))
-        prompts = " + ".join(sorted({p for p in scored_conversations.get_column("prompt_version").unique() if p}))
-        return dg.Output(table, metadata={
+        warehouse.write(DAILY, context.partition_key, table)
+        models = " + ".join(sorted({m for m in slim.get_column("judge_model").unique() if m}))
+        prompts = " + ".join(sorted({p for p in slim.get_column("prompt_version").unique() if p}))
+        return dg.MaterializeResult(metadata={
+            **table_metadata(table.schema, DAILY, table.height),
             "preview": dg.MetadataValue.md(aggregates_md(table)),
             "calibration": latest_calibration(context.instance, models, prompts),
         })
 
     return [scored_conversations, claim_table, daily_answer_quality]
+
+
+def heavy_columns(scoring: ScoringResource) -> tuple[str, ...]:
+    """The input columns the scored table leaves in raw_conversations: the passages and the chat messages."""
+    return (scoring.context_column, scoring.messages_column)
+
+
+def _judged_chunks(warehouse: WarehouseResource, day: str, rows: int) -> Iterator[pl.DataFrame]:
+    """The day's rows with their claims and verdicts: the three tables read side by side, chunk for chunk."""
+    def frames(table: str) -> Iterator[pl.DataFrame]:
+        if warehouse.rows(table, day) == 0:  # an empty day: one empty chunk, so its schema flows through
+            yield pl.DataFrame(schema=warehouse.table_schema(table, day))
+            return
+        yield from rechunked(warehouse.batches(table, day, rows), rows)
+
+    for r, c, v in zip(frames(RAW), frames(CLAIMS), frames(VERDICTS), strict=True):
+        if not (r.get_column(S.ROW_KEY).equals(c.get_column(S.ROW_KEY))
+                and r.get_column(S.ROW_KEY).equals(v.get_column(S.ROW_KEY))):
+            raise RuntimeError(f"the tables of {day} do not hold the same rows in the same order: materialise "
+                               f"{CLAIMS} and {VERDICTS} again")
+        # judged_claims of the former layout carried every column and both steps' usage summed already
+        former = S.CLAIMS in v.columns
+        usage = [(v.get_column(n) if former else c.get_column(n) + v.get_column(n)).alias(n) for n in S.USAGE_COLUMNS]
+        legacy = [n for n in LEGACY_JUDGE_COLUMNS if n in r.columns]
+        yield r.drop(legacy).with_columns(
+            c.get_column(S.CLAIMS), v.get_column(S.ERROR), v.get_column(S.VERDICTS),
+            v.get_column(S.CONTEXT_TRUNCATED), *usage, v.get_column(S.RESULT_SOURCE),
+            *[v.get_column(n) for n in S.BILLED_COLUMNS],
+        )
+
+
+def write_scored(
+    warehouse: WarehouseResource, day: str, scoring: ScoringResource, model: str, prompt: str
+) -> pl.Schema:
+    """Scores the day chunk by chunk into scored_conversations; the schema written."""
+    config = scoring.config()
+    heavy = heavy_columns(scoring)
+    scored_at = datetime.now(UTC)
+    schema: pl.Schema | None = None
+    with warehouse.writer(SCORED, day) as out:
+        for judged in _judged_chunks(warehouse, day, config.chunk_rows):
+            scored = score_step(with_internals(judged, config), config, judge_model=model, prompt_version=prompt,
+                                scored_at=scored_at)
+            scored = scored.drop([c for c in heavy if c in scored.columns])
+            schema = schema or scored.schema
+            out.write(scored)
+    if schema is None:  # a day without rows: the empty day's schema
+        schema = warehouse.table_schema(SCORED, day)
+    return schema
+
+
+def _empty(warehouse: WarehouseResource, day: str) -> pl.DataFrame:
+    return pl.DataFrame(schema=warehouse.table_schema(SCORED, day))
 
 
 def _carried(columns: list[str], scoring: ScoringResource, day: date) -> dict[str, pl.Expr]:

@@ -1,8 +1,9 @@
 """The answer-quality report: one self-contained HTML file with charts, for people rather than BI tools.
 
-``build_report(source, target)`` reads a warehouse or a scored table and writes the page; the CLI's
-``report`` command and the Dagster asset ``answer_quality_report`` both call it. No dagster, no litellm,
-no judge here (import-linter checks it): callers say which judge names are the offline baseline.
+``build_report_to(source, target)`` reads a warehouse or a scored table (local or in an object store) and
+writes the page (to a local path or a URI); ``build_report`` is the same for a local target, returning its
+path. The CLI's ``report`` command and the Dagster asset ``answer_quality_report`` call them. No dagster, no
+litellm, no judge here (import-linter checks it): callers say which judge names are the offline baseline.
 """
 
 from __future__ import annotations
@@ -10,11 +11,42 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from faithfulness_pipeline.report.data import ReportData, is_warehouse, load_calibration, load_scored, summarise
+from faithfulness_pipeline.core.storage import Place, is_remote
+from faithfulness_pipeline.report.data import (
+    ReportData,
+    is_warehouse,
+    load_calibration,
+    load_scored,
+    summarise,
+    verdicts_of,
+)
 from faithfulness_pipeline.report.render import Headline, headline, render_html, write_report
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 _DEFAULT_SCORING = ScoringSettings()
+
+
+def build_report_to(
+    source: str,
+    target: str | os.PathLike[str] | Place,
+    *,
+    baseline_judges: frozenset[str] = frozenset(),
+    calibration: str | None = None,
+    timestamp_column: str = "created_at",
+    timezone: str = "UTC",
+    scoring: ScoringSettings = _DEFAULT_SCORING,
+    worst: int = 20,
+) -> tuple[Place, ReportData]:
+    """Write the report of ``source`` (a warehouse folder, or a scored Parquet file / folder / glob; local or
+    a URI) to ``target`` (a local path or a URI). ``scoring`` names the table's model, answer and question
+    columns, the hallucination threshold and the scale, as they were when the table was scored."""
+    scored = load_scored(source, timestamp_column=timestamp_column, timezone=timezone,
+                         columns=(scoring.model_column, scoring.output_column, scoring.input_column, "language"))
+    warehouse = Place.of(source) if is_warehouse(source) else None
+    data = summarise(scored, source=source, scoring=scoring, worst=worst,
+                     calibration=load_calibration(calibration, warehouse),
+                     full_verdicts=lambda keys: verdicts_of(source, keys))
+    return write_report(data, target, baseline_judges=baseline_judges), data
 
 
 def build_report(
@@ -28,15 +60,14 @@ def build_report(
     scoring: ScoringSettings = _DEFAULT_SCORING,
     worst: int = 20,
 ) -> tuple[Path, ReportData]:
-    """Write the report of ``source`` (a warehouse folder, or a scored Parquet file / folder / glob).
-    ``scoring`` names the table's model, answer and question columns, the hallucination threshold and the
-    scale, as they were when the table was scored."""
-    scored = load_scored(source, timestamp_column=timestamp_column, timezone=timezone,
-                         columns=(scoring.model_column, scoring.output_column, scoring.input_column, "language"))
-    warehouse = Path(source) if is_warehouse(Path(source)) else None
-    data = summarise(scored, source=source, scoring=scoring, worst=worst,
-                     calibration=load_calibration(calibration, warehouse))
-    return write_report(data, target, baseline_judges=baseline_judges), data
+    """:func:`build_report_to` for a local ``target``, returning its path (an object-store target: call
+    ``build_report_to``, which returns its place)."""
+    if is_remote(target):
+        raise ValueError(f"{os.fspath(target)} is in an object store: build_report_to writes the report there")
+    place, data = build_report_to(source, target, baseline_judges=baseline_judges, calibration=calibration,
+                                  timestamp_column=timestamp_column, timezone=timezone, scoring=scoring, worst=worst)
+    return place.local_path(), data
 
 
-__all__ = ["Headline", "ReportData", "build_report", "headline", "render_html", "summarise", "write_report"]
+__all__ = ["Headline", "ReportData", "build_report", "build_report_to", "headline", "render_html", "summarise",
+           "write_report"]

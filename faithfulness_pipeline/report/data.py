@@ -1,7 +1,8 @@
 """What the answer-quality report shows, computed from a scored table (pure polars, no I/O but reading).
 
 The report reads either a warehouse (``<root>/scored_conversations/ds=*/data.parquet``; the day is the
-partition) or a scored table written by ``faithfulness-pipeline score`` (the day is the date of
+partition; local or in an object store, ``core.storage``) or a scored table written by
+``faithfulness-pipeline score`` (a file, folder or glob, local or a URI; the day is the date of
 ``timestamp_column`` in ``timezone``, else of ``scored_at``). Everything else — the per day × model table,
 the distributions, the verdict mix, the worst answers — is derived from the scored rows themselves, so a
 warehouse and a CLI output give the same report for the same rows.
@@ -9,9 +10,9 @@ warehouse and a CLI output give the same report for the same rows.
 
 from __future__ import annotations
 
-import glob
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -19,6 +20,7 @@ import polars as pl
 from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.io import resolve_inputs
+from faithfulness_pipeline.core.storage import Place
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 #: Folder names a calibration table may have in a warehouse (issue 16 builds it; the report only shows it).
@@ -48,12 +50,20 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
 
-def _warehouse_files(root: Path, table: str) -> list[str]:
-    return sorted(glob.glob(glob.escape(str(root / table)) + "/ds=*/*.parquet"))
+def _warehouse_files(root: Place, table: str) -> list[Place]:
+    """``<root>/<table>/ds=*/*.parquet``: the table's daily partitions."""
+    folder = root.child(table)
+    return [f for f in folder.files(".parquet")
+            if f.parent().name.startswith("ds=") and f.parent().parent().path == folder.path]
 
 
-def is_warehouse(path: Path) -> bool:
-    return path.is_dir() and (path / "scored_conversations").is_dir()
+def is_warehouse(spec: str | os.PathLike[str] | Place) -> bool:
+    """Whether ``spec`` is a warehouse folder (it has a ``scored_conversations`` table); a glob is none."""
+    text = spec.uri if isinstance(spec, Place) else os.fspath(spec)
+    if any(c in text for c in "*?["):
+        return False
+    root = Place.of(spec)
+    return root.is_dir() and root.child("scored_conversations").is_dir()
 
 
 #: The scored table's columns the report reads (besides the model, language, answer, question and time columns).
@@ -65,12 +75,36 @@ SCORED_NEEDS = (
 )
 
 
+#: What the report keeps of every claim of every row: the verdict and the hedge (for the verdict mix). The
+#: claims, reasons and evidence passages are read only for the worst answers it shows (:func:`verdicts_of`):
+#: a day of a million answers holds some gigabytes of them.
+_LIGHT_VERDICTS = pl.col("verdicts").list.eval(
+    pl.struct(pl.element().struct.field("verdict"), pl.element().struct.field("speculative"))
+)
+
+
 def _read(file: str, wanted: set[str] | None) -> pl.DataFrame:
-    """One Parquet file, only the ``wanted`` columns it has (contexts and other passthrough stay unread)."""
+    """One Parquet file (a path or a URI: polars reads both), only the ``wanted`` columns it has (contexts
+    and other passthrough stay unread), with the light verdicts when ``wanted`` names the columns."""
     if wanted is None:
         return pl.read_parquet(file)
-    present = [c for c in pl.read_parquet_schema(file) if c in wanted]
-    return pl.read_parquet(file, columns=present)
+    lazy = pl.scan_parquet(file)
+    present = [c for c in lazy.collect_schema().names() if c in wanted]
+    return lazy.select(_LIGHT_VERDICTS.alias(c) if c == "verdicts" else pl.col(c) for c in present).collect()
+
+
+def verdicts_of(spec: str, row_keys: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The full verdicts (claim, reason, evidence) of these rows of a warehouse or scored table."""
+    if not row_keys:
+        return {}
+    files = ([f.uri for f in _warehouse_files(Place.of(spec), "scored_conversations")] if is_warehouse(spec)
+             else resolve_inputs(spec))
+    found: dict[str, list[dict[str, Any]]] = {}
+    for file in files:
+        rows = pl.scan_parquet(file).filter(pl.col("row_key").is_in(row_keys)).select("row_key", "verdicts").collect()
+        for key, verdicts in rows.iter_rows():
+            found.setdefault(key, verdicts or [])
+    return found
 
 
 def load_scored(spec: str, *, timestamp_column: str = "created_at", timezone: str = "UTC",
@@ -78,20 +112,19 @@ def load_scored(spec: str, *, timestamp_column: str = "created_at", timezone: st
     """The scored rows of a warehouse or a scored table, with a ``day`` (Date) column; with ``columns``,
     only those (and the report's own) are read."""
     wanted = None if columns is None else {*SCORED_NEEDS, *columns, timestamp_column}
-    path = Path(spec)
-    if is_warehouse(path):
-        files = _warehouse_files(path, "scored_conversations")
+    if is_warehouse(spec):
+        files = _warehouse_files(Place.of(spec), "scored_conversations")
         if not files:
             raise InputError(f"warehouse {spec!r} has no scored_conversations partitions yet: materialise them first")
         frames = [
-            _read(f, wanted).with_columns(pl.lit(Path(f).parent.name.removeprefix("ds=")).alias("__ds"))
+            _read(f.uri, wanted).with_columns(pl.lit(f.parent().name.removeprefix("ds=")).alias("__ds"))
             for f in files
         ]
         frame = pl.concat(frames, how="diagonal_relaxed")
         day = pl.col("__ds").str.to_date("%Y-%m-%d", strict=False)
         return frame.with_columns(day.alias(DAY)).drop("__ds")
-    files = resolve_inputs(spec)
-    frame = pl.concat([_read(f, wanted) for f in files], how="diagonal_relaxed")
+    tables = resolve_inputs(spec)
+    frame = pl.concat([_read(f, wanted) for f in tables], how="diagonal_relaxed")
     missing = [c for c in ("row_key", "status", "verdicts", "hallucination_score", "faithfulness_score")
                if c not in frame.columns]
     if missing:
@@ -119,16 +152,19 @@ def day_of(frame: pl.DataFrame, column: str, timezone: str) -> pl.Expr:
     raise InputError(f"column {column!r} holds {dtype}, not a timestamp: name another with --timestamp-col")
 
 
-def load_calibration(spec: str | None, warehouse: Path | None) -> pl.DataFrame | None:
+def load_calibration(spec: str | None, warehouse: Place | None) -> pl.DataFrame | None:
     """The judge's calibration table when one is given or the warehouse has one; None otherwise."""
     if spec:
         return pl.concat([pl.read_parquet(f) for f in resolve_inputs(spec)], how="diagonal_relaxed")
     if warehouse is None:
         return None
     for table in CALIBRATION_TABLES:
-        files = _warehouse_files(warehouse, table) or sorted(str(p) for p in (warehouse / table).glob("*.parquet"))
+        folder = warehouse.child(table)
+        files = _warehouse_files(warehouse, table) or [
+            f for f in folder.files(".parquet") if f.parent().path == folder.path
+        ]
         if files:
-            return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+            return pl.concat([pl.read_parquet(f.uri) for f in files], how="diagonal_relaxed")
     return None
 
 
@@ -157,7 +193,8 @@ def _language(frame: pl.DataFrame, column: str, answer_column: str) -> pl.Expr:
 
 
 def _worst(scored: pl.DataFrame, limit: int, *, model_column: str, answer_column: str, question_column: str,
-           language: pl.Expr) -> list[dict[str, Any]]:
+           language: pl.Expr, full: Callable[[list[str]], dict[str, list[dict[str, Any]]]] | None = None,
+           ) -> list[dict[str, Any]]:
     ranked = scored.filter(pl.col("hallucination_score").is_not_null()).sort(
         ["hallucination_score", "faithfulness_score", "row_key"], descending=[True, False, False], nulls_last=True
     ).head(limit)
@@ -170,6 +207,10 @@ def _worst(scored: pl.DataFrame, limit: int, *, model_column: str, answer_column
         text(question_column).alias("question"), text(answer_column).alias("answer"),
         "hallucination_score", "faithfulness_score", "verdicts",
     ).to_dicts()
+    if full is not None:  # the table holds the light verdicts: the worst rows' full ones are read now
+        complete = full([row["row_key"] for row in rows])
+        for row in rows:
+            row["verdicts"] = complete.get(row["row_key"], [])
     for row in rows:
         claims = []
         for verdict in row.pop("verdicts") or []:
@@ -188,6 +229,7 @@ def summarise(
     language_column: str = "language",
     worst: int = 20,
     calibration: pl.DataFrame | None = None,
+    full_verdicts: Callable[[list[str]], dict[str, list[dict[str, Any]]]] | None = None,
 ) -> ReportData:
     """Reduce a scored table (with a ``day`` column) to what the report draws; ``scoring`` names its columns,
     the hallucination threshold and the scale."""
@@ -221,7 +263,7 @@ def summarise(
         verdict_mix=mix,
         claims_per_answer=per_answer,
         worst=_worst(scored, worst, model_column=model_column, answer_column=answer_column,
-                     question_column=scoring.input_column, language=language),
+                     question_column=scoring.input_column, language=language, full=full_verdicts),
         judges=[(str(m), str(p), int(n)) for m, p, n in judges],
         threshold=threshold,
         scale=scoring.scale,

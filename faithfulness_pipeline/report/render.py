@@ -11,13 +11,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import jinja2
 from markupsafe import Markup
 
-from faithfulness_pipeline.core.io import open_text_atomic
+from faithfulness_pipeline.core.storage import Place
 from faithfulness_pipeline.report import charts
 from faithfulness_pipeline.report.data import ReportData
 
@@ -153,9 +152,10 @@ def render_html(data: ReportData, *, baseline_judges: frozenset[str] = frozenset
     )
 
 
-def write_report(data: ReportData, target: str | os.PathLike[str], **kwargs: Any) -> Path:
-    """Render and write the page atomically (a reader never sees half a file); returns its path."""
+def write_report(data: ReportData, target: str | os.PathLike[str] | Place, **kwargs: Any) -> Place:
+    """Render and write the page atomically (a reader never sees half a file), to a local path or an
+    object-store URI; returns where it is."""
     page = render_html(data, **kwargs)
-    with open_text_atomic(target) as handle:
-        handle.write(page)
-    return Path(target)
+    place = Place.of(target)
+    place.write_text(page)
+    return place

@@ -109,7 +109,7 @@ def settings(model: type[BaseModel] | None = None) -> list[Setting]:
             extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
             kind, choices, optional = _kind(field.annotation)
             derived = "--" + name.replace("_", "-") if registered.flags else None
-            cli_flag = str(extra[CLI]) if extra.get(CLI) else derived
+            cli_flag = (str(extra[CLI]) or None) if CLI in extra else derived
             out.append(Setting(
                 model=cls, name=name, cli_flag=cli_flag, env=str(extra.get(ENV) or registered.prefix + name.upper()),
                 resource=registered.resource, kind=kind, choices=choices, optional=optional,

@@ -19,6 +19,12 @@ def flag(name: str) -> dict[str, Any]:
     return {CLI: name}
 
 
+def no_flag() -> dict[str, Any]:
+    """A field of a model with flags that is no flag: it shapes what the Dagster layer builds (a run's shard
+    steps), which a command line run in one process has no use for."""
+    return {CLI: ""}
+
+
 def variable(name: str) -> dict[str, Any]:
     """The field's environment variable, where it is not the model's prefix and the field name in capitals:
     for variables users set before the field existed (``FP_LANDING`` for ``landing.path``)."""

@@ -11,7 +11,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from faithfulness_pipeline.settings.fields import flag
+from faithfulness_pipeline.settings.fields import flag, no_flag
 
 #: Prompt tokens per request, instructions included. Chosen by measurement on typical RAG rows (3-6
 #: sentence answers, 3-8 passages of 60-150 words; see BENCHMARKS.md and bench/overhead.py): ~8 answers'
@@ -104,6 +104,13 @@ class JudgeSettings(BaseModel):
         default=86400.0, gt=0, description="how long a run waits for its batches, in seconds (default: the "
         "provider's 24 h window); then it stops, leaving them to a later run",
         json_schema_extra=flag("--batch-max-wait"),
+    )
+    shards: int = Field(
+        default=1, ge=1, le=256,
+        description="how many steps judge one day in Dagster, each in the llm_judge pool (rows go to a shard by a "
+        "hash of their question and answer, so identical contents share one); the executor runs them side by "
+        "side within the pool limit, and rows, scores and billing are those of one step",
+        json_schema_extra=no_flag(),
     )
     batch_fallback: Literal["batch", "interactive"] = Field(
         default="batch", description="how items whose batch lines failed or did not validate are asked again: in a "

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field
 
 from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.core.storage import Place
 from faithfulness_pipeline.settings.fields import flag, variable
 
 #: The sample data's first day.
@@ -82,30 +83,53 @@ class WarehouseSettings(BaseModel):
 
     root: str = Field(
         default="warehouse",
-        description="warehouse folder (local or mounted; relative paths resolve from the working directory)",
+        description="warehouse folder: local (or mounted; relative paths resolve from the working directory) or an "
+        "object-store URI (s3://bucket/warehouse; docs/object-storage.md)",
         json_schema_extra=variable("FP_WAREHOUSE"),
     )
     duckdb_path: str | None = Field(
-        default=None, description="DuckDB file with the BI views (unset: <root>/answer_quality.duckdb)",
+        default=None, description="DuckDB file with the BI views, a path or a URI (unset: "
+        "<root>/answer_quality.duckdb)",
         json_schema_extra=variable("FP_DUCKDB"),
     )
     report_path: str | None = Field(
-        default=None, description="the HTML answer-quality report (unset: <root>/answer_quality_report.html)",
+        default=None, description="the HTML answer-quality report, a path or a URI (unset: "
+        "<root>/answer_quality_report.html)",
         json_schema_extra=variable("FP_REPORT"),
     )
 
+    def root_place(self) -> Place:
+        return Place.of(self.root)
+
+    def duckdb_place(self) -> Place:
+        return Place.of(self.duckdb_path) if self.duckdb_path else self.root_place().child(DUCKDB_FILE)
+
+    def report_place(self) -> Place:
+        return Place.of(self.report_path) if self.report_path else self.root_place().child(REPORT_FILE)
+
     def root_path(self) -> Path:
-        return Path(self.root).expanduser().resolve()
+        """The root as a local path (``root_place`` for one that may be in an object store)."""
+        return _local(self.root_place(), "FP_WAREHOUSE / warehouse.root", "root_place")
 
     def duckdb_file(self) -> Path:
-        if self.duckdb_path:
-            return Path(self.duckdb_path).expanduser().resolve()
-        return self.root_path() / "answer_quality.duckdb"
+        return _local(self.duckdb_place(), "FP_DUCKDB / warehouse.duckdb_path", "duckdb_place")
 
     def report_file(self) -> Path:
-        if self.report_path:
-            return Path(self.report_path).expanduser().resolve()
-        return self.root_path() / "answer_quality_report.html"
+        return _local(self.report_place(), "FP_REPORT / warehouse.report_path", "report_place")
+
+
+#: The BI database's and the report's file names in the warehouse root, unless set.
+DUCKDB_FILE: Final = "answer_quality.duckdb"
+REPORT_FILE: Final = "answer_quality_report.html"
+
+
+def _local(place: Place, setting: str, instead: str) -> Path:
+    """``place`` as a local path; a place in an object store is one line naming the setting, not a path such
+    as ``./s3:/bucket/...`` (which ``Path`` would make of a URI)."""
+    if place.remote:
+        raise ConfigError(f"{setting} is {place.uri}, in an object store: this caller needs a local path "
+                          f"(WarehouseSettings.{instead}() gives the place)")
+    return place.local_path()
 
 
 class PartitionSettings(BaseModel):

@@ -10,7 +10,12 @@ import dagster as dg
 from dagster import DagsterEventType
 
 POOL = "llm_judge"
-LLM_STEPS = frozenset({"claims_and_verdicts"})  # the one step that materialises extracted_claims and judged_claims
+#: The steps that call the judge: a day's shard steps (claims_and_verdicts.judge_shard[shard_0], ...).
+LLM_STEP = "claims_and_verdicts.judge_shard"
+
+
+def is_llm_step(step_key: str | None) -> bool:
+    return step_key is not None and step_key.startswith(LLM_STEP)
 
 
 @dataclass
@@ -42,7 +47,7 @@ def pool_use(instance: dg.DagsterInstance, run_ids: Iterable[str]) -> PoolUse:
                 continue
             if event.event_type == DagsterEventType.ENGINE_EVENT and POOL in (entry.message or ""):
                 use.blocked_events += 1
-            if event.step_key not in LLM_STEPS:
+            if not is_llm_step(event.step_key):
                 continue
             if event.event_type == DagsterEventType.STEP_START:
                 starts[event.step_key] = entry.timestamp

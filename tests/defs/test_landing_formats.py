@@ -38,7 +38,9 @@ def test_json_lines_and_csv_landing_files_are_scored(
     assert set(scored.get_column("conversation_id")) == sample_ids()[DAY] | {"csv-zh", "csv-ko"}
     assert scored.filter(pl.col("conversation_id") == "csv-zh").get_column("output").to_list() == ["埃菲尔铁塔高330米。"]
     assert scored.get_column("status").unique().to_list() == ["ok"]
-    assert scored.filter(pl.col("messages").is_not_null()).height > 0  # the chat rows came from the JSON Lines
+    # the chat rows came from the JSON Lines; their messages stay in raw_conversations, not the scored table
+    raw = lake.read("raw_conversations", DAY)
+    assert raw.filter(pl.col("messages").is_not_null()).height > 0 and "messages" not in scored.columns
 
 
 def test_an_unreadable_json_lines_landing_file_stops_the_day_naming_it(

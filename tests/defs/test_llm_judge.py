@@ -144,3 +144,37 @@ def test_a_day_scored_in_batch_mode_and_its_step_re_executed_pays_nothing_twice(
     again_day = pl.read_parquet(warehouse / "daily_answer_quality" / f"ds={DAY}" / "data.parquet")
     assert again_day.get_column("billed_cost_usd").sum() == 0
     assert CANARY not in notes
+
+
+def test_a_day_in_four_shards_scores_and_bills_as_one_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instance: dg.DagsterInstance
+) -> None:
+    """Shards against the fake server: the same rows and scores as one step, every shard's spend billed to its
+    rows (the day's billed columns add up to what the server billed), and a re-run of the sharded day free."""
+    monkeypatch.setenv(KEY_ENV, CANARY)
+    tables: dict[int, pl.DataFrame] = {}
+    for shards in (1, 4):
+        warehouse = tmp_path / f"warehouse-{shards}"
+        with FakeLLMServer(ScriptedResponder()) as srv:
+            settings = DefsSettings.from_env({
+                "FP_JUDGE_MODEL": "openai/fake-judge", "FP_JUDGE_API_BASE": srv.base_url, "FP_JUDGE_API_KEY_ENV": KEY_ENV,
+                "FP_JUDGE_TIMEOUT_S": "10", "FP_JUDGE_SHARDS": str(shards), "FP_JUDGE_INPUT_COST_PER_TOKEN": "1e-6",
+                "FP_JUDGE_OUTPUT_COST_PER_TOKEN": "2e-6", "FP_LANDING": str(SAMPLE), "FP_WAREHOUSE": str(warehouse),
+            })
+            defs = build_defs(settings)
+            everything = [*(defs.assets or []), *(defs.asset_checks or [])]
+            run = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources,  # type: ignore[arg-type]
+                                 selection=dg.AssetSelection.groups("answer_quality"))
+            assert run.success
+            st = srv.stats()
+            day = pl.read_parquet(warehouse / "daily_answer_quality" / f"ds={DAY}" / "data.parquet")
+            assert int(day.get_column("billed_prompt_tokens").sum()) == st.billed_prompt_tokens > 0
+            assert math.isclose(day.get_column("billed_llm_calls").sum(), st.requests)
+            assert _meta(run, "judged_claims")["llm_requests"] == st.requests
+            again = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources,  # type: ignore[arg-type]
+                                   selection=dg.AssetSelection.groups("answer_quality"))
+            assert again.success and srv.stats().requests == st.requests  # the store serves the re-run
+        scored = pl.read_parquet(warehouse / "scored_conversations" / f"ds={DAY}" / "data.parquet")
+        tables[shards] = scored.select("row_key", "claims", "verdicts", "hallucination_score", "faithfulness_score",
+                                       "status")
+    assert tables[4].equals(tables[1])

@@ -12,7 +12,7 @@ import duckdb
 import polars as pl
 from polars.testing import assert_frame_equal
 
-from tests.defs.conftest import ASSETS, DAYS, TABLES, Built, copy_lake, sample_ids
+from tests.defs.conftest import ASSETS, DAYS, TABLES, Built, Lake, copy_lake, sample_ids
 
 
 def test_every_asset_and_check_succeeds_for_every_day(built: Built) -> None:
@@ -95,7 +95,7 @@ def test_duckdb_views_answer_bi_queries(built: Built) -> None:
     con = _bi(lake.warehouse)
     try:
         views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-        assert views == {"scored_conversations", "claim_table", "daily_answer_quality"}
+        assert views == {"scored_conversations", "claim_table", "daily_answer_quality", "raw_conversations"}
         per_day = con.execute(
             "SELECT CAST(day AS VARCHAR), count(*) FROM scored_conversations GROUP BY day ORDER BY day"
         ).fetchall()
@@ -115,6 +115,12 @@ def test_duckdb_views_answer_bi_queries(built: Built) -> None:
         ).fetchone()
         assert joined == (0,)
         assert con.execute("SELECT count(*) FROM claim_table WHERE model IS NULL OR day IS NULL").fetchone() == (0,)
+        # the passages stay in raw_conversations: a join by row key and day finds every scored answer's
+        with_context = con.execute(
+            "SELECT count(*) FROM scored_conversations s JOIN raw_conversations r USING (row_key, day) "
+            "WHERE r.context IS NOT NULL OR r.messages IS NOT NULL"
+        ).fetchone()
+        assert with_context == (26,)
         # one day column per view, a DATE
         for view in sorted(views):
             types = dict(con.execute(f"SELECT column_name, data_type FROM duckdb_columns() "
@@ -263,3 +269,26 @@ def test_the_report_command_reads_a_warehouse_like_the_asset(built: Built, tmp_p
 
     asset_page = (built.lake.warehouse / "answer_quality_report.html").read_text(encoding="utf-8")
     assert rows(target.read_text(encoding="utf-8")) == rows(asset_page) and len(rows(asset_page)) == 20
+
+
+def test_a_day_judged_by_the_former_layout_is_scored_as_before(
+    lake: Lake, instance: dg.DagsterInstance
+) -> None:
+    """Claims and verdicts tables written before each column was stored once (every input column in each,
+    both steps' usage summed on the verdicts, a _fp_judge column) still score to the same table."""
+    day = DAYS[1]
+    assert lake.materialize(day, instance).success
+    expected = lake.read("scored_conversations", day).drop("scored_at")
+    raw, claims, verdicts = (lake.read(t, day) for t in ("raw_conversations", "extracted_claims", "judged_claims"))
+    usage = ["llm_calls", "prompt_tokens", "completion_tokens", "cost_usd"]
+    judge = pl.lit("offline-lexical-v1|offline-lexical-1").alias("_fp_judge")
+    old_claims = raw.join(claims, on="row_key", how="left").with_columns(judge)
+    summed = verdicts.join(claims.select("row_key", *[pl.col(u).alias(f"x_{u}") for u in usage]), on="row_key")
+    summed = summed.with_columns(pl.col(u) + pl.col(f"x_{u}") for u in usage).drop(f"x_{u}" for u in usage)
+    old_verdicts = raw.join(claims.select("row_key", "_fp_claims"), on="row_key").join(
+        summed, on="row_key").with_columns(judge)
+    for table, frame in (("extracted_claims", old_claims), ("judged_claims", old_verdicts)):
+        frame.write_parquet(lake.warehouse / table / f"ds={day}" / "data.parquet")
+    again = lake.materialize(day, instance, selection=dg.AssetSelection.assets("scored_conversations"))
+    assert again.success
+    assert lake.read("scored_conversations", day).drop("scored_at").equals(expected)

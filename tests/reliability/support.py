@@ -177,6 +177,15 @@ def comparable(frame: pl.DataFrame, drop: Iterable[str] = RUN_COLUMNS) -> pl.Dat
     return frame.drop([c for c in drop if c in frame.columns]).sort("row_key")
 
 
+#: The input columns a Dagster day's scored table leaves in raw_conversations (the CLI's scored table has them).
+LEFT_IN_RAW = ("context", "messages")
+
+
+def as_dagster_scores(cli_scored: pl.DataFrame) -> pl.DataFrame:
+    """A CLI-scored table as the Dagster day's scored table holds it: without the heavy input columns."""
+    return cli_scored.drop([c for c in LEFT_IN_RAW if c in cli_scored.columns])
+
+
 def kill_group(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
     """SIGKILL the process group this test started (the process and every child it forked)."""
     with contextlib.suppress(ProcessLookupError):

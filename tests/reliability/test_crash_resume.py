@@ -28,6 +28,7 @@ from tests.reliability.support import (
     STEPS,
     TO_SCORED,
     Reference,
+    as_dagster_scores,
     child_env,
     cli_command,
     comparable,
@@ -244,4 +245,5 @@ def test_dg_launch_killed_during_verdicts_resumes_from_the_store(reference: Refe
     assert step_items(judge, "extract") == 0
     assert step_items(judge, "verdict") == reference.items["verdict"] - kept["verdict"]
     scored = pl.read_parquet(warehouse / "scored_conversations" / day / "data.parquet")
-    assert comparable(scored.select(reference.scored.columns)).equals(comparable(reference.scored))
+    expected = as_dagster_scores(reference.scored)
+    assert comparable(scored.select(expected.columns)).equals(comparable(expected))

@@ -44,6 +44,7 @@ from tests.reliability.support import (
     REPO,
     STEPS,
     TO_SCORED,
+    as_dagster_scores,
     child_env,
     comparable,
     dg_launch,
@@ -189,7 +190,7 @@ class Machine:
         self.procs.clear()
 
 
-def _machine(world: World, name: str, server: FakeLLMServer, tmp: Path) -> Machine:
+def _machine(world: World, name: str, server: FakeLLMServer, tmp: Path, shards: int = 1) -> Machine:
     """``tmp`` is short on purpose: multiprocessing's fork server puts its Unix socket there, and a path
     over 107 bytes cannot be bound (under pytest-xdist a tmp_path-based TMPDIR is longer than that)."""
     home = postgres_home(world.root / name / "dagster_home")
@@ -197,7 +198,8 @@ def _machine(world: World, name: str, server: FakeLLMServer, tmp: Path) -> Machi
         DAGSTER_HOME=str(home), TMPDIR=str(tmp), FP_DAGSTER_PG_URL=world.dagster_url,
         FP_LANDING=str(world.landing), FP_WAREHOUSE=str(world.warehouse), FP_JUDGE_STORE=world.store_url,
         FP_JUDGE_STORE_LEASE_S=str(LEASE_S), FP_JUDGE_MODEL=MODEL, FP_JUDGE_API_BASE=server.base_url,
-        FP_JUDGE_API_KEY_ENV=KEY_ENV, FP_JUDGE_MAX_CONCURRENCY="2", FP_PARTITIONS_START=DAYS[0], **{KEY_ENV: KEY},
+        FP_JUDGE_API_KEY_ENV=KEY_ENV, FP_JUDGE_MAX_CONCURRENCY="2", FP_PARTITIONS_START=DAYS[0],
+        FP_JUDGE_SHARDS=str(shards), **{KEY_ENV: KEY},
     )  # fmt: skip
     return Machine(name, env)
 
@@ -245,7 +247,7 @@ def _asked(judge: ScriptedJudge) -> dict[str, int]:
 def _assert_every_row_once(world: World, days: tuple[str, ...]) -> None:
     """Each day's scored table holds each of that day's conversations exactly once, scored as the lone
     worker scored them."""
-    reference = world.alone(days).scored
+    reference = as_dagster_scores(world.alone(days).scored)
     tables = []
     for day in days:
         scored = pl.read_parquet(world.warehouse / "scored_conversations" / f"ds={day}" / "data.parquet")
@@ -278,9 +280,12 @@ def short_tmp() -> Iterator[Callable[[str], Path]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.parametrize("shards", [1, 2])
 def test_two_machines_backfill_four_days_at_once_within_the_pool_paying_each_item_once(
-    world: World, short_tmp: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+    world: World, short_tmp: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch, shards: int
 ) -> None:
+    """Also with every day in two shard steps: eight LLM steps, still at most the pool's limit at once, the
+    items and rows of one lone worker judging each day in one step."""
     judge = ScriptedJudge()
     with _instance(world, monkeypatch) as instance, FakeLLMServer(judge, latency=Latency(base_s=0.3)) as server:
         storage = instance.event_log_storage
@@ -288,7 +293,7 @@ def test_two_machines_backfill_four_days_at_once_within_the_pool_paying_each_ite
         # then reach their LLM steps together, and the pool, not the timing, decides who goes first.
         for i in range(POOL_LIMIT):
             assert storage.claim_concurrency_slot(POOL, "test-holder", f"hold-{i}").is_claimed
-        machines = [_machine(world, name, server, short_tmp(name)) for name in MACHINES]
+        machines = [_machine(world, name, server, short_tmp(name), shards) for name in MACHINES]
         for machine in machines:
             machine.launch(MACHINES[machine.name])
         _wait(lambda: len(storage.get_concurrency_info(POOL).pending_run_ids) == len(DAYS), machines,
@@ -303,7 +308,7 @@ def test_two_machines_backfill_four_days_at_once_within_the_pool_paying_each_ite
         assert all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs)
         use = pool_use(instance, [run.run_id for run in runs])
         assert storage.get_concurrency_info(POOL).claimed_slots == []
-    assert not use.unfinished and len(use.intervals) == len(DAYS)
+    assert not use.unfinished and len(use.intervals) == len(DAYS) * shards
     assert min(start for start, _ in use.intervals) >= released_at
     # both slots were used at once and never more: two of the four runs waited for a slot
     assert use.peak() == POOL_LIMIT, use.intervals
