@@ -16,9 +16,8 @@ whose processes hold more than ``--kill-above-gb`` at once (or that leaves the m
 available) is killed.
 
 The litellm judge scores cold (an empty store: every request sent) up to ``--cold-max`` rows. Above that
-a cold day takes as long as its requests do: a cold 100,000 took 583 s through ``dg launch`` and 370 s
-through the CLI here (56cbd52, 11,363 requests, 2 cores shared with other work), so a cold million would
-take some 2.5 hours for the pair. The larger days are therefore scored from a warm store: their rows
+a cold day takes as long as its requests do (BENCHMARKS.md has what a cold 100,000 took here: a cold
+million would take hours for the pair). The larger days are therefore scored from a warm store: their rows
 repeat the contents of the ``--cold-max`` file under distinct conversation ids and timestamps, and the
 store is the one the cold CLI run on that file filled (no request at all). The ``--cold-max`` file is then
 scored warm as well, the like-for-like baseline of the growth target.
