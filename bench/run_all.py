@@ -34,6 +34,9 @@ SUITE: list[tuple[str, list[str]]] = [
     ("offline_agreement.py", []),
     ("cold_start.py", ["--runs", "3"]),
     ("report_size.py", []),
+    # The longest by far (a million typical rows to build, a cold 100,000-answer day against the fake server,
+    # every day through dg launch and the CLI: expect well over an hour here). Its section comes last.
+    ("dagster_day.py", ["--rows", "100000", "1000000"]),
 ]
 
 #: Benchmarks whose every figure is a count, a ratio of counts or a peak RSS, never a time: they may run

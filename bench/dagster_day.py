@@ -1,0 +1,828 @@
+"""One day of typical RAG rows through the Dagster graph (`dg launch`), against the CLI on the same file.
+
+Every row of one landing Parquet file (typical RAG rows from ``bench/rag_rows.py``, every ``created_at`` on
+one day) is scored by ``dg launch --assets group:answer_quality --partition DAY`` in a fresh DAGSTER_HOME
+(a copy of the repository's dagster_home/dagster.yaml, pool limit included) and a fresh warehouse, then by
+``faithfulness-pipeline score landing.parquet -o out.parquet`` with the same judge: the offline judge, and
+the litellm judge against the fake OpenAI server (``faithfulness_pipeline.testing.fakellm``, its own
+process, no latency) with a result store.
+
+Memory: every process of the run's session (the run process, the fork server, each step process, the
+offline judge's worker pool, Dagster's log capture) is read from /proc every ~0.2 s; a process's peak
+is its VmHWM while it is alive. The run process's ``ru_maxrss`` from ``wait4`` is reported beside it: it is
+that process's own peak only, as the fork server that starts the steps outlives the run process (it ends
+when the run process's end closes its pipe) and is never reaped by it, so no step's peak reaches it. A run
+whose processes hold more than ``--kill-above-gb`` at once (or that leaves the machine under 1.5 GB
+available) is killed.
+
+The litellm judge scores cold (an empty store: every request sent) up to ``--cold-max`` rows. Above that
+a cold day takes as long as its requests do (BENCHMARKS.md has what a cold 100,000 took here: a cold
+million would take hours for the pair). The larger days are therefore scored from a warm store: their rows
+repeat the contents of the ``--cold-max`` file under distinct conversation ids and timestamps, and the
+store is the one the cold CLI run on that file filled (no request at all). The ``--cold-max`` file is then
+scored warm as well, the like-for-like baseline of the growth target.
+
+Landing files are built in a child process (this one stays small: a child's ``ru_maxrss`` starts at its
+parent's RSS), ``--chunk-rows`` rows at a time, one row group per chunk; chunk k always holds the same
+rows, so a smaller file is a prefix of a larger one and a larger one is built on a kept smaller one
+(``--work DIR`` keeps them between runs).
+
+    .venv/bin/python bench/dagster_day.py [--rows 100000 1000000] [--judges offline litellm]
+        [--llm-rows N ...] [--cold-max 100000] [--work DIR] [--kill-above-gb 15] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common import FAKE_KEY_ENV, ROOT, machine, machine_line
+from overhead import BENCH_MODEL, ServerProcess
+
+DAY = "2026-11-25"
+#: The targets of the streaming rewrite (issue 26).
+TARGET_LARGEST_GB = 1.0  # no process above this at TARGET_ROWS answers
+TARGET_ROWS = 1_000_000
+TARGET_GROWTH = 1.3  # largest-process peak at 1,000,000 / at 100,000
+TARGET_WALL_VS_CLI = 1.3  # the day's wall time / the CLI's on the same file
+TARGET_WAREHOUSE = 2.5  # warehouse bytes / landing bytes
+CHUNK_ROWS = 10_000
+SEED = 26_000
+POLL_S = 0.2
+GB = 2**30
+MB = 2**20  # as the issue and bench/memory.py count them
+#: Below this much available memory a run is stopped, whatever its own size: the machine is shared.
+MIN_AVAILABLE_GB = 1.5
+TABLES = ("raw_conversations", "extracted_claims", "judged_claims", "scored_conversations", "claim_table",
+          "daily_answer_quality")
+STORE_NAME = "_judge_store.sqlite"  # the litellm judge's default store, under the warehouse
+_TAG = b"fp_bench_rows"  # Parquet key-value metadata naming how a landing file was built
+
+
+# ---------------------------------------------------------------------------------------- landing files
+
+
+def _tag(seed: int, chunk_rows: int, repeat: int = 0) -> bytes:
+    return f"rag_rows seed={seed} chunk={chunk_rows} repeat={repeat}".encode()
+
+
+def _stamped(frame: Any, start: int) -> Any:
+    """``frame`` with day-wide conversation ids and timestamps for its rows ``start``, ``start + 1``, ...
+
+    Ids and times depend on the row's index only, so a smaller file is a prefix of a larger one."""
+    from datetime import UTC, datetime
+
+    import polars as pl
+
+    index = pl.int_range(start, start + frame.height, dtype=pl.Int64)
+    midnight = datetime.fromisoformat(DAY).replace(tzinfo=UTC)
+    return frame.with_columns(
+        pl.format("day-{}", index.cast(pl.String).str.zfill(7)).alias("conversation_id"),
+        (pl.lit(midnight) + pl.duration(seconds=index % 86_400)).alias("created_at"),
+    )
+
+
+def _writer(path: Path, schema: Any, tag: bytes) -> Any:
+    import pyarrow.parquet as pq
+
+    # zstd as polars writes by default: 20,000 of these rows make the issue's 13 MB landing file.
+    return pq.ParquetWriter(path, schema.with_metadata({_TAG: tag}), compression="zstd")
+
+
+def _built_rows(path: Path, tag: bytes) -> int:
+    """Rows of ``path`` if it is a complete landing file built as ``tag`` says (0: none, or another build)."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_metadata(path)
+    except (OSError, ValueError):
+        return 0
+    return int(meta.num_rows) if (meta.metadata or {}).get(_TAG) == tag else 0
+
+
+def generate(rows: int, path: Path, chunk_rows: int, seed: int) -> None:
+    """Writes ``rows`` typical RAG rows to ``path``, a chunk (one row group) at a time, starting from the
+    largest smaller file built the same way next to it."""
+    import pyarrow.parquet as pq
+    from rag_rows import make_rows
+
+    tag = _tag(seed, chunk_rows)
+    # A kept file of whole chunks is the start of this one (chunk k holds the same rows in every file).
+    kept = sorted((n, p) for p in path.parent.glob("landing-*.parquet") if p != path
+                  if (n := _built_rows(p, tag)) and n < rows and n % chunk_rows == 0)[-1:]
+    partial = path.with_suffix(".partial")
+    writer = None
+    done = 0
+    try:
+        if kept:
+            done, source = kept[0]
+            with pq.ParquetFile(source) as src:
+                writer = _writer(partial, src.schema_arrow, tag)
+                for group in range(src.num_row_groups):  # row group by row group: the copy stays small
+                    writer.write_table(src.read_row_group(group))
+        while done < rows:
+            n = min(chunk_rows, rows - done)
+            chunk = _stamped(make_rows(n, seed=seed + done // chunk_rows), done)
+            table = chunk.select("conversation_id", "created_at", "language", "input", "output", "context").to_arrow()
+            if writer is None:
+                writer = _writer(partial, table.schema, tag)
+            writer.write_table(table, row_group_size=chunk_rows)
+            done += n
+            print(f"  landing: {done:,} of {rows:,} rows", file=sys.stderr, flush=True)
+    finally:
+        if writer is not None:
+            writer.close()
+    os.replace(partial, path)  # only a complete file gets the name that is reused
+
+
+def generate_repeat(source: Path, rows: int, path: Path) -> None:
+    """``rows`` rows repeating the contents of ``source`` (row group by row group) under their own ids and
+    timestamps: every result a warm store filled from ``source`` holds, on a day of ``rows`` answers."""
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    partial = path.with_suffix(".partial")
+    with pq.ParquetFile(source) as src:
+        groups = src.num_row_groups
+        per_group = src.metadata.row_group(0).num_rows  # every group of a generated file is full but the last
+        writer = _writer(partial, src.schema_arrow, _tag(SEED, per_group, src.metadata.num_rows))
+        done = 0
+        try:
+            while done < rows:
+                group = pl.from_arrow(src.read_row_group((done // per_group) % groups))
+                assert isinstance(group, pl.DataFrame)
+                group = group.head(rows - done)
+                writer.write_table(_stamped(group, done).to_arrow().cast(src.schema_arrow))
+                done += group.height
+        finally:
+            writer.close()
+    os.replace(partial, path)
+
+
+def _landing(work: Path, rows: int, chunk_rows: int) -> Path:
+    path = work / f"landing-{rows}.parquet"
+    if _built_rows(path, _tag(SEED, chunk_rows)) != rows:
+        started = time.perf_counter()
+        subprocess.run([sys.executable, __file__, "--generate", str(rows), str(path), "--chunk-rows",
+                        str(chunk_rows)], check=True, cwd=ROOT)
+        print(f"landing file of {rows:,} rows built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return path
+
+
+def _repeat_landing(work: Path, source: Path, period: int, rows: int) -> Path:
+    path = work / f"landing-{rows}-repeat{period}.parquet"
+    if not path.exists():
+        subprocess.run([sys.executable, __file__, "--generate-repeat", str(source), str(rows), str(path)],
+                       check=True, cwd=ROOT)
+    return path
+
+
+# ------------------------------------------------------------------------------------------- sampling
+
+
+@dataclass
+class Proc:
+    pid: int
+    ppid: int
+    cmdline: str
+    peak_kb: int = 0
+
+
+@dataclass
+class Sampled:
+    """What the sampler saw of one process session, and how the session's root ended."""
+
+    root: int = 0
+    procs: dict[tuple[int, int], Proc] = field(default_factory=dict)
+    at_once_kb: int = 0  # the largest sum of VmRSS over the session at one sample
+    wall_s: float = 0.0
+    returncode: int = 0
+    root_maxrss_kb: int = 0
+    killed: str = ""
+
+
+def _status_kb(text: str, key: str) -> int:
+    for line in text.splitlines():
+        if line.startswith(key):
+            return int(line.split()[1])
+    return 0
+
+
+def _available_kb() -> int:
+    return _status_kb(Path("/proc/meminfo").read_text(), "MemAvailable:")
+
+
+def _session(sid: int, foreign: set[int]) -> dict[int, tuple[int, int, str]]:
+    """(ppid, start time, /proc/pid/status text) of every live process of session ``sid``.
+
+    By session, not by parent links: the offline judge's fork server is re-parented to init when the step
+    process that started it ends, and its workers with it. ``foreign`` caches pids of other sessions."""
+    found: dict[int, tuple[int, int, str]] = {}
+    alive: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        alive.add(pid)
+        if pid in foreign:
+            continue
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) != sid:  # fields: state ppid pgrp session ...
+                foreign.add(pid)
+                continue
+            found[pid] = (int(fields[1]), int(fields[19]), Path(f"/proc/{pid}/status").read_text())
+        except (OSError, IndexError, ValueError):
+            continue  # it just ended
+    foreign &= alive  # a pid that ended may come back as one of ours
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def run_sampled(command: list[str], env: dict[str, str], log: Path, kill_above_gb: float,
+                timeout_s: float) -> Sampled:
+    """Runs ``command`` in a session of its own and samples every process of that session until it ends."""
+    seen = Sampled()
+    foreign: set[int] = set()
+    started = time.perf_counter()
+    with log.open("wb") as out:
+        child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+    seen.root = child.pid
+    while True:
+        rss = 0
+        for pid, (ppid, start, status) in _session(child.pid, foreign).items():
+            proc = seen.procs.get((pid, start))
+            if proc is None:
+                proc = seen.procs[(pid, start)] = Proc(pid, ppid, _cmdline(pid))
+            proc.peak_kb = max(proc.peak_kb, _status_kb(status, "VmHWM:"))
+            rss += _status_kb(status, "VmRSS:")
+        seen.at_once_kb = max(seen.at_once_kb, rss)
+        done, status_code, usage = os.wait4(child.pid, os.WNOHANG)
+        if done:
+            break
+        elapsed = time.perf_counter() - started
+        if not seen.killed and rss > kill_above_gb * GB / 1024:
+            seen.killed = f"killed: its processes held {rss * 1024 / GB:.1f} GB at once after {elapsed:.0f} s"
+        elif not seen.killed and _available_kb() < MIN_AVAILABLE_GB * GB / 1024:
+            seen.killed = f"killed: the machine had under {MIN_AVAILABLE_GB} GB available after {elapsed:.0f} s"
+        elif not seen.killed and elapsed > timeout_s:
+            seen.killed = f"killed: still running after {timeout_s:.0f} s"
+        if seen.killed:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)  # the session's group: the run and every process it made
+        time.sleep(POLL_S)
+    seen.wall_s = time.perf_counter() - started
+    seen.returncode = os.waitstatus_to_exitcode(status_code)
+    child.returncode = seen.returncode  # reaped here: Popen must not wait again
+    seen.root_maxrss_kb = usage.ru_maxrss
+    _stop_leftovers(child.pid, foreign)
+    return seen
+
+
+def _stop_leftovers(sid: int, foreign: set[int]) -> None:
+    """Processes of the session still alive when its root has ended (an orphaned worker pool) are ours to
+    stop: by pid, after a grace period in which they should end by themselves."""
+    deadline = time.monotonic() + 10
+    while (left := _session(sid, foreign)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        print(f"  stopped leftover process {pid}: {_cmdline(pid)[:120]}", file=sys.stderr)
+
+
+_STEP_LINE = re.compile(r" - (\d+) - ([\w.\[\]-]+) - STEP_START - ")
+
+
+def _roles(seen: Sampled, log_text: str) -> dict[tuple[int, int], str]:
+    """What each process was: the run process, the fork server, a step (by its key, from Dagster's log
+    lines, which carry the pid), the offline judge's worker pool, log capture, ..."""
+    steps = {int(pid): key for pid, key in _STEP_LINE.findall(log_text)}
+    roles: dict[tuple[int, int], str] = {}
+    root = seen.root
+    for key, proc in seen.procs.items():
+        if proc.pid == root:
+            roles[key] = "run process"
+        elif proc.pid in steps:
+            roles[key] = f"step {steps[proc.pid]}"
+        elif "resource_tracker" in proc.cmdline:
+            roles[key] = "resource tracker"
+        elif "watch_orphans" in proc.cmdline or proc.cmdline.startswith("tail "):
+            roles[key] = "log capture"
+        elif "multiprocessing.forkserver" in proc.cmdline and proc.ppid == root:
+            roles[key] = "fork server"
+        elif "multiprocessing.forkserver" in proc.cmdline or "multiprocessing.spawn" in proc.cmdline:
+            roles[key] = "worker pool"
+        else:
+            roles[key] = "other"
+    return roles
+
+
+def _summary(seen: Sampled, log_text: str) -> dict[str, Any]:
+    roles = _roles(seen, log_text)
+    peaks = sorted(((p.peak_kb, roles[k]) for k, p in seen.procs.items()), reverse=True)
+    polled_kb, polled_role = peaks[0] if peaks else (0, "")
+    by_role: dict[str, list[int]] = {}
+    for kb, role in peaks:
+        by_role.setdefault(role, []).append(kb)
+    # ru_maxrss covers the root and what it reaped: all of the CLI's tree, but for dg launch only the run
+    # process (its fork server, the steps' parent, is never reaped by it). It also covers what polling
+    # missed of the root's last 0.2 s.
+    largest_kb = max(polled_kb, seen.root_maxrss_kb)
+    return {
+        "wall_s": seen.wall_s,
+        "returncode": seen.returncode,
+        "killed": seen.killed,
+        "largest_gb": largest_kb * 1024 / GB,
+        "largest_role": polled_role if polled_kb >= seen.root_maxrss_kb else "missed by polling (wait4)",
+        "polled_largest_gb": polled_kb * 1024 / GB,
+        "root_maxrss_gb": seen.root_maxrss_kb * 1024 / GB,
+        "all_gb": sum(kb for kb, _ in peaks) * 1024 / GB,
+        "at_once_gb": seen.at_once_kb * 1024 / GB,
+        "processes": len(peaks),
+        "by_role": {role: [kb * 1024 / GB for kb in kbs] for role, kbs in by_role.items()},
+    }
+
+
+# ---------------------------------------------------------------------------------------------- runs
+
+
+def _base_env() -> dict[str, str]:
+    """Offline litellm and nothing inherited that would configure the code location or the CLI."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FP_", "DAGSTER_"))}
+    env.update(LITELLM_OFFLINE_MODE="true", LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="ERROR",
+               HF_HUB_OFFLINE="1", DAGSTER_TELEMETRY_DISABLED="1", PYTHONUNBUFFERED="1")
+    env[FAKE_KEY_ENV] = os.environ[FAKE_KEY_ENV]
+    return env
+
+
+def _judge_env(base_url: str | None) -> dict[str, str]:
+    """The judge as FP_JUDGE_* variables: the code location and the CLI both read them, so both runs use
+    the same judge (none set: the offline judge)."""
+    if base_url is None:
+        return {}
+    return {"FP_JUDGE_MODEL": BENCH_MODEL, "FP_JUDGE_API_BASE": base_url, "FP_JUDGE_API_KEY_ENV": FAKE_KEY_ENV}
+
+
+def _home(path: Path) -> Path:
+    path.mkdir(parents=True)
+    text = (ROOT / "dagster_home" / "dagster.yaml").read_text(encoding="utf-8")
+    if "default_limit:" not in text:  # the llm_judge pool limit is part of what is measured
+        raise RuntimeError("dagster_home/dagster.yaml has no pool limit (concurrency: pools: default_limit)")
+    (path / "dagster.yaml").write_text(text, encoding="utf-8")
+    return path
+
+
+def _sizes(warehouse: Path) -> dict[str, int]:
+    """Bytes of every table and file the run wrote under the warehouse; the result store apart."""
+    sizes: dict[str, int] = {}
+    for entry in sorted(warehouse.iterdir()):
+        files = [entry] if entry.is_file() else [p for p in entry.rglob("*") if p.is_file()]
+        name = "store" if entry.name.startswith(STORE_NAME) else entry.name
+        sizes[name] = sizes.get(name, 0) + sum(p.stat().st_size for p in files)
+    return sizes
+
+
+def _copy_store(store: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm"):  # SQLite's side files, if the writer left any
+        if Path(f"{store}{suffix}").exists():
+            shutil.copy(f"{store}{suffix}", f"{target}{suffix}")
+
+
+def _rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return int(pq.read_metadata(path).num_rows)
+
+
+def _requests(server: ServerProcess | None) -> int | None:
+    return None if server is None else int(server.stats()["requests"])
+
+
+@dataclass
+class Plan:
+    rows: int
+    judge: str  # "offline" or "litellm"
+    store: str = ""  # litellm only: "cold" or "warm"
+    landing: Path | None = None
+
+
+def run_day(plan: Plan, run_dir: Path, server: ServerProcess | None, warm_store: Path | None,
+            kill_above_gb: float, timeout_s: float) -> dict[str, Any]:
+    """``dg launch`` of the day in a fresh DAGSTER_HOME and warehouse, sampled."""
+    assert plan.landing is not None
+    warehouse = run_dir / "warehouse"
+    warehouse.mkdir(parents=True)
+    if warm_store is not None:
+        _copy_store(warm_store, warehouse / STORE_NAME)  # where the code location's judge looks for it
+    env = {**_base_env(), **_judge_env(None if server is None else server.base_url),
+           "DAGSTER_HOME": str(_home(run_dir / "dagster_home")), "FP_LANDING": str(plan.landing),
+           "FP_WAREHOUSE": str(warehouse), "FP_PARTITIONS_START": DAY}
+    command = [str(Path(sys.executable).parent / "dg"), "launch", "--assets", "group:answer_quality",
+               "--partition", DAY]
+    before = _requests(server)
+    log = run_dir / "dg.log"
+    seen = run_sampled(command, env, log, kill_above_gb, timeout_s)
+    text = log.read_text(encoding="utf-8", errors="replace")
+    result = _summary(seen, text)
+    result["requests"] = None if server is None else _requests(server) - (before or 0)
+    result["ok"] = seen.returncode == 0 and "RUN_SUCCESS" in text and not seen.killed
+    result["tables"] = _sizes(warehouse)
+    # Every file of the day's partition: a day split into shards may write more than one.
+    result["scored_rows"] = sum(_rows(p) for p in (warehouse / "scored_conversations" / f"ds={DAY}").rglob("*.parquet"))
+    if not result["ok"] and not seen.killed:
+        raise RuntimeError(f"dg launch failed (exit {seen.returncode}): {text[-3000:]}")
+    return result
+
+
+def run_cli(plan: Plan, run_dir: Path, server: ServerProcess | None, store: Path | None, kill_above_gb: float,
+            timeout_s: float) -> dict[str, Any]:
+    """``faithfulness-pipeline score`` of the same file with the same judge, sampled the same way."""
+    assert plan.landing is not None
+    out = run_dir / "cli-out.parquet"
+    command = [sys.executable, "-m", "faithfulness_pipeline.cli", "score", str(plan.landing), "-o", str(out),
+               "--quiet"]
+    if store is not None:
+        command += ["--store", str(store)]
+    env = {**_base_env(), **_judge_env(None if server is None else server.base_url)}
+    before = _requests(server)
+    log = run_dir / "cli.log"
+    seen = run_sampled(command, env, log, kill_above_gb, timeout_s)
+    if seen.returncode != 0 and not seen.killed:
+        raise RuntimeError(f"the CLI failed (exit {seen.returncode}): {log.read_text(errors='replace')[-3000:]}")
+    result = _summary(seen, "")
+    result["requests"] = None if server is None else _requests(server) - (before or 0)
+    result["ok"] = seen.returncode == 0 and not seen.killed
+    result["scored_rows"] = _rows(out) if out.exists() else 0
+    result["out_bytes"] = out.stat().st_size if out.exists() else 0
+    return result
+
+
+def _plans(rows: list[int], judges: list[str], llm_rows: list[int], cold_max: int) -> list[Plan]:
+    plans: list[Plan] = []
+    llm_sizes = sorted(n for n in rows if n in llm_rows) if "litellm" in judges else []
+    warm_above = any(n > cold_max for n in llm_sizes)
+    for n in sorted(rows):
+        if "offline" in judges:
+            plans.append(Plan(n, "offline"))
+        if n in llm_sizes:
+            if n <= cold_max:
+                plans.append(Plan(n, "litellm", "cold"))
+            if n > cold_max or (n == cold_max and warm_above):  # the warm runs' like-for-like baseline
+                plans.append(Plan(n, "litellm", "warm"))
+    return plans
+
+
+def _projected_gb(done: list[dict[str, Any]], plan: Plan) -> float:
+    """The largest process of ``plan``'s day if it grew in proportion to the rows (the worst case) from the
+    largest day of the same judge measured so far; 0 when none was."""
+    same = [r for r in done if r["judge"] == plan.judge and r["rows"] < plan.rows and r["day"]["ok"]]
+    if not same:
+        return 0.0
+    last = max(same, key=lambda r: r["rows"])
+    return float(last["day"]["largest_gb"]) * plan.rows / last["rows"]
+
+
+def run(rows: list[int], judges: list[str], llm_rows: list[int] | None, cold_max: int, work: Path | None,
+        kill_above_gb: float, timeout_s: float, chunk_rows: int = CHUNK_ROWS) -> dict[str, Any]:
+    started = time.perf_counter()
+    plans = _plans(rows, judges, rows if llm_rows is None else llm_rows, cold_max)
+    result: dict[str, Any] = {"machine": machine(), "day": DAY, "chunk_rows": chunk_rows, "cold_max": cold_max,
+                              "kill_above_gb": kill_above_gb, "runs": [], "landing": {}, "parent_rss_mb": 0.0}
+    with contextlib.ExitStack() as stack:
+        if work is None:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fp-daybench-")))
+        work.mkdir(parents=True, exist_ok=True)
+        server = stack.enter_context(ServerProcess()) if any(p.judge == "litellm" for p in plans) else None
+        filled: dict[int, Path] = {}  # rows -> a store holding every result of landing-<rows>.parquet
+        result["generate_s"] = 0.0
+        for plan in plans:
+            name = f"{plan.judge}{'-' + plan.store if plan.store else ''}-{plan.rows}"
+            entry: dict[str, Any] = {"rows": plan.rows, "judge": plan.judge, "store": plan.store}
+            result["runs"].append(entry)
+            projected = _projected_gb(result["runs"][:-1], plan)
+            if projected > kill_above_gb:  # known before its landing file is built: that takes minutes too
+                why = (f"skipped: its largest process would reach ~{projected:.0f} GB if it grew with the rows, "
+                       f"beyond the {kill_above_gb:g} GB limit")
+                entry["day"], entry["cli"] = {"ok": False, "skipped": why}, {"ok": False, "skipped": why}
+                print(f"{name}: {why}", file=sys.stderr, flush=True)
+                continue
+            generating = time.perf_counter()  # between runs: no part of any measurement
+            if plan.store == "warm" and plan.rows > cold_max:
+                plan.landing = _repeat_landing(work, _landing(work, cold_max, chunk_rows), cold_max, plan.rows)
+            else:
+                plan.landing = _landing(work, plan.rows, chunk_rows)
+            result["generate_s"] += time.perf_counter() - generating
+            result["landing"][plan.landing.name] = {"rows": _rows(plan.landing), "bytes": plan.landing.stat().st_size}
+            entry.update(landing=plan.landing.name, landing_bytes=plan.landing.stat().st_size)
+            run_dir = work / f"run-{name}"
+            shutil.rmtree(run_dir, ignore_errors=True)
+            run_dir.mkdir()
+            judge_server = server if plan.judge == "litellm" else None
+            warm = None
+            if plan.store == "warm":
+                warm = filled.get(cold_max) or _fill(work, cold_max, chunk_rows, judge_server, filled,
+                                                     kill_above_gb, timeout_s)
+                entry["filled_from"] = warm.name
+            result["parent_rss_mb"] = max(result["parent_rss_mb"], _rss_mb())
+            print(f"dg launch: {name} ...", file=sys.stderr, flush=True)
+            entry["day"] = run_day(plan, run_dir, judge_server, warm, kill_above_gb, timeout_s)
+            print(f"  {entry['day']['wall_s']:.0f} s, largest {entry['day']['largest_gb']:.2f} GB",
+                  file=sys.stderr, flush=True)
+            cli_store = None
+            if plan.judge == "litellm":
+                cli_store = run_dir / "cli-store.sqlite"
+                if warm is not None:
+                    _copy_store(warm, cli_store)
+            print(f"CLI: {name} ...", file=sys.stderr, flush=True)
+            entry["cli"] = run_cli(plan, run_dir, judge_server, cli_store, kill_above_gb, timeout_s)
+            print(f"  {entry['cli']['wall_s']:.0f} s, largest {entry['cli']['largest_gb']:.2f} GB", file=sys.stderr,
+                  flush=True)
+            if plan.store == "cold" and cli_store is not None and entry["cli"]["ok"]:
+                filled[plan.rows] = _keep_store(cli_store, work / f"store-{plan.rows}.sqlite")
+            _tidy(run_dir)
+        result["load"] = os.getloadavg()
+    result["total_s"] = time.perf_counter() - started
+    return result
+
+
+def _keep_store(store: Path, target: Path) -> Path:
+    _copy_store(store, target)
+    return target
+
+
+def _fill(work: Path, rows: int, chunk_rows: int, server: ServerProcess | None, filled: dict[int, Path],
+          kill_above_gb: float, timeout_s: float) -> Path:
+    """A store holding every result of the ``rows`` file: the CLI scores it once (not measured)."""
+    path = work / f"store-{rows}.sqlite"
+    plan = Plan(rows, "litellm", "cold", _landing(work, rows, chunk_rows))
+    run_dir = work / f"fill-{rows}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir()
+    print(f"filling the store from {rows:,} rows ...", file=sys.stderr, flush=True)
+    done = run_cli(plan, run_dir, server, run_dir / "store.sqlite", kill_above_gb, timeout_s)
+    if not done["ok"]:
+        raise RuntimeError(f"filling the store failed: {done['killed']}")
+    filled[rows] = _keep_store(run_dir / "store.sqlite", path)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return path
+
+
+def _tidy(run_dir: Path) -> None:
+    """A day's warehouse at a million rows is gigabytes: keep the logs, drop the tables once measured."""
+    for name in ("warehouse", "dagster_home", "cli-out.parquet", "cli-store.sqlite"):
+        path = run_dir / name
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists():
+            path.unlink()
+
+
+def _rss_mb() -> float:
+    return _status_kb(Path("/proc/self/status").read_text(), "VmRSS:") / 1024
+
+
+# -------------------------------------------------------------------------------------------- report
+
+
+def _warehouse_bytes(day: dict[str, Any]) -> int:
+    return sum(v for k, v in day["tables"].items() if k != "store")
+
+
+def _mark(ok: bool) -> str:
+    return "MET" if ok else "NOT met"
+
+
+def _label(r: dict[str, Any]) -> str:
+    return r["judge"] + (f" ({r['store']} store)" if r["store"] else "")
+
+
+def _day_row(r: dict[str, Any]) -> str:
+    d = r["day"]
+    if not d.get("wall_s") and d.get("skipped"):
+        return f"| {r['rows']:,} | {_label(r)} | {d['skipped']} | | | | | | | |"
+    requests = "" if d["requests"] is None else f"{d['requests']:,}"
+    state = f" ({d['killed']})" if d["killed"] else ""
+    ratio = _warehouse_bytes(d) / r["landing_bytes"]
+    return (f"| {r['rows']:,} | {_label(r)} | {requests} | {d['wall_s']:.0f}{state} | **{d['largest_gb']:.2f}** "
+            f"({d['largest_role']}) | {d['root_maxrss_gb']:.2f} | **{d['all_gb']:.2f}** ({d['processes']}) | "
+            f"{d['at_once_gb']:.2f} | "
+            f"{r['landing_bytes'] / MB:.0f} | {_warehouse_bytes(d) / MB:.0f} ({ratio:.1f}×) |")
+
+
+def _cli_row(r: dict[str, Any]) -> str:
+    c, d = r["cli"], r["day"]
+    if c.get("skipped"):
+        return f"| {r['rows']:,} | {_label(r)} | skipped with its day | | | | | |"
+    requests = "" if c["requests"] is None else f"{c['requests']:,}"
+    workers = c["by_role"].get("worker pool", [])
+    pool = f"{len(workers)} × {max(workers):.2f}" if workers else "none"
+    vs = f"**{d['wall_s'] / c['wall_s']:.2f}×**" if d.get("ok") else "n/a"
+    state = f" ({c['killed']})" if c["killed"] else ""
+    return (f"| {r['rows']:,} | {_label(r)} | {requests} | {c['wall_s']:.0f}{state} | "
+            f"{c['by_role'].get('run process', [0.0])[0]:.2f} | {pool} | {c['all_gb']:.2f} | {vs} |")
+
+
+def _tables_row(r: dict[str, Any]) -> str:
+    t = r["day"]["tables"]
+    others = sum(v for k, v in t.items() if k not in TABLES and k != "store")
+    store = f"{t['store'] / MB:.0f}" if "store" in t else "none"
+    return (f"| {r['rows']:,} | {_label(r)} | " + " | ".join(f"{t.get(name, 0) / MB:.1f}" for name in TABLES)
+            + f" | {others / MB:.1f} | **{_warehouse_bytes(r['day']) / MB:.0f}** | {store} |")
+
+
+def _roles_line(r: dict[str, Any], shown: int = 6) -> str:
+    """The largest few processes by what they were, then what the rest add up to."""
+    peaks = sorted(((max(p), role, len(p)) for role, p in r["day"]["by_role"].items()), reverse=True)
+    parts = [f"{role} {gb:.2f}" if n == 1 else f"{role} {n} × ≤ {gb:.2f}" for gb, role, n in peaks[:shown]]
+    rest = [role for _, role, _ in peaks[shown:]]
+    if rest:
+        total = sum(sum(r["day"]["by_role"][role]) for role in rest)
+        parts.append(f"{len(rest)} more ({total:.2f} together)")
+    return f"- {r['rows']:,}, {_label(r)}: " + "; ".join(parts)
+
+
+def _unmeasured(within: bool) -> str:
+    """A target whose sizes this run did not score: neither met nor missed, with what the proxy shows."""
+    return f"**not measured** (at these sizes: {'within' if within else 'beyond'} the target)"
+
+
+def _targets(result: dict[str, Any]) -> list[str]:
+    runs = result["runs"]
+    done = [r for r in runs if r["day"].get("wall_s")]
+    sizes = {r["rows"] for r in runs}
+    lines = []
+    # 1. no process above 1 GB at a million answers (shown at the largest day run when that is fewer)
+    top = max(sizes, default=0)
+    at_top = [r for r in runs if r["rows"] == top]
+    worst = max((r["day"]["largest_gb"] if r["day"].get("ok") else float("inf") for r in at_top), default=0.0)
+    figures = ", ".join(f"{_label(r)} {r['day']['largest_gb']:.2f} GB" if r["day"].get("ok")
+                        else f"{_label(r)} {r['day'].get('killed') or r['day'].get('skipped')}" for r in at_top)
+    proxy = "" if top == TARGET_ROWS else f" (largest day of this run: {top:,})"
+    mark = f"**{_mark(worst <= TARGET_LARGEST_GB)}**" if top == TARGET_ROWS else _unmeasured(worst <= TARGET_LARGEST_GB)
+    lines.append(f"- No process above {TARGET_LARGEST_GB:g} GB at {TARGET_ROWS:,} answers{proxy}: {figures}: {mark}")
+    # 2. the largest process grows at most 1.3x from 100,000 to 1,000,000 answers, like with like (judge, store)
+    growth = []
+    for key in sorted({(r["judge"], r["store"]) for r in runs}):
+        same = sorted((r for r in runs if (r["judge"], r["store"]) == key), key=lambda r: r["rows"])
+        if len(same) < 2:
+            continue
+        small, large = same[0], same[-1]
+        if small["day"].get("ok") and large["day"].get("ok"):
+            ratio = large["day"]["largest_gb"] / small["day"]["largest_gb"]
+            growth.append((ratio, f"{_label(small)} {large['day']['largest_gb']:.2f} / "
+                                  f"{small['day']['largest_gb']:.2f} GB = **{ratio:.2f}×**"))
+        else:
+            growth.append((float("inf"), f"{_label(small)}: the {large['rows']:,} day did not finish "
+                                         f"({large['day'].get('killed') or large['day'].get('skipped')})"))
+    if growth:
+        within = all(g <= TARGET_GROWTH for g, _ in growth)
+        exact = {100_000, TARGET_ROWS} <= sizes
+        pair = "" if exact else f" (this run: {max(sizes):,} / {min(sizes):,})"
+        mark = f"**{_mark(within)}**" if exact else _unmeasured(within)
+        lines.append(f"- Largest-process peak at {TARGET_ROWS:,} / at 100,000 ≤ {TARGET_GROWTH}×{pair}: "
+                     + "; ".join(text for _, text in growth) + f": {mark}")
+    # 3. the day's wall time within 1.3x of the CLI's on the same file
+    walls = [(r["day"]["wall_s"] / r["cli"]["wall_s"], r) for r in done if r["day"]["ok"] and r["cli"].get("ok")]
+    if walls:
+        met = all(x <= TARGET_WALL_VS_CLI for x, _ in walls) and len(walls) == len(runs)
+        lines.append(f"- Wall time of the day ≤ {TARGET_WALL_VS_CLI}× the CLI's on the same file: "
+                     + "; ".join(f"{r['rows']:,} {_label(r)} {r['day']['wall_s']:.0f} / {r['cli']['wall_s']:.0f} s "
+                                 f"= **{x:.2f}×**" for x, r in walls) + f": **{_mark(met)}**")
+    # not a target, the condition of every figure: each day and each CLI run scored every answer of its file
+    lost = [f"{r['rows']:,} {_label(r)} {what} {r[what]['scored_rows']:,}" for r in done for what in ("day", "cli")
+            if r[what].get("ok") and r[what]["scored_rows"] != r["rows"]]
+    if lost:
+        lines.append("- Every answer scored: **NOT met**: " + "; ".join(lost) + " rows scored")
+    # 4. warehouse bytes within 2.5x of the landing bytes
+    ratios = [(_warehouse_bytes(r["day"]) / r["landing_bytes"], r) for r in done if r["day"]["ok"]]
+    if ratios:
+        met = all(x <= TARGET_WAREHOUSE for x, _ in ratios) and len(ratios) == len(runs)
+        lines.append(f"- Warehouse bytes ≤ {TARGET_WAREHOUSE}× landing bytes: "
+                     + "; ".join(f"{r['rows']:,} {_label(r)} **{x:.1f}×**" for x, r in ratios) + f": **{_mark(met)}**")
+    return lines
+
+
+def report(result: dict[str, Any]) -> str:
+    runs = result["runs"]
+    done = [r for r in runs if r["day"].get("wall_s")]
+    cold = [r for r in done if r["store"] == "cold"]
+    landings = ", ".join(f"`{name}` {v['rows']:,} rows, {v['bytes'] / MB:.0f} MB"
+                         for name, v in result["landing"].items())
+    warm_note = ""
+    if any(r["store"] == "warm" for r in runs):
+        warm_note = (f" Above {result['cold_max']:,} rows the litellm judge runs from a warm store (a cold day is "
+                     "as long as its requests take: see the cold rows): those days repeat the contents of the "
+                     f"{result['cold_max']:,}-row file under their own ids and timestamps, and the store is the one "
+                     f"the cold CLI run of that file filled (every result stored: no request). The "
+                     f"{result['cold_max']:,}-row day is run warm too, the baseline those days compare with.")
+    lines = [
+        "## Dagster: one day through `dg launch`",
+        "",
+        "`.venv/bin/python bench/dagster_day.py` — one landing Parquet file of typical RAG rows "
+        f"(`bench/rag_rows.py`; every `created_at` on {result['day']}; row groups of {result['chunk_rows']:,} rows, "
+        "zstd) scored by `dg launch --assets group:answer_quality --partition DAY` in a fresh DAGSTER_HOME (the "
+        "repository's dagster.yaml, pool limit included) and a fresh warehouse, then by `faithfulness-pipeline "
+        "score landing.parquet -o out.parquet` with the same judge (`FP_JUDGE_*`): the offline judge as "
+        f"shipped, and the litellm judge (`{BENCH_MODEL}`) against the fake server (its own process, no latency) "
+        "with a result store (`<warehouse>/_judge_store.sqlite`; the CLI's `--store`)." + warm_note,
+        "",
+        "Peak RSS: every process of the run's session (run process, fork server, step processes, the offline "
+        f"judge's worker pool, Dagster's log capture) read from /proc every {POLL_S:g} s, VmHWM while it is alive. "
+        "*Run process (wait4)* is the `ru_maxrss` of `dg launch` itself (its own peak: the fork server that "
+        "starts the steps is never reaped by it). *All processes* adds every process's peak (an upper bound: "
+        "each step process is forked from the fork server and counts the pages it shares with it, and steps do "
+        "not all run at once); *at once* is the largest sum of VmRSS seen at one sample, what the machine had "
+        "to hold. GB = 2^30 and MB = 2^20 bytes. Warehouse bytes: "
+        "every file the run wrote under the warehouse (the six tables, the DuckDB file, the HTML report), the "
+        f"result store not included. Landing files: {landings}; built (or found in `--work`) in "
+        f"{result['generate_s']:.0f} s by a child process, between runs.",
+        "",
+        "| answers | judge | requests | wall s | largest process GB (which) | run process GB (wait4) "
+        "| all processes GB (count) | at once GB | landing MB | warehouse MB (× landing) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *(_day_row(r) for r in runs),
+        "",
+        "The CLI on the same file (`--quiet`; a warm run starts from a copy of the same store):",
+        "",
+        "| answers | judge | requests | wall s | CLI process GB | worker pool GB | all processes GB | day / CLI wall |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        *(_cli_row(r) for r in runs),
+        "",
+        "Warehouse files per day (MB):",
+        "",
+        "| answers | judge | " + " | ".join(TABLES) + " | DuckDB + report | total | result store |",
+        "|---:|---|" + "---:|" * (len(TABLES) + 3),
+        *(_tables_row(r) for r in done),
+        "",
+        "Peak RSS by process (GB):",
+        "",
+        *(_roles_line(r) for r in done),
+        "",
+        "Targets:",
+        "",
+        *_targets(result),
+        "",
+    ]
+    if cold:
+        lines += [
+            "Cold litellm days here: " + "; ".join(
+                f"{r['rows']:,} rows: day {r['day']['wall_s']:.0f} s, CLI {r['cli']['wall_s']:.0f} s, "
+                f"{r['day']['requests']:,} requests" for r in cold) + ".",
+            "",
+        ]
+    lines.append(f"This run took {result['total_s']:.0f} s (landing files included); this process stayed at "
+                 f"{result['parent_rss_mb']:.0f} MB (a child's `ru_maxrss` starts there).")
+    lines += ["", machine_line({"machine": result["machine"], "load_average": result["load"][0]})]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000], help="answers per day")
+    parser.add_argument("--judges", nargs="+", choices=("offline", "litellm"), default=["offline", "litellm"])
+    parser.add_argument("--llm-rows", type=int, nargs="+", default=None,
+                        help="days (of --rows) the litellm judge scores (default: all)")
+    parser.add_argument("--cold-max", type=int, default=100_000,
+                        help="the litellm judge scores cold up to this many rows, from a warm store above")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="keep landing files, logs and filled stores here and reuse them (default: a temp dir)")
+    parser.add_argument("--kill-above-gb", type=float, default=15.0, help="stop a run whose processes hold more")
+    parser.add_argument("--timeout-s", type=float, default=3 * 3600, help="stop a run that takes longer")
+    parser.add_argument("--chunk-rows", type=int, default=CHUNK_ROWS, help="rows per generated chunk and row group")
+    parser.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
+    parser.add_argument("--generate", nargs=2, metavar=("ROWS", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--generate-repeat", nargs=3, metavar=("SOURCE", "ROWS", "PATH"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.generate:
+        generate(int(args.generate[0]), Path(args.generate[1]), args.chunk_rows, SEED)
+    elif args.generate_repeat:
+        generate_repeat(Path(args.generate_repeat[0]), int(args.generate_repeat[1]), Path(args.generate_repeat[2]))
+    else:
+        if args.cold_max % args.chunk_rows:
+            parser.error("--cold-max must be a multiple of --chunk-rows (warm days repeat its row groups)")
+        figures = run(args.rows, args.judges, args.llm_rows, args.cold_max, args.work, args.kill_above_gb,
+                      args.timeout_s, args.chunk_rows)
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=1, default=str), encoding="utf-8")
+        print(report(figures))
