@@ -103,7 +103,7 @@ def build_calibration_assets(judge_version: str, pool: str) -> list[dg.AssetsDef
         from faithfulness_pipeline.api.calibration import read_claim_labels, run
         from faithfulness_pipeline.core.calibration import calibration_markdown, overall
 
-        made = judge.make(warehouse.judge_store())
+        made = judge.make(warehouse.judge_store(), remote_warehouse=warehouse.place().remote)
         scored = score_frame(labelled_conversations, made, scoring.config())
         result = run(labelled_conversations, [(made.model_name, scored)], scoring, calibration,
                      claim_labels=read_claim_labels(calibration))

@@ -150,7 +150,8 @@ def judge_one_shard(
     total = warehouse.rows(RAW, day)
     staging = warehouse.staging(context.run_id, day, f"shard-{shard}.parquet")
     # Batch mode reports the state of the step's batches while it waits.
-    made = judge.make(warehouse.judge_store(), report=context.log.info)
+    made = judge.make(warehouse.judge_store(), report=context.log.info,
+                      remote_warehouse=warehouse.place().remote)
     progress = _progress(context, total if shards == 1 else total / shards, shard)
 
     async def run() -> int:

@@ -40,12 +40,12 @@ class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[typ
     def __init__(self, **data: Any) -> None:
         _validated(super().__init__, JudgeSettings, data)
 
-    def settings(self, default_store: str | None = None) -> JudgeSettings:
+    def settings(self, default_store: str | None = None, *, remote_warehouse: bool = False) -> JudgeSettings:
         """The judge's settings; the default store serves the litellm judge (the offline one needs no store
-        unless one is set)."""
+        unless one is set). A warehouse in an object store has no default store to give."""
         values = {name: getattr(self, name) for name in JudgeSettings.model_fields}
         if self.model is not None and values["store"] is None:
-            if default_store is None:  # the warehouse is in an object store: no SQLite file beside it
+            if remote_warehouse:  # no SQLite file beside tables in a bucket
                 raise ConfigError(
                     "the LLM judge keeps its results in a store, and the warehouse is in an object store, which "
                     "cannot hold the default SQLite file: set FP_JUDGE_STORE (judge.store) to a postgresql:// URL "
@@ -54,11 +54,12 @@ class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[typ
             values["store"] = default_store
         return JudgeSettings(**values)
 
-    def make(self, default_store: str | None = None, report: Callable[[str], None] | None = None) -> JudgeStack:
+    def make(self, default_store: str | None = None, report: Callable[[str], None] | None = None, *,
+             remote_warehouse: bool = False) -> JudgeStack:
         """A fresh judge for one step (close it with ``await judge.aclose()`` at the end of the step);
         ``report`` hears how the judge's long jobs go (batch mode)."""
-        return make_judge(self.settings(default_store), api_key=self.api_key or None, check_connection=True,
-                          report=report)
+        return make_judge(self.settings(default_store, remote_warehouse=remote_warehouse),
+                          api_key=self.api_key or None, check_connection=True, report=report)
 
     def identity(self) -> tuple[str, str]:
         """(judge model, prompt version) of what this resource judges with, without building the judge."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pyarrow.parquet as pq
+import pytest
 
 from faithfulness_pipeline.core.storage import Place
 from faithfulness_pipeline.defs import DefsSettings, build_defs
@@ -94,3 +95,15 @@ def test_a_run_killed_while_writing_its_day_leaves_the_day_whole(s3: S3Bucket, t
     scored = _read(warehouse.partition("scored_conversations", DAY))
     assert scored.height == many.height and scored.get_column("hallucination_score").max() > 1
     assert s3.env["AWS_SECRET_ACCESS_KEY"] not in third.stdout + third.stderr  # credentials are never printed
+
+
+def test_an_llm_judge_beside_a_warehouse_in_a_bucket_asks_for_a_store_of_its_own() -> None:
+    from faithfulness_pipeline.core.errors import ConfigError
+    from faithfulness_pipeline.defs.resources import JudgeResource
+
+    llm = JudgeResource(model="openai/gpt-4o-mini", api_key="sk-bucket-store-1234567890")
+    with pytest.raises(ConfigError, match="FP_JUDGE_STORE"):
+        llm.settings(None, remote_warehouse=True)
+    assert llm.settings("/w/_judge_store.sqlite").store == "/w/_judge_store.sqlite"  # a local warehouse's file
+    assert llm.model_copy(update={"store": "postgresql://h/db"}).settings(None, remote_warehouse=True).store
+    assert JudgeResource().settings(None, remote_warehouse=True).store is None  # the offline judge needs none
