@@ -112,13 +112,21 @@ def worst_answers_md(scored: pl.LazyFrame, answer_column: str, limit: int = 5) -
     """The answers with the highest hallucination scores, with the claims that made them so."""
     present = scored.collect_schema().names()
     answer = pl.col(answer_column) if answer_column in present else pl.lit("")
-    worst = (
+    # The worst keys from the score columns alone, then the answers and verdicts of those rows only: sorting
+    # with the text columns along would hold every answer and verdict of the day at once.
+    keys = (
         scored.filter(pl.col("hallucination_score").is_not_null())
+        .select("row_key", "hallucination_score", "faithfulness_score")
         .sort(["hallucination_score", "faithfulness_score", "row_key"], descending=[True, False, False])
         .head(limit)
-        .select("row_key", "hallucination_score", "faithfulness_score", answer.alias("__a"), "verdicts")
         .collect()
     )
+    worst = (
+        scored.filter(pl.col("row_key").is_in(keys.get_column("row_key").implode()))
+        .select("row_key", answer.alias("__a"), "verdicts")
+        .collect(engine="streaming")
+    )
+    worst = keys.join(worst, on="row_key", how="left", maintain_order="left")
     if worst.is_empty():
         return "_no scored answers in this partition_"
     lines = ["| row_key | hallucination | faithfulness | answer | flagged claims |", "|---|---:|---:|---|---|"]

@@ -11,7 +11,7 @@ import pytest
 
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.storage import Place
-from faithfulness_pipeline.defs.landing import file_days, list_landing, load_day, rows_before
+from faithfulness_pipeline.defs.landing import LandingFile, day_batches, file_days, list_landing, rows_before
 from tests.conftest import S3Bucket
 from tests.defs.conftest import SAMPLE
 
@@ -66,8 +66,12 @@ def test_days_and_rows_of_s3_landing_files_are_those_of_the_same_local_files(bot
             here, date(2026, 11, 25), "created_at", pinned)
         assert rows_before(there, first, "created_at", pinned) == 0
     day = date(2026, 11, 25)
-    remote_rows = load_day(list_landing(remote), day, "created_at", pinned)
-    local_rows = load_day(list_landing(local), day, "created_at", pinned)
+
+    def rows_of(file: LandingFile) -> pl.DataFrame:  # chunks of 7 rows: several per file, row groups split
+        return pl.concat(list(day_batches(file, day, "created_at", pinned, "UTC", 7)), how="vertical")
+
+    remote_rows = [(f, rows_of(f)) for f in list_landing(remote)]
+    local_rows = [(f, rows_of(f)) for f in list_landing(local)]
     for (_, there_frame), (_, here_frame) in zip(remote_rows, local_rows, strict=True):
         assert there_frame.height > 0
         assert there_frame.sort("conversation_id").equals(here_frame.sort("conversation_id"))
