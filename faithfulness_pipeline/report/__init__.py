@@ -17,8 +17,8 @@ from faithfulness_pipeline.report.data import (
     is_warehouse,
     load_calibration,
     load_scored,
+    rows_of,
     summarise,
-    verdicts_of,
 )
 from faithfulness_pipeline.report.render import Headline, headline, render_html, write_report
 from faithfulness_pipeline.settings.scoring import ScoringSettings
@@ -41,11 +41,11 @@ def build_report_to(
     a URI) to ``target`` (a local path or a URI). ``scoring`` names the table's model, answer and question
     columns, the hallucination threshold and the scale, as they were when the table was scored."""
     scored = load_scored(source, timestamp_column=timestamp_column, timezone=timezone,
-                         columns=(scoring.model_column, scoring.output_column, scoring.input_column, "language"))
+                         columns=(scoring.model_column, "language"), answer_column=scoring.output_column)
     warehouse = Place.of(source) if is_warehouse(source) else None
     data = summarise(scored, source=source, scoring=scoring, worst=worst,
                      calibration=load_calibration(calibration, warehouse),
-                     full_verdicts=lambda keys: verdicts_of(source, keys))
+                     full_rows=lambda keys, columns: rows_of(source, keys, columns))
     return write_report(data, target, baseline_judges=baseline_judges), data
 
 

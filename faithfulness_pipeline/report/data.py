@@ -11,14 +11,14 @@ warehouse and a CLI output give the same report for the same rows.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 from faithfulness_pipeline.core.aggregates import daily_aggregates
-from faithfulness_pipeline.core.claimless import count_claimless
+from faithfulness_pipeline.core.claimless import MIN_WORDS, Claimless, answer_words, count_claimless
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.io import PARQUET, READ_ERRORS, input_format, parquet_schema, read_error, resolve_inputs
 from faithfulness_pipeline.core.storage import Place
@@ -117,16 +117,39 @@ _SCORED_KINDS: dict[str, Callable[[pl.DataType], bool]] = {
 }
 
 
-def _read(file: str, wanted: set[str] | None) -> pl.DataFrame:
+#: What the report keeps of every answer (the text itself is read for the worst answers alone).
+ANSWER_SCRIPT = "__fp_answer_script"
+ANSWER_WORDS = "__fp_answer_words"
+
+
+def _script(answer: pl.Expr) -> pl.Expr:
+    """The answer's script: Hangul ko, Han zh, else other."""
+    text = answer.cast(pl.String).fill_null("")
+    return (
+        pl.when(text.str.contains(r"\p{Hangul}")).then(pl.lit("ko"))
+        .when(text.str.contains(r"\p{Han}")).then(pl.lit("zh"))
+        .otherwise(pl.lit("other"))
+    )
+
+
+def _read(file: str, wanted: set[str] | None, answer_column: str | None = None) -> pl.DataFrame:
     """One Parquet file (a path or a URI: polars reads both), only the ``wanted`` columns it has (contexts
-    and other passthrough stay unread), with the light verdicts when ``wanted`` names the columns."""
+    and other passthrough stay unread), with the light verdicts when ``wanted`` names the columns. The
+    ``answer_column`` is read as its script and its word count: the texts of a warehouse's answers are
+    gigabytes, and the page shows a few."""
     schema = _scored_file(file)
     try:
         if wanted is None:
             return pl.read_parquet(file)
-        present = [c for c in schema.names() if c in wanted]
+        present = [c for c in schema.names() if c in wanted and c != answer_column]
         lazy = pl.scan_parquet(file)
-        return lazy.select(_LIGHT_VERDICTS.alias(c) if c == "verdicts" else pl.col(c) for c in present).collect()
+        derived = [] if answer_column is None or answer_column not in schema.names() else [
+            _script(pl.col(answer_column)).alias(ANSWER_SCRIPT),
+            answer_words(pl.col(answer_column)).alias(ANSWER_WORDS),
+        ]
+        return lazy.select(
+            *(_LIGHT_VERDICTS.alias(c) if c == "verdicts" else pl.col(c) for c in present), *derived
+        ).collect(engine="streaming")
     except READ_ERRORS as exc:
         raise read_error(file, exc) from exc
 
@@ -143,43 +166,46 @@ def _read_table(file: str) -> pl.DataFrame:
         raise read_error(file, exc) from exc
 
 
-def verdicts_of(spec: str, row_keys: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """The full verdicts (claim, reason, evidence) of these rows of a warehouse or scored table."""
+def rows_of(spec: str, row_keys: list[str], columns: Sequence[str] = ("verdicts",)) -> dict[str, dict[str, Any]]:
+    """These rows of a warehouse or scored table by row key, with the ``columns`` they have (the full
+    verdicts: claim, reason, evidence; the answer and question texts)."""
     if not row_keys:
         return {}
     files = ([f.uri for f in _warehouse_files(Place.of(spec), "scored_conversations")] if is_warehouse(spec)
              else resolve_inputs(spec))
-    found: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, dict[str, Any]] = {}
     for file in files:
-        _scored_file(file)
+        names = _scored_file(file).names()
         try:
-            rows = (pl.scan_parquet(file).filter(pl.col("row_key").is_in(row_keys)).select("row_key", "verdicts")
-                    .collect())
+            rows = (pl.scan_parquet(file).filter(pl.col("row_key").is_in(row_keys))
+                    .select("row_key", *dict.fromkeys(c for c in columns if c in names and c != "row_key"))
+                    .collect(engine="streaming"))
         except READ_ERRORS as exc:
             raise read_error(file, exc) from exc
-        for key, verdicts in rows.iter_rows():
-            found.setdefault(key, verdicts or [])
+        for row in rows.iter_rows(named=True):
+            found.setdefault(row.pop("row_key"), row)
     return found
 
 
 def load_scored(spec: str, *, timestamp_column: str = "created_at", timezone: str = "UTC",
-                columns: tuple[str, ...] | None = None) -> pl.DataFrame:
+                columns: tuple[str, ...] | None = None, answer_column: str | None = None) -> pl.DataFrame:
     """The scored rows of a warehouse or a scored table, with a ``day`` (Date) column; with ``columns``,
-    only those (and the report's own) are read."""
+    only those (and the report's own) are read, and the ``answer_column`` as its script and word count."""
     wanted = None if columns is None else {*SCORED_NEEDS, *columns, timestamp_column}
     if is_warehouse(spec):
         files = _warehouse_files(Place.of(spec), "scored_conversations")
         if not files:
             raise InputError(f"warehouse {spec!r} has no scored_conversations partitions yet: materialise them first")
         frames = [
-            _read(f.uri, wanted).with_columns(pl.lit(f.parent().name.removeprefix("ds=")).alias("__ds"))
+            _read(f.uri, wanted, answer_column).with_columns(
+                pl.lit(f.parent().name.removeprefix("ds=")).alias("__ds"))
             for f in files
         ]
         frame = pl.concat(frames, how="diagonal_relaxed")
         day = pl.col("__ds").str.to_date("%Y-%m-%d", strict=False)
         return frame.with_columns(day.alias(DAY)).drop("__ds")
     tables = resolve_inputs(spec)
-    frame = pl.concat([_read(f, wanted) for f in tables], how="diagonal_relaxed")
+    frame = pl.concat([_read(f, wanted, answer_column) for f in tables], how="diagonal_relaxed")
     missing = [c for c in ("row_key", "status", "verdicts", "hallucination_score", "faithfulness_score")
                if c not in frame.columns]
     if missing:
@@ -237,19 +263,19 @@ def _language(frame: pl.DataFrame, column: str, answer_column: str) -> pl.Expr:
     """The row's language column, else the answer's script (Hangul: ko, Han: zh, else other)."""
     if column in frame.columns:
         return pl.col(column).cast(pl.String).fill_null("(none)")
+    if ANSWER_SCRIPT in frame.columns:
+        return pl.col(ANSWER_SCRIPT)
     if answer_column not in frame.columns:
         return pl.lit("(unknown)")
-    text = pl.col(answer_column).cast(pl.String).fill_null("")
-    return (
-        pl.when(text.str.contains(r"\p{Hangul}")).then(pl.lit("ko"))
-        .when(text.str.contains(r"\p{Han}")).then(pl.lit("zh"))
-        .otherwise(pl.lit("other"))
-    )
+    return _script(pl.col(answer_column))
+
+
+#: The rows of these keys with the named columns (``rows_of`` bound to the report's source).
+FullRows = Callable[[list[str], Sequence[str]], dict[str, dict[str, Any]]]
 
 
 def _worst(scored: pl.DataFrame, limit: int, *, model_column: str, answer_column: str, question_column: str,
-           language: pl.Expr, full: Callable[[list[str]], dict[str, list[dict[str, Any]]]] | None = None,
-           ) -> list[dict[str, Any]]:
+           language: pl.Expr, full: FullRows | None = None) -> list[dict[str, Any]]:
     ranked = scored.filter(pl.col("hallucination_score").is_not_null()).sort(
         ["hallucination_score", "faithfulness_score", "row_key"], descending=[True, False, False], nulls_last=True
     ).head(limit)
@@ -262,10 +288,14 @@ def _worst(scored: pl.DataFrame, limit: int, *, model_column: str, answer_column
         text(question_column).alias("question"), text(answer_column).alias("answer"),
         "hallucination_score", "faithfulness_score", "verdicts",
     ).to_dicts()
-    if full is not None:  # the table holds the light verdicts: the worst rows' full ones are read now
-        complete = full([row["row_key"] for row in rows])
+    if full is not None:  # the table holds light verdicts and no texts: the worst rows' are read now
+        complete = full([row["row_key"] for row in rows], ("verdicts", answer_column, question_column))
         for row in rows:
-            row["verdicts"] = complete.get(row["row_key"], [])
+            found = complete.get(row["row_key"], {})
+            row["verdicts"] = found.get("verdicts") or []
+            for name, column in (("answer", answer_column), ("question", question_column)):
+                if row[name] is None and found.get(column) is not None:
+                    row[name] = str(found[column])
     for row in rows:
         claims = []
         for verdict in row.pop("verdicts") or []:
@@ -284,7 +314,7 @@ def summarise(
     language_column: str = "language",
     worst: int = 20,
     calibration: pl.DataFrame | None = None,
-    full_verdicts: Callable[[list[str]], dict[str, list[dict[str, Any]]]] | None = None,
+    full_rows: FullRows | None = None,
 ) -> ReportData:
     """Reduce a scored table (with a ``day`` column) to what the report draws; ``scoring`` names its columns,
     the hallucination threshold and the scale."""
@@ -318,10 +348,19 @@ def summarise(
         verdict_mix=mix,
         claims_per_answer=per_answer,
         worst=_worst(scored, worst, model_column=model_column, answer_column=answer_column,
-                     question_column=scoring.input_column, language=language, full=full_verdicts),
+                     question_column=scoring.input_column, language=language, full=full_rows),
         judges=[(str(m), str(p), int(n)) for m, p, n in judges],
         threshold=threshold,
         scale=scoring.scale,
         calibration=calibration,
-        warnings=[w for w in [count_claimless(scored, answer_column).warning(scoring.max_zero_claim_share)] if w],
+        warnings=[w for w in [_claimless(scored, answer_column).warning(scoring.max_zero_claim_share)] if w],
     )
+
+
+def _claimless(scored: pl.DataFrame, answer_column: str) -> Claimless:
+    """:func:`count_claimless` of a table read with its answers' word counts instead of their text."""
+    if ANSWER_WORDS not in scored.columns:
+        return count_claimless(scored, answer_column)
+    long = (pl.col("status") == "ok") & (pl.col(ANSWER_WORDS) >= MIN_WORDS)
+    row = scored.select(long.sum().alias("long"), (long & (pl.col("n_claims") == 0)).sum().alias("none")).row(0)
+    return Claimless(int(row[0] or 0), int(row[1] or 0))
