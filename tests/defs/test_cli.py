@@ -60,6 +60,6 @@ def test_dg_launch_materialises_every_asset_of_a_day(tmp_path: Path, monkeypatch
             for e in events
             if e.dagster_event and e.dagster_event_type == DagsterEventType.ASSET_CHECK_EVALUATION
         ]
-        assert len(checks) == 11  # the ten rules, and the WARN that the offline baseline scored the day
+        assert len(checks) == 12  # the eleven rules, and the WARN that the offline baseline scored the day
         failed = {c.check_name for c in checks if not c.passed}  # type: ignore[union-attr]
         assert failed == {"llm_judge_used"}
