@@ -30,6 +30,7 @@ from faithfulness_pipeline.core.io import (
     check_utf8,
     file_schema,
     input_format,
+    parquet_batches,
     read_error,
     resolve_inputs,
     scan_input,
@@ -151,7 +152,7 @@ def _utf8_error(path: str) -> InputError | None:
     """The error naming the column (and row) of ``path`` whose text is not valid UTF-8."""
     done = 0
     try:
-        for batch in pq.ParquetFile(Place.of(path).open_input()).iter_batches(batch_size=65536):
+        for batch in parquet_batches(pq.ParquetFile(Place.of(path).open_input()), 65536):
             check_utf8(batch, path, done)
             done += batch.num_rows
     except InputError as exc:

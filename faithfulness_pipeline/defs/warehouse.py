@@ -21,7 +21,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.core.io import ParquetChunkWriter
+from faithfulness_pipeline.core.io import ParquetChunkWriter, parquet_batches
 from faithfulness_pipeline.core.storage import Place
 from faithfulness_pipeline.settings.landing import WarehouseSettings
 
@@ -58,7 +58,7 @@ class Staged:
     def batches(self, rows: int) -> Iterator[pl.DataFrame]:
         if not self.place.is_file() or self.place.size() == 0:  # a shard with no rows wrote nothing
             return
-        for batch in pq.ParquetFile(self.place.open_input()).iter_batches(batch_size=rows):
+        for batch in parquet_batches(pq.ParquetFile(self.place.open_input()), rows):
             frame = pl.from_arrow(batch)
             assert isinstance(frame, pl.DataFrame)
             yield frame
@@ -150,7 +150,7 @@ class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ig
         self, table: str, partition_key: str | None, rows: int, columns: Sequence[str] | None = None
     ) -> Iterator[pl.DataFrame]:
         """The partition in chunks of at most ``rows`` rows (``columns``: only those), in file order."""
-        for batch in self._file(table, partition_key).iter_batches(batch_size=rows, columns=columns):
+        for batch in parquet_batches(self._file(table, partition_key), rows, columns):
             frame = pl.from_arrow(batch)
             assert isinstance(frame, pl.DataFrame)
             yield frame
