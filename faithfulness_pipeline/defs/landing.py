@@ -180,7 +180,7 @@ def rows_before(
 def _parquet_day_frames(
     file: LandingFile, day: date, timestamp_column: str, undated_day: date | None, timezone: str, rows: int
 ) -> Iterator[pl.DataFrame]:
-    """A Parquet file's rows of ``day``, one row group at a time, in pieces of at most ``rows`` rows.
+    """A Parquet file's rows of ``day``, at most ``rows`` rows at a time, read one row group at a time.
 
     Not polars' ``collect_batches``: that query runs to its end whatever the reader's pace, so the batches a
     slower reader (the judge, the writer) has not taken yet pile up, and memory grows with the day
@@ -189,22 +189,15 @@ def _parquet_day_frames(
     fallback = pl.lit(undated_day or file.arrival_day(timezone), dtype=pl.Date)
     expr = day_expr(schema, timestamp_column, file.path, timezone)
     of_day = (fallback if expr is None else expr.fill_null(fallback)) == day
-    source = pq.ParquetFile(Place.of(file.path).open_input())
     done = 0
-    # Row group by row group: pyarrow's iter_batches reads ahead of its reader too.
-    for group in range(source.num_row_groups):
-        table = source.read_row_group(group)
-        for batch in table.to_batches():
-            check_utf8(batch, file.path, done)  # polars would panic on such text, not raise
-            done += batch.num_rows
-        frame = pl.from_arrow(table)
+    for batch in parquet_batches(pq.ParquetFile(Place.of(file.path).open_input()), rows):
+        check_utf8(batch, file.path, done)  # polars would panic on such text, not raise
+        done += batch.num_rows
+        frame = pl.from_arrow(batch)
         assert isinstance(frame, pl.DataFrame)
-        del table
         # polars' own reader and pyarrow's may name a type differently (a dictionary column, a large string):
         # the rows leave as the scan of the file types them, like those of every other format.
-        piece = frame.filter(of_day).cast(schema)
-        for offset in range(0, piece.height, rows):
-            yield piece.slice(offset, rows)
+        yield frame.filter(of_day).cast(schema)
 
 
 def day_batches(
