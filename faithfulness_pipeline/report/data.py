@@ -76,12 +76,23 @@ SCORED_NEEDS = (
 )
 
 
-#: What the report keeps of every claim of every row: the verdict and the hedge (for the verdict mix). The
-#: claims, reasons and evidence passages are read only for the worst answers it shows (:func:`verdicts_of`):
-#: a day of a million answers holds some gigabytes of them.
-_LIGHT_VERDICTS = pl.col("verdicts").list.eval(
-    pl.struct(pl.element().struct.field("verdict"), pl.element().struct.field("speculative"))
-)
+#: What the report keeps of every row's claims: how many it shows under each mark (for the verdict mix), as
+#: counted from the verdicts while the file is read. The claims, reasons and evidence passages are read only
+#: for the worst answers it shows (:func:`rows_of`): a day of a million answers holds gigabytes of them.
+MARK_COUNTS = {mark: f"__fp_marked_{mark}" for mark in ("contradicted", "unsupported", "speculative", "supported")}
+
+
+def _marked(mark: str) -> pl.Expr:
+    """Claims of each row under ``mark`` (the first of :data:`MARKS` that applies to the claim)."""
+    verdict = pl.element().struct.field("verdict")
+    hedged = pl.element().struct.field("speculative").fill_null(False)
+    which = {
+        "contradicted": verdict == "contradicted",
+        "speculative": (verdict != "contradicted") & hedged,
+        "unsupported": (verdict == "unsupported") & ~hedged,
+        "supported": ~verdict.is_in(["contradicted", "unsupported"]) & ~hedged,
+    }[mark]
+    return pl.col("verdicts").list.eval(which).list.sum().fill_null(0).cast(pl.Int64).alias(MARK_COUNTS[mark])
 
 
 def _scored_file(file: str) -> pl.Schema:
@@ -147,8 +158,9 @@ def _read(file: str, wanted: set[str] | None, answer_column: str | None = None) 
             _script(pl.col(answer_column)).alias(ANSWER_SCRIPT),
             answer_words(pl.col(answer_column)).alias(ANSWER_WORDS),
         ]
+        marks = [_marked(m) for m in MARK_COUNTS] if "verdicts" in present else []
         return lazy.select(
-            *(_LIGHT_VERDICTS.alias(c) if c == "verdicts" else pl.col(c) for c in present), *derived
+            *(pl.col(c) for c in present if c != "verdicts"), *marks, *derived
         ).collect(engine="streaming")
     except READ_ERRORS as exc:
         raise read_error(file, exc) from exc
@@ -206,8 +218,10 @@ def load_scored(spec: str, *, timestamp_column: str = "created_at", timezone: st
         return frame.with_columns(day.alias(DAY)).drop("__ds")
     tables = resolve_inputs(spec)
     frame = pl.concat([_read(f, wanted, answer_column) for f in tables], how="diagonal_relaxed")
-    missing = [c for c in ("row_key", "status", "verdicts", "hallucination_score", "faithfulness_score")
+    missing = [c for c in ("row_key", "status", "hallucination_score", "faithfulness_score")
                if c not in frame.columns]
+    if "verdicts" not in frame.columns and MARK_COUNTS["supported"] not in frame.columns:
+        missing.append("verdicts")
     if missing:
         raise InputError(
             f"{spec!r} is not a scored table (no column {', '.join(missing)}): give a warehouse folder or the "
@@ -249,16 +263,6 @@ def load_calibration(spec: str | None, warehouse: Place | None) -> pl.DataFrame 
     return None
 
 
-def _mark() -> pl.Expr:
-    verdict = pl.col("verdict")
-    return (
-        pl.when(verdict == "contradicted").then(pl.lit("contradicted"))
-        .when(pl.col("speculative").fill_null(False)).then(pl.lit("speculative"))
-        .when(verdict == "unsupported").then(pl.lit("unsupported"))
-        .otherwise(pl.lit("supported"))
-    )
-
-
 def _language(frame: pl.DataFrame, column: str, answer_column: str) -> pl.Expr:
     """The row's language column, else the answer's script (Hangul: ko, Han: zh, else other)."""
     if column in frame.columns:
@@ -286,7 +290,8 @@ def _worst(scored: pl.DataFrame, limit: int, *, model_column: str, answer_column
     rows = ranked.select(
         "row_key", DAY, text(model_column).alias("model"), language.alias("language"),
         text(question_column).alias("question"), text(answer_column).alias("answer"),
-        "hallucination_score", "faithfulness_score", "verdicts",
+        "hallucination_score", "faithfulness_score",
+        pl.col("verdicts") if "verdicts" in ranked.columns else pl.lit(None).alias("verdicts"),
     ).to_dicts()
     if full is not None:  # the table holds light verdicts and no texts: the worst rows' are read now
         complete = full([row["row_key"] for row in rows], ("verdicts", answer_column, question_column))
@@ -323,17 +328,7 @@ def summarise(
     daily = daily_aggregates(scored, day_column=DAY, model_column=model_column, hallucination_threshold=threshold)
     ok = scored.filter(pl.col("status") == "ok")
     language = _language(scored, language_column, answer_column)
-    claims = (
-        ok.select(language.alias("language"), "verdicts")
-        .explode("verdicts")
-        .drop_nulls("verdicts")
-        .unnest("verdicts")
-    )
-    mix = (
-        claims.with_columns(_mark().alias("mark")).group_by("language", "mark").len("claims").sort("language", "mark")
-        if claims.height
-        else pl.DataFrame(schema={"language": pl.String, "mark": pl.String, "claims": pl.UInt32})
-    )
+    mix = _verdict_mix(ok, language)
     per_answer = ok.group_by(pl.col("n_claims").cast(pl.Int64)).len("answers").sort("n_claims")
     judges = (
         scored.group_by(pl.col("judge_model").fill_null("-"), pl.col("prompt_version").fill_null("-"))
@@ -364,3 +359,18 @@ def _claimless(scored: pl.DataFrame, answer_column: str) -> Claimless:
     long = (pl.col("status") == "ok") & (pl.col(ANSWER_WORDS) >= MIN_WORDS)
     row = scored.select(long.sum().alias("long"), (long & (pl.col("n_claims") == 0)).sum().alias("none")).row(0)
     return Claimless(int(row[0] or 0), int(row[1] or 0))
+
+
+def _verdict_mix(ok: pl.DataFrame, language: pl.Expr) -> pl.DataFrame:
+    """Claims per language and mark, from the verdicts or from the per-row mark counts :func:`_read` kept."""
+    counted = ok if MARK_COUNTS["supported"] in ok.columns else ok.with_columns(_marked(m) for m in MARK_COUNTS)
+    mix = (
+        counted.group_by(language.alias("language")).agg(pl.col(c).sum() for c in MARK_COUNTS.values())
+        .unpivot(index="language", variable_name="mark", value_name="claims")
+        .with_columns(pl.col("mark").replace({v: k for k, v in MARK_COUNTS.items()}),
+                      pl.col("claims").cast(pl.UInt32))
+        .filter(pl.col("claims") > 0)
+        .sort("language", "mark")
+    )
+    return mix if mix.height else pl.DataFrame(schema={"language": pl.String, "mark": pl.String,
+                                                        "claims": pl.UInt32})

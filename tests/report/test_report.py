@@ -188,3 +188,18 @@ def test_a_table_whose_long_answers_have_no_claims_is_flagged(tmp_path: Path) ->
     assert len(data.warnings) == 1 and "came back with no claims" in data.warnings[0]
     text = "".join(parse(path.read_text(encoding="utf-8")).text)
     assert "came back with no claims" in text and "max_zero_claim_share 0.5" in text
+
+
+def test_the_verdict_mix_counts_every_claim_once_under_its_first_mark(tmp_path: Path) -> None:
+    golden = pl.read_parquet(GOLDEN)
+    expected: dict[str, int] = {}
+    for verdicts in golden.filter(pl.col("status") == "ok").get_column("verdicts").to_list():
+        for v in verdicts or []:
+            mark = ("contradicted" if v["verdict"] == "contradicted" else "speculative" if v["speculative"]
+                    else v["verdict"])
+            expected[mark] = expected.get(mark, 0) + 1
+    _, data = build_report(str(GOLDEN), tmp_path / "r.html", baseline_judges=OFFLINE)
+    got: dict[str, int] = {}
+    for mark, n in data.verdict_mix.group_by("mark").agg(pl.col("claims").sum()).iter_rows():
+        got[mark] = int(n)
+    assert got == expected and sum(got.values()) == int(golden.filter(pl.col("status") == "ok")["n_claims"].sum())
