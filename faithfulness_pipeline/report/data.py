@@ -280,9 +280,10 @@ FullRows = Callable[[list[str], Sequence[str]], dict[str, dict[str, Any]]]
 
 def _worst(scored: pl.DataFrame, limit: int, *, model_column: str, answer_column: str, question_column: str,
            language: pl.Expr, full: FullRows | None = None) -> list[dict[str, Any]]:
-    ranked = scored.filter(pl.col("hallucination_score").is_not_null()).sort(
+    # Lazy, so that sort + head is a top-k: sorting the frame itself would copy every row first.
+    ranked = scored.lazy().filter(pl.col("hallucination_score").is_not_null()).sort(
         ["hallucination_score", "faithfulness_score", "row_key"], descending=[True, False, False], nulls_last=True
-    ).head(limit)
+    ).head(limit).collect()
 
     def text(column: str) -> pl.Expr:
         return pl.col(column).cast(pl.String) if column in ranked.columns else pl.lit(None, dtype=pl.String)
