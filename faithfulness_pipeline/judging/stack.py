@@ -182,8 +182,6 @@ class JudgeStack:
             # results to keep, but those waiting for the same content get them too.
             if hooks.settled is not None:
                 hooks.settled([r for r in answered if r.error is None])
-            if self._stored is not None:  # in the store before the leases are given back: no one asks twice
-                await asyncio.to_thread(self._stored.flush)
             return answered
 
         if self._leases is None:
@@ -218,12 +216,8 @@ class JudgeStack:
         try:
             await self.inner.aclose()
         finally:
-            try:
-                if self._stored is not None:
-                    await asyncio.to_thread(self._stored.close)  # what was kept reaches the store first
-            finally:
-                if self.store is not None:
-                    self.store.close()
+            if self.store is not None:
+                self.store.close()
 
 
 def stack_of(judge: Judge) -> JudgeStack:

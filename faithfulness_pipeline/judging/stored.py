@@ -24,7 +24,6 @@ from faithfulness_pipeline.judging.store.codec import decode_claims, decode_verd
 from faithfulness_pipeline.judging.store.keys import ContentKeys
 from faithfulness_pipeline.judging.store.protocol import Store, StoreError, Value
 from faithfulness_pipeline.judging.tally import Tally
-from faithfulness_pipeline.judging.write_behind import WriteBehind
 
 R = TypeVar("R", ExtractResult, VerdictResult)
 Item = ExtractItem | VerdictItem
@@ -39,8 +38,6 @@ class StoredResults:
         self.refresh = refresh
         self._tally = tally
         self._prepaid: dict[tuple[str, bytes], Usage] = {}
-        self._behind: WriteBehind[tuple[bytes, str, Value]] = WriteBehind(self.save)
-        self._write_failed = False
 
     def found(self, step: str, keys: Mapping[str, bytes]) -> dict[str, ExtractResult] | dict[str, VerdictResult]:
         """The stored results of ``keys`` (item id -> key) by item id; those this run paid for outside the
@@ -107,25 +104,13 @@ class StoredResults:
         return wanted
 
     def keep(self, pairs: Iterable[tuple[bytes, ExtractResult | VerdictResult]]) -> None:
-        """Stores the results (by key) that this run produced, behind the caller's back (:meth:`flush` waits
-        for them); failures and store hits are not kept."""
+        """Stores the results (by key) that this run produced; failures and store hits are not kept."""
         rows: list[tuple[bytes, str, Value]] = []
         for key, result in pairs:
             value = None if result.cached else _encode(result)
             if value is not None:
                 rows.append((key, "extract" if isinstance(result, ExtractResult) else "verdict", value))
-        self.save_later(rows)
-
-    def save_later(self, rows: Sequence[tuple[bytes, str, Value]]) -> None:
-        """:meth:`save` on the store's writer thread (``judging.write_behind``): returns at once."""
-        self._behind.submit(rows)
-
-    def flush(self) -> None:
-        """Blocks until every result kept so far is in the store (or its save failed and said so)."""
-        self._behind.flush()
-
-    def close(self) -> None:
-        self._behind.close()
+        self.save(rows)
 
     def lookup(self, keys: list[bytes]) -> list[Value | None]:
         """The stored value of every key, in order (None where absent, or when the store cannot be read)."""
@@ -140,13 +125,9 @@ class StoredResults:
             return
         try:
             self.store.put_many(rows)
-        except Exception as exc:  # a full disk or a lock held past the busy timeout must not cost the results
-            note = f"result store write failed ({type(exc).__name__}): results of this run may be paid again"
-            if self._write_failed:  # one line for a run, however many saves the same cause fails
-                self._tally.note(note)
-            else:
-                self._write_failed = True
-                self._tally.warn(note, exc)
+        except Exception as exc:  # a full disk must not cost the results themselves
+            self._tally.warn(f"result store write failed ({type(exc).__name__}): results of this run may be paid "
+                             "again", exc)
 
     def _extract(self, item_id: str, value: Value) -> ExtractResult | None:
         decoded = self._decoded(decode_claims, value)

@@ -57,10 +57,6 @@ class ResultStore:
         self.location = str(self.path)
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
-        # Reads have a connection (and lock) of their own: under WAL they need no file lock, so a write
-        # waiting on another process's lock (on the writer thread) never holds up a lookup on the event loop.
-        self._reader: sqlite3.Connection | None = None
-        self._read_lock = threading.Lock()
 
     def open(self) -> None:
         """Opens (creating if needed) the store now, so that a bad path fails before any work."""
@@ -97,24 +93,13 @@ class ResultStore:
             self._conn = conn
         return self._conn
 
-    def _reading(self) -> sqlite3.Connection:
-        if self._reader is None:
-            with self._lock:
-                self._connection()  # the file, its tables and its version are checked once, by the writer
-            conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 60000")
-            conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
-            conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
-            self._reader = conn
-        return self._reader
-
     def get_many(self, keys: Sequence[bytes]) -> dict[bytes, Value]:
         """The stored values of those keys that are present (one query per ~900 keys)."""
         found: dict[bytes, Value] = {}
         if not keys:
             return found
-        with self._read_lock:
-            conn = self._reading()
+        with self._lock:
+            conn = self._connection()
             for chunk, marks in key_chunks(keys):
                 found.update(conn.execute(f"SELECT key, value FROM results WHERE key IN ({marks})", chunk).fetchall())
         return found
@@ -174,8 +159,8 @@ class ResultStore:
 
     def lease_owners(self, keys: Sequence[bytes]) -> set[str]:
         owners: set[str] = set()
-        with self._read_lock:
-            conn = self._reading()
+        with self._lock:
+            conn = self._connection()
             for chunk, marks in key_chunks(keys):
                 owners.update(o for (o,) in conn.execute(f"SELECT DISTINCT owner FROM leases WHERE key IN ({marks})",
                                                          chunk))
@@ -184,8 +169,8 @@ class ResultStore:
     def release(self, keys: Sequence[bytes], owner: str) -> None:
         if not keys:
             return
-        with self._read_lock:
-            conn = self._reading()
+        with self._lock:
+            conn = self._connection()
             for chunk, marks in key_chunks(keys):
                 conn.execute(f"DELETE FROM leases WHERE owner = ? AND key IN ({marks})", [owner, *chunk])
 
@@ -201,10 +186,6 @@ class ResultStore:
         return int(row[0])
 
     def close(self) -> None:
-        with self._read_lock:
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
