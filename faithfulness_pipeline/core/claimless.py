@@ -62,13 +62,17 @@ class Claimless:
         )
 
 
-def count_claimless(scored: pl.DataFrame | pl.LazyFrame, answer_column: str) -> Claimless:
-    """:class:`Claimless` of a scored table whose answers are in ``answer_column`` (a table without it counts
-    nothing: it cannot tell long answers from short ones)."""
+def count_claimless(
+    scored: pl.DataFrame | pl.LazyFrame, answer_column: str, *, words: pl.Expr | None = None
+) -> Claimless:
+    """:class:`Claimless` of a scored table whose answers are in ``answer_column``, or whose answers' word counts
+    ``words`` gives (a table that has neither counts nothing: it cannot tell long answers from short ones)."""
     lazy = scored.lazy()
-    if answer_column not in lazy.collect_schema().names():
-        return Claimless()
-    long = (pl.col("status") == S.STATUS_OK) & (answer_words(pl.col(answer_column)) >= MIN_WORDS)
+    if words is None:
+        if answer_column not in lazy.collect_schema().names():
+            return Claimless()
+        words = answer_words(pl.col(answer_column))
+    long = (pl.col("status") == S.STATUS_OK) & (words >= MIN_WORDS)
     # Streaming: a day's answers are read a morsel at a time, never held whole.
     row = lazy.select(
         long.sum().alias("long"), (long & (pl.col("n_claims") == 0)).sum().alias("without")

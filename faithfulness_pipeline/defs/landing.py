@@ -104,13 +104,15 @@ def day_expr(schema: pl.Schema, column: str, path: str, timezone: str = "UTC") -
     )
 
 
-def _row_days(file: LandingFile, timestamp_column: str, undated_day: date | None, timezone: str) -> pl.LazyFrame:
-    schema = file_schema(file.path)
+def _day_of(file: LandingFile, timestamp_column: str, undated_day: date | None, timezone: str) -> pl.Expr:
+    """Each row's day: its timestamp's date in ``timezone``, else ``undated_day``, else the file's arrival day."""
     fallback = pl.lit(undated_day or file.arrival_day(timezone), dtype=pl.Date)
-    expr = day_expr(schema, timestamp_column, file.path, timezone)
-    return scan_input(file.path).with_columns(
-        (fallback if expr is None else expr.fill_null(fallback)).alias("__fp_day")
-    )
+    expr = day_expr(file_schema(file.path), timestamp_column, file.path, timezone)
+    return fallback if expr is None else expr.fill_null(fallback)
+
+
+def _row_days(file: LandingFile, timestamp_column: str, undated_day: date | None, timezone: str) -> pl.LazyFrame:
+    return scan_input(file.path).with_columns(_day_of(file, timestamp_column, undated_day, timezone).alias("__fp_day"))
 
 
 def file_days(file: LandingFile, timestamp_column: str, undated_day: date | None, timezone: str = "UTC") -> set[date]:
@@ -186,9 +188,7 @@ def _parquet_day_frames(
     slower reader (the judge, the writer) has not taken yet pile up, and memory grows with the day
     (BENCHMARKS.md, the Dagster day). A batch is read here when the previous one has been handed on."""
     schema = file_schema(file.path)
-    fallback = pl.lit(undated_day or file.arrival_day(timezone), dtype=pl.Date)
-    expr = day_expr(schema, timestamp_column, file.path, timezone)
-    of_day = (fallback if expr is None else expr.fill_null(fallback)) == day
+    of_day = _day_of(file, timestamp_column, undated_day, timezone) == day
     done = 0
     for batch in parquet_batches(pq.ParquetFile(Place.of(file.path).open_input()), rows):
         check_utf8(batch, file.path, done)  # polars would panic on such text, not raise

@@ -34,11 +34,14 @@ class Leases:
     """The leases of one stack in ``store``: its owner name is unique per stack (``host:pid:tag``), so two
     runs in one process do not take each other's."""
 
-    def __init__(self, store: Store, lease_s: float, tally: Tally) -> None:
+    def __init__(self, store: Store, lease_s: float, tally: Tally, *,
+                 stored: Callable[[], None] = lambda: None) -> None:
         self.store = store
         self.lease_s = lease_s
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._tally = tally
+        #: blocks until the results kept so far are in the store: a lease is given back only after them
+        self._stored = stored
 
     async def ask(
         self,
@@ -101,6 +104,7 @@ class Leases:
     def release(self, keys: list[bytes]) -> None:
         if not keys:
             return
+        self._stored()
         try:
             self.store.release(keys, self.owner)
         except (sqlite3.Error, StoreError) as exc:  # the leases run out on their own

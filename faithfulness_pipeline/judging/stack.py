@@ -73,7 +73,8 @@ class JudgeStack:
         self.keys = ContentKeys(inner.result_scope()) if isinstance(inner, Storable) else None
         self._memory = {step: RunMemory[Any](remember) for step in ("extract", "verdict")}
         self._stored = None if store is None else StoredResults(store, self.tally, refresh=refresh)
-        self._leases = (None if store is None or refresh or lease_s <= 0 else Leases(store, lease_s, self.tally))
+        self._leases = (None if store is None or self._stored is None or refresh or lease_s <= 0
+                        else Leases(store, lease_s, self.tally, stored=self._stored.flush))
         self._rows = (None if self._stored is None or self.keys is None
                       else StoreRows(self._stored, self.keys.rows, self.tally))
         self._overlap = inner.overlap_rows if isinstance(inner, Overlapping) else None
@@ -216,8 +217,12 @@ class JudgeStack:
         try:
             await self.inner.aclose()
         finally:
-            if self.store is not None:
-                self.store.close()
+            try:
+                if self._stored is not None:  # what waits for a locked store, written before it is closed
+                    await asyncio.to_thread(self._stored.close)
+            finally:
+                if self.store is not None:
+                    self.store.close()
 
 
 def stack_of(judge: Judge) -> JudgeStack:

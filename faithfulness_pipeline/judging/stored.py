@@ -14,9 +14,10 @@ of calling it a store hit.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from faithfulness_pipeline.core.flow import Rows, extract_items, verdict_items
 from faithfulness_pipeline.core.port import ExtractItem, ExtractResult, Usage, VerdictItem, VerdictResult
@@ -24,8 +25,11 @@ from faithfulness_pipeline.judging.store.codec import decode_claims, decode_verd
 from faithfulness_pipeline.judging.store.keys import ContentKeys
 from faithfulness_pipeline.judging.store.protocol import Store, StoreError, Value
 from faithfulness_pipeline.judging.tally import Tally
+from faithfulness_pipeline.judging.write_behind import TryingStore, WriteBehind
 
 R = TypeVar("R", ExtractResult, VerdictResult)
+#: A write that waited this long for another process's lock is told in the run's notes.
+LOCKED_NOTE_S: Final = 1.0
 Item = ExtractItem | VerdictItem
 T = TypeVar("T")
 
@@ -38,6 +42,7 @@ class StoredResults:
         self.refresh = refresh
         self._tally = tally
         self._prepaid: dict[tuple[str, bytes], Usage] = {}
+        self._behind = WriteBehind(self._put_behind, self._write_failed) if isinstance(store, TryingStore) else None
 
     def found(self, step: str, keys: Mapping[str, bytes]) -> dict[str, ExtractResult] | dict[str, VerdictResult]:
         """The stored results of ``keys`` (item id -> key) by item id; those this run paid for outside the
@@ -115,19 +120,53 @@ class StoredResults:
     def lookup(self, keys: list[bytes]) -> list[Value | None]:
         """The stored value of every key, in order (None where absent, or when the store cannot be read)."""
         try:
-            return self.store.get_aligned(keys) if keys else []
+            values = self.store.get_aligned(keys) if keys else []
         except (sqlite3.Error, StoreError) as exc:  # an unreadable store costs money, never rows
             self._tally.warn(f"result store read failed ({type(exc).__name__}): stored results were not used", exc)
-            return [None] * len(keys)
+            values = [None] * len(keys)
+        behind = self._behind
+        if behind is not None and behind.busy:  # what waits for a locked store is this run's too
+            values = [behind.get(key) if value is None else value for key, value in zip(keys, values, strict=True)]
+        return values
 
     def save(self, rows: Sequence[tuple[bytes, str, Value]]) -> None:
+        """Stores ``rows`` now, without ever waiting for another process's lock on the store: rows a locked
+        store refuses are written behind (``judging.write_behind``)."""
         if not rows:
             return
         try:
-            self.store.put_many(rows)
+            if self._behind is None:
+                self.store.put_many(rows)
+            elif self._behind.busy or not self._try_put(rows):
+                self._behind.add(rows)
         except Exception as exc:  # a full disk must not cost the results themselves
-            self._tally.warn(f"result store write failed ({type(exc).__name__}): results of this run may be paid "
-                             "again", exc)
+            self._write_failed(exc)
+
+    def _try_put(self, rows: Sequence[tuple[bytes, str, Value]]) -> bool:
+        assert isinstance(self.store, TryingStore)
+        return self.store.try_put_many(rows)
+
+    def _put_behind(self, rows: Sequence[tuple[bytes, str, Value]]) -> None:
+        """The writer thread's write: it waits for the lock; a wait worth telling is one note."""
+        started = time.monotonic()
+        self.store.put_many(rows)
+        if time.monotonic() - started >= LOCKED_NOTE_S:  # two runs sharing a store wait milliseconds
+            self._tally.note(f"the result store was locked by another process for {LOCKED_NOTE_S:g} s or more: "
+                             "results waited in memory for it (a run killed meanwhile pays for them again)")
+
+    def flush(self) -> None:
+        """Returns once every result kept so far is in the store (or its write failed); blocks."""
+        if self._behind is not None:
+            self._behind.flush()
+
+    def close(self) -> None:
+        """Writes what waits for the store; blocks."""
+        if self._behind is not None:
+            self._behind.close()
+
+    def _write_failed(self, exc: Exception) -> None:
+        self._tally.warn(f"result store write failed ({type(exc).__name__}): results of this run may be paid again",
+                         exc)
 
     def _extract(self, item_id: str, value: Value) -> ExtractResult | None:
         decoded = self._decoded(decode_claims, value)

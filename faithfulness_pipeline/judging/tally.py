@@ -33,15 +33,19 @@ class Tally:
             self._cached += cached
             self._duplicates += duplicates
 
-    def note(self, note: str) -> None:
+    def note(self, note: str) -> bool:
+        """Adds ``note`` for the summary; whether it is new in this run."""
         with self._lock:
-            if note not in self._notes:
-                self._notes.append(note)
+            if note in self._notes:
+                return False
+            self._notes.append(note)
+            return True
 
     def warn(self, note: str, exc: BaseException) -> None:
-        """``note`` for the summary, and one log line with what went wrong (secrets masked)."""
-        self.note(note)
-        log.warning("%s: %s", note, self._redact(str(exc))[:ERROR_CHARS])
+        """``note`` for the summary, and one log line with what went wrong (secrets masked) the first time:
+        a store that stays down for a run is one line, not one per write."""
+        if self.note(note):
+            log.warning("%s: %s", note, self._redact(str(exc))[:ERROR_CHARS])
 
     def added_to(self, inner: JudgeStats) -> JudgeStats:
         """``inner`` (what the judge sent) with what was served without sending."""

@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from faithfulness_pipeline.core.aggregates import daily_aggregates
-from faithfulness_pipeline.core.claimless import MIN_WORDS, Claimless, answer_words, count_claimless
+from faithfulness_pipeline.core.claimless import Claimless, answer_words, count_claimless
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.io import PARQUET, READ_ERRORS, input_format, parquet_schema, read_error, resolve_inputs
 from faithfulness_pipeline.core.storage import Place
@@ -355,11 +355,8 @@ def summarise(
 
 def _claimless(scored: pl.DataFrame, answer_column: str) -> Claimless:
     """:func:`count_claimless` of a table read with its answers' word counts instead of their text."""
-    if ANSWER_WORDS not in scored.columns:
-        return count_claimless(scored, answer_column)
-    long = (pl.col("status") == "ok") & (pl.col(ANSWER_WORDS) >= MIN_WORDS)
-    row = scored.select(long.sum().alias("long"), (long & (pl.col("n_claims") == 0)).sum().alias("none")).row(0)
-    return Claimless(int(row[0] or 0), int(row[1] or 0))
+    words = pl.col(ANSWER_WORDS) if ANSWER_WORDS in scored.columns else None
+    return count_claimless(scored, answer_column, words=words)
 
 
 def _verdict_mix(ok: pl.DataFrame, language: pl.Expr) -> pl.DataFrame:

@@ -12,14 +12,15 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from aiohttp import web
 
 from faithfulness_pipeline.testing.fakellm.server import ChatRequest
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
+from tests.reliability.loopback import LoopbackServer
 
 LOGIN_PAGE = (
     "<!DOCTYPE html>\n<html><head><title>Sign in - Corporate Proxy</title></head>"
@@ -91,55 +92,18 @@ def scripted(body: dict[str, Any], *, trickle_s: float | None = None) -> Answer:
 Behaviour = Callable[[int, dict[str, Any]], Answer]
 
 
-class HostileServer:
+class HostileServer(LoopbackServer):
     """``with HostileServer(behave) as server:``; ``server.requests`` counts the chat requests received."""
 
+    runner_options: ClassVar[Mapping[str, Any]] = {"handler_cancellation": True, "shutdown_timeout": 0.2}
+
     def __init__(self, behave: Behaviour) -> None:
+        super().__init__()
         self.behave = behave
         self.requests = 0
         self.bodies: list[dict[str, Any]] = []
         self.cut_short = 0  # trickled bodies the client hung up on before their last byte
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def __enter__(self) -> HostileServer:
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            loop.run_until_complete(self._start())
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup() if self._runner else asyncio.sleep(0))
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="hostile", daemon=True)
-        self._thread.start()
-        ready.wait(30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-
-    async def _start(self) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.2)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body: dict[str, Any] = await request.json()

@@ -6,11 +6,9 @@ replies come from the scripted judge, so runs still score rows.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import json
-import threading
 import time
 from typing import Any
 from urllib.parse import quote
@@ -19,6 +17,7 @@ from aiohttp import web
 
 from faithfulness_pipeline.testing.fakellm.server import ChatRequest
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
+from tests.reliability.loopback import LoopbackServer
 
 
 def echoes(key: str) -> list[str]:
@@ -37,58 +36,19 @@ def echoes(key: str) -> list[str]:
     ]
 
 
-class LeakyServer:
+class LeakyServer(LoopbackServer):
     """``mode="flaky"``: the first request of a third of the bodies is a 500 that echoes the key, then
     the request succeeds; ``mode="broken"``: every request is a 500 that echoes the key, so the errors are
     kept; ``mode="reject"``: every request is a 401 that repeats the key it was given. Each failing
     request echoes the next form of :func:`echoes`, in its message and its headers."""
 
     def __init__(self, mode: str) -> None:
+        super().__init__()
         self.mode = mode
         self.judge = ScriptedJudge()
         self.requests = 0
         self._seen: set[str] = set()
         self._bodies: dict[str, int] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def __enter__(self) -> LeakyServer:
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            loop.run_until_complete(self._start())
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup() if self._runner else asyncio.sleep(0))
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="leaky", daemon=True)
-        self._thread.start()
-        ready.wait(30)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-
-    async def _start(self) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
 
     async def _chat(self, request: web.Request) -> web.Response:
         self.requests += 1

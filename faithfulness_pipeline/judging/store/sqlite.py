@@ -10,7 +10,10 @@ Why SQLite (in WAL mode), and not DuckDB or a Parquet journal:
   reply (thousands of tiny files) or rewriting files; DuckDB's single-writer lock would block a second
   process outright.
 * **Two processes at once.** WAL lets readers run while one writer commits; writers wait on a busy
-  timeout instead of failing. Two scoring runs (two Dagster partitions) can share one store file.
+  timeout instead of failing. Two scoring runs (two Dagster partitions) can share one store file. Reads
+  have a connection of their own, so that a lookup never queues behind a write waiting for another
+  process's lock, and the event loop's writes only try (:meth:`ResultStore.try_put_many`): what a locked
+  store refuses is written behind (``judging.write_behind``).
 * **Fast warm re-runs.** Keys are 16-byte blobs in a ``WITHOUT ROWID`` primary-key table, looked up
   ~900 at a time with one ``IN (...)`` query (each distinct key once): a few hundred thousand lookups
   per second. Finished rows are kept whole (``store.rows``): a warm re-run hashes every row's
@@ -47,6 +50,8 @@ T = TypeVar("T")
 # of pages in SQLite's own cache: a warm re-run probes every key of a chunk.
 _MMAP_BYTES: Final = 1 << 30
 _CACHE_KIB: Final = 64 * 1024
+#: How long a write waits for another process's lock before it fails (off the event loop only).
+_BUSY_MS: Final = 60_000
 
 
 class ResultStore:
@@ -57,6 +62,8 @@ class ResultStore:
         self.location = str(self.path)
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
 
     def open(self) -> None:
         """Opens (creating if needed) the store now, so that a bad path fails before any work."""
@@ -66,8 +73,9 @@ class ResultStore:
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 60000")
+            conn = sqlite3.connect(self.path, timeout=_BUSY_MS / 1000, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
@@ -93,13 +101,25 @@ class ResultStore:
             self._conn = conn
         return self._conn
 
+    def _read_connection(self) -> sqlite3.Connection:
+        """The connection lookups use (under ``_read_lock``); made after the writer's has set the file up."""
+        if self._reader is None:
+            with self._lock:
+                self._connection()
+            conn = sqlite3.connect(self.path, timeout=_BUSY_MS / 1000, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
+            conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
+            self._reader = conn
+        return self._reader
+
     def get_many(self, keys: Sequence[bytes]) -> dict[bytes, Value]:
         """The stored values of those keys that are present (one query per ~900 keys)."""
         found: dict[bytes, Value] = {}
         if not keys:
             return found
-        with self._lock:
-            conn = self._connection()
+        with self._read_lock:
+            conn = self._read_connection()
             for chunk, marks in key_chunks(keys):
                 found.update(conn.execute(f"SELECT key, value FROM results WHERE key IN ({marks})", chunk).fetchall())
         return found
@@ -120,14 +140,43 @@ class ResultStore:
         with self._lock:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
+            self._insert(conn, batch)
+
+    def try_put_many(self, rows: Sequence[tuple[bytes, str, Value]]) -> bool:
+        """:meth:`put_many` if it can be done without waiting for a lock (another thread's or another
+        process's); else False at once, and nothing is stored."""
+        now = time.time()
+        batch = [(k, step, value, now) for k, step, value in rows]
+        if not batch:
+            return True
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            conn = self._connection()
+            conn.execute("PRAGMA busy_timeout = 0")
             try:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO results (key, step, value, created_at) VALUES (?, ?, ?, ?)", batch
-                )
-            except BaseException:
-                conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                    return False
                 raise
-            conn.execute("COMMIT")
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+            self._insert(conn, batch)
+            return True
+        finally:
+            self._lock.release()
+
+    @staticmethod
+    def _insert(conn: sqlite3.Connection, batch: list[tuple[bytes, str, Value, float]]) -> None:
+        """Inserts ``batch`` in the transaction ``conn`` has begun, and commits."""
+        try:
+            conn.executemany("INSERT OR REPLACE INTO results (key, step, value, created_at) VALUES (?, ?, ?, ?)",
+                             batch)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     def claim(self, keys: Sequence[bytes], owner: str, ttl_s: float, takeover: Sequence[str] = ()) -> set[bytes]:
         """Leases ``keys`` to ``owner`` where they are free, expired, its own or a ``takeover`` owner's;
@@ -181,11 +230,15 @@ class ResultStore:
             return work(self._connection())
 
     def count(self) -> int:
-        with self._lock:
-            row = self._connection().execute("SELECT count(*) FROM results").fetchone()
+        with self._read_lock:
+            row = self._read_connection().execute("SELECT count(*) FROM results").fetchone()
         return int(row[0])
 
     def close(self) -> None:
+        with self._read_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
