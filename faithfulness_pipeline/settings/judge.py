@@ -83,7 +83,9 @@ class JudgeSettings(BaseModel):
     temperature: float = Field(default=0.0, ge=0, le=2, allow_inf_nan=False, description="sampling temperature")
     seed: int | None = Field(default=0, description="sampling seed, where the provider supports one")
     use_json_schema: Literal["auto", "yes", "no"] = Field(
-        default="auto", description="JSON-schema response_format: auto = where litellm says the model supports it"
+        default="auto", description="JSON-schema response_format. auto: with an api_base, or a model litellm does "
+        "not know, the schema, stepping down to JSON mode, then to the prompt alone, if the endpoint refuses it "
+        "(once a run); else where litellm says the model supports it"
     )
     store: str | None = Field(
         default=None,

@@ -32,7 +32,7 @@ def _complete(server: FakeLLMServer, **kwargs: Any) -> Any:
 
 def test_a_refused_schema_is_a_400_naming_it_and_json_mode_still_works() -> None:
     with FakeLLMServer(refuse_formats=["json_schema"]) as srv:
-        with pytest.raises(BadRequestError, match="response_format.*json_schema"):
+        with pytest.raises(BadRequestError, match=r"response_format.*json_schema"):
             _complete(srv, response_format=SCHEMA)
         assert _complete(srv, response_format={"type": "json_object"}).choices[0].message.content == '{"ok": true}'
         srv.set_refused_formats(["json_schema", "json_object"])
