@@ -69,6 +69,7 @@ from faithfulness_pipeline.judging.llm.secrets import (
     model_provider,
     resolve_api_key,
 )
+from faithfulness_pipeline.judging.llm.server_limits import ask_server
 from faithfulness_pipeline.settings.judge import JudgeSettings
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,12 @@ class LiteLLMJudge:
         self.redact = Redactor(api_key)
         litellm = import_litellm()
         litellm.suppress_debug_info = True
-        self.card = model_card(config, self.model_name)
+        base = config.api_base
+        self.card = model_card(
+            config, self.model_name,
+            None if base is None else lambda: ask_server(base, self.model_name, api_key=api_key,
+                                                         timeout_s=config.timeout_s),
+        )
         #: the structured output of the run's requests, stepped down (once per step) when the endpoint refuses
         self.output = OutputMode("schema" if self.card.json_schema else "prompt", fallback=self.card.schema_fallback)
         count_tokens = token_counter(self.model_name)
