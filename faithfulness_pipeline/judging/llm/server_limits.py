@@ -82,7 +82,8 @@ def ask_server(api_base: str, model: str, *, api_key: str | None, timeout_s: flo
         for probe in probes:
             found = probe()
             if found is not None:
-                log.info("judge: the server at %s says: %s", shown(api_base), found.source)
+                log.info("judge: the server at %s has %d tokens a request (%s)", shown(api_base),
+                         found.context_window, found.source)
                 return found
     except _Unreachable as exc:
         log.info("judge: could not ask the server at %s for its context window (%s): using the setting",
@@ -116,7 +117,7 @@ def _llama_cpp(props: Any) -> ServerWindow | None:
     params = settings.get("params")
     n_predict = _positive(params.get("n_predict")) if isinstance(params, dict) else None
     cap = f", replies cut at {n_predict} tokens (n_predict)" if n_predict else ""
-    return ServerWindow(per_slot, n_predict, f"llama.cpp /props: {per_slot} tokens a request ({how}){cap}")
+    return ServerWindow(per_slot, n_predict, f"llama.cpp /props: {how}{cap}")
 
 
 def _vllm(models: Any, name: str) -> ServerWindow | None:
@@ -129,7 +130,7 @@ def _vllm(models: Any, name: str) -> ServerWindow | None:
     window = _positive(named[0].get("max_model_len")) if named else None
     if window is None:
         return None
-    return ServerWindow(window, None, f"/v1/models: max_model_len {window} (vLLM)")
+    return ServerWindow(window, None, f"vLLM /v1/models: max_model_len {window}")
 
 
 def _ollama(show: Any) -> ServerWindow | None:
