@@ -21,7 +21,7 @@ DEFAULT_PACK_TOKENS: Final = 16000
 #: Items per request at most. Binds for claim extraction (answers are short): 32 answers' sentence
 #: numbers make a reply of ~400 tokens.
 DEFAULT_MAX_ITEMS_PER_PACK: Final = 32
-#: For models litellm has no card for (local and proxy models): a window most of them have.
+#: For models litellm has no card for and whose server tells none (proxies): a window most of them have.
 DEFAULT_CONTEXT_WINDOW: Final = 8192
 DEFAULT_MAX_OUTPUT_TOKENS: Final = 4096
 
@@ -65,8 +65,9 @@ class JudgeSettings(BaseModel):
     pack_tokens: int = Field(default=DEFAULT_PACK_TOKENS, ge=256, description="prompt-token budget of one request")
     max_items_per_pack: int = Field(default=DEFAULT_MAX_ITEMS_PER_PACK, ge=1, description="items per request at most")
     context_window: int | None = Field(
-        default=None, ge=512, description="the model's input window in tokens (default: litellm's model card, "
-        f"else {DEFAULT_CONTEXT_WINDOW})",
+        default=None, ge=512, description="the model's window per request in tokens (default: litellm's model "
+        "card, else what the api_base server reports of its own: llama.cpp per slot, vLLM, Ollama; else "
+        f"{DEFAULT_CONTEXT_WINDOW})",
     )
     max_output_tokens: int | None = Field(
         default=None, ge=64, description="the model's output limit in tokens (default: litellm's model card, "
@@ -83,7 +84,9 @@ class JudgeSettings(BaseModel):
     temperature: float = Field(default=0.0, ge=0, le=2, allow_inf_nan=False, description="sampling temperature")
     seed: int | None = Field(default=0, description="sampling seed, where the provider supports one")
     use_json_schema: Literal["auto", "yes", "no"] = Field(
-        default="auto", description="JSON-schema response_format: auto = where litellm says the model supports it"
+        default="auto", description="JSON-schema response_format. auto: with an api_base, or a model litellm does "
+        "not know, the schema, stepping down to JSON mode, then to the prompt alone, if the endpoint refuses it "
+        "(once a run); else where litellm says the model supports it"
     )
     store: str | None = Field(
         default=None,

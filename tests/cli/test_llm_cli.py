@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from faithfulness_pipeline.core import schema as S
-from faithfulness_pipeline.testing.fakellm import FakeLLMServer, FaultPlan, Latency
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer, FaultPlan, Latency, ServedLimits
 from faithfulness_pipeline.testing.scripted import ScriptedJudge, typical_frame
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -201,3 +201,25 @@ def test_a_lone_surrogate_from_the_model_is_u_fffd_in_the_written_table(tmp_path
     hit = scored.filter(pl.col("output").str.contains("[C]", literal=True))
     assert hit.height > 0
     assert all(c.endswith(" \ufffd") for cs in hit["claims"].to_list() for c in cs)
+
+
+def test_a_self_hosted_server_refusing_the_schema_is_judged_in_json_mode_packed_to_its_slots(tmp_path: Path) -> None:
+    """llama.cpp-like: no JSON-schema grammar in this build, 4096 tokens a slot. No schema or window flag."""
+    src = tmp_path / "in.parquet"
+    frame = _rows(30, seed=4)
+    frame.write_parquet(src)
+    limits = ServedLimits("llama.cpp", 4096, slots=2)
+    with FakeLLMServer(ScriptedJudge(), api_key=CANARY, refuse_formats=["json_schema"], limits=limits) as srv:
+        dry = _run(_cli(srv, src, tmp_path / "dry.parquet", "--dry-run"))
+        assert dry.returncode == 0, dry.stderr
+        assert srv.stats().requests == 0 and srv.probes_log == ["GET /props"]  # the dry run packs as the run will
+        result = _run(_cli(srv, src, tmp_path / "out.parquet"))
+        stats = srv.stats()
+    assert result.returncode == 0, result.stderr
+    assert stats.by_outcome["format_refused"] == 1 and "context_exceeded" not in stats.by_outcome
+    assert "note: the endpoint refused response_format json_schema" in result.stderr
+    assert "JSON mode (json_object) for the rest of the run" in result.stderr
+    assert "4096 tokens a request, as the server says (llama.cpp /props" in result.stderr
+    scored = pl.read_parquet(tmp_path / "out.parquet")
+    assert scored.height == frame.height and (scored["status"] == "ok").all()
+    assert CANARY not in result.stderr + result.stdout

@@ -16,6 +16,7 @@ import pytest
 
 from faithfulness_pipeline.defs import DefsSettings, build_defs
 from faithfulness_pipeline.judging.llm.prompts import PROMPT_VERSION
+from faithfulness_pipeline.testing.fakellm.selfhosted import ServedLimits
 from faithfulness_pipeline.testing.fakellm.server import FakeLLMServer
 from faithfulness_pipeline.testing.scripted import ScriptedJudge as ScriptedResponder
 from tests.defs.conftest import SAMPLE
@@ -202,3 +203,27 @@ def test_a_day_whose_judge_extracts_nothing_warns_on_the_scored_table(
     assert isinstance(long_answers, int) and long_answers > 0 and meta["long_answers_without_claims"] == long_answers
     assert found.description is not None and "came back with no claims" in found.description
     assert all(e.passed for name, e in evaluations.items() if name not in ("claims_found",))
+
+
+def test_a_day_judged_by_a_self_hosted_server_says_what_it_learnt_of_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instance: dg.DagsterInstance
+) -> None:
+    """A llama.cpp-like server that refuses JSON schemas and has 4096 tokens a slot, with no schema or window
+    setting: the step's metadata notes the step down to JSON mode and the window the server reported."""
+    monkeypatch.setenv(KEY_ENV, CANARY)
+    limits = ServedLimits("llama.cpp", 4096, slots=4)
+    with FakeLLMServer(ScriptedResponder(), refuse_formats=["json_schema"], limits=limits) as srv:
+        settings = DefsSettings.from_env({
+            "FP_JUDGE_MODEL": "openai/fake-judge", "FP_JUDGE_API_BASE": srv.base_url, "FP_JUDGE_API_KEY_ENV": KEY_ENV,
+            "FP_LANDING": str(SAMPLE), "FP_WAREHOUSE": str(tmp_path / "warehouse"),
+        })
+        defs = build_defs(settings)
+        result = dg.materialize([*(defs.assets or []), *(defs.asset_checks or [])], partition_key=DAY,  # type: ignore[arg-type]
+                                instance=instance, resources=defs.resources,
+                                selection=dg.AssetSelection.groups("answer_quality"))
+        st = srv.stats()
+    assert result.success
+    assert st.by_outcome["format_refused"] == 1 and "context_exceeded" not in st.by_outcome
+    notes = str(_meta(result, "judged_claims").get("judge_notes", ""))
+    assert "refused response_format json_schema" in notes and "JSON mode (json_object)" in notes
+    assert "4096 tokens a request, as the server says" in notes and "4 slots" in notes

@@ -1,7 +1,8 @@
 """What the litellm judge learns of its model before any request: window, output limit, prices, tokenizer.
 
 A few lookups in litellm's model map (the settings that override them are ``settings.judge``), holding
-no state. litellm is imported inside the functions only.
+no state; where the map knows no window, what the server says of its own (``server_limits``). litellm is
+imported inside the functions only.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from faithfulness_pipeline.judging.llm.packing import Count
+from faithfulness_pipeline.judging.llm.server_limits import ServerWindow
 from faithfulness_pipeline.settings.judge import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT_TOKENS, JudgeSettings
 
 # ------------------------------------------------------------------------------------- the model
@@ -24,6 +26,7 @@ class ModelCard:
 
     context_window: int
     max_output_tokens: int
+    #: whether requests start with the JSON schema as their response_format
     json_schema: bool
     input_cost_per_token: float | None
     output_cost_per_token: float | None
@@ -31,6 +34,9 @@ class ModelCard:
     #: What the provider's Batch API charges (litellm's ``*_cost_per_token_batches``); None: unknown
     batch_input_cost_per_token: float | None = None
     batch_output_cost_per_token: float | None = None
+    #: whether a refused schema steps down to JSON mode, then to the prompt alone (``output_mode``): where
+    #: ``use_json_schema`` is auto and litellm cannot vouch for the endpoint
+    schema_fallback: bool = False
 
     @property
     def priced(self) -> bool:
@@ -95,22 +101,41 @@ def import_litellm_in_background() -> threading.Thread:
     return thread
 
 
-def model_card(config: JudgeSettings, model: str) -> ModelCard:
-    """Window, output limit, schema support and prices of the model (config overrides win)."""
+def model_card(
+    config: JudgeSettings, model: str, ask_server: Callable[[], ServerWindow | None] | None = None
+) -> ModelCard:
+    """Window, output limit, schema support and prices of the model (config overrides win).
+
+    ``ask_server`` (``server_limits.ask_server`` for the configured endpoint) is called only when neither the
+    settings nor litellm know the window: then the server's own window, and its cap on a reply, are taken.
+    """
     litellm = import_litellm()
 
     notes: list[str] = []
     info = lenient(lambda: litellm.get_model_info(model)) or {}
     window = config.context_window or info.get("max_input_tokens") or info.get("max_tokens")
+    max_out = config.max_output_tokens or info.get("max_output_tokens")
     if not window:
-        window = DEFAULT_CONTEXT_WINDOW
-        notes.append(
-            f"context window of {model} unknown to litellm: assuming {window} tokens "
-            "(set context_window to change it)"
-        )
-    max_out = config.max_output_tokens or info.get("max_output_tokens") or DEFAULT_MAX_OUTPUT_TOKENS
+        served = ask_server() if ask_server is not None else None
+        if served is not None:
+            window = served.context_window
+            if not max_out and served.max_output_tokens:
+                max_out = min(served.max_output_tokens, DEFAULT_MAX_OUTPUT_TOKENS)
+            notes.append(f"context window of {model} unknown to litellm: {window} tokens a request, as the "
+                         f"server says ({served.source})")
+        else:
+            window = DEFAULT_CONTEXT_WINDOW
+            notes.append(
+                f"context window of {model} unknown to litellm: assuming {window} tokens "
+                "(set context_window to change it)"
+            )
+    max_out = max_out or DEFAULT_MAX_OUTPUT_TOKENS
+    # litellm vouches for a model it has a card for, at its provider's own endpoint; anywhere else (a server
+    # of one's own, a proxy) auto tries the schema and steps down if the endpoint refuses it.
+    vouched = bool(info) and not config.api_base
+    fallback = config.use_json_schema == "auto" and not vouched
     if config.use_json_schema == "auto":
-        schema = bool(lenient(lambda: litellm.supports_response_schema(model=model)))
+        schema = bool(lenient(lambda: litellm.supports_response_schema(model=model))) if vouched else True
     else:
         schema = config.use_json_schema == "yes"
     in_cost, out_cost = config.input_cost_per_token, config.output_cost_per_token
@@ -135,6 +160,7 @@ def model_card(config: JudgeSettings, model: str) -> ModelCard:
         context_window=int(window),
         max_output_tokens=int(max_out),
         json_schema=schema,
+        schema_fallback=fallback,
         input_cost_per_token=in_cost,
         output_cost_per_token=out_cost,
         notes=tuple(notes),

@@ -58,6 +58,7 @@ from faithfulness_pipeline.core.port import (
 from faithfulness_pipeline.judging.llm import prompts
 from faithfulness_pipeline.judging.llm.card import import_litellm, model_card, token_counter
 from faithfulness_pipeline.judging.llm.limits import Clock, RequestLimiter, Sleep
+from faithfulness_pipeline.judging.llm.output_mode import OutputMode
 from faithfulness_pipeline.judging.llm.packing import Limits
 from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, R, Sizing, VerdictPlan
 from faithfulness_pipeline.judging.llm.requests import Sender
@@ -68,6 +69,7 @@ from faithfulness_pipeline.judging.llm.secrets import (
     model_provider,
     resolve_api_key,
 )
+from faithfulness_pipeline.judging.llm.server_limits import ask_server
 from faithfulness_pipeline.settings.judge import JudgeSettings
 
 log = logging.getLogger(__name__)
@@ -126,7 +128,14 @@ class LiteLLMJudge:
         self.redact = Redactor(api_key)
         litellm = import_litellm()
         litellm.suppress_debug_info = True
-        self.card = model_card(config, self.model_name)
+        base = config.api_base
+        self.card = model_card(
+            config, self.model_name,
+            None if base is None else lambda: ask_server(base, self.model_name, api_key=api_key,
+                                                         timeout_s=config.timeout_s),
+        )
+        #: the structured output of the run's requests, stepped down (once per step) when the endpoint refuses
+        self.output = OutputMode("schema" if self.card.json_schema else "prompt", fallback=self.card.schema_fallback)
         count_tokens = token_counter(self.model_name)
         timing: dict[str, Any] = {}
         if clock is not None:
@@ -165,6 +174,7 @@ class LiteLLMJudge:
             count_tokens=count_tokens,
             redact=self.redact,
             stats=self._stats,
+            output=self.output,
         )
         self._runner = PackRunner(
             sizing=self.sizing,
@@ -214,7 +224,11 @@ class LiteLLMJudge:
         return 16 * self.config.max_items_per_pack
 
     def result_scope(self) -> ResultScope:
-        """Everything that changes a reply is in the result keys; timeouts, concurrency and packing are not."""
+        """Everything that changes a reply is in the result keys; timeouts, concurrency and packing are not.
+
+        The response format is the one the run starts with: where it steps down (``output_mode``), every
+        run against the same endpoint steps down alike, so its results are still the ones a re-run would get.
+        """
         cfg = self.config
         mode = "schema" if self.card.json_schema else "prompt"
         common = (self.model_name, (cfg.api_base or "").rstrip("/"), f"t={cfg.temperature}", f"seed={cfg.seed}", mode)
@@ -233,6 +247,7 @@ class LiteLLMJudge:
             notes.append(f"{c.rate_limited} rate-limited replies (429); in-flight cap went down to {c.min_cap_seen}")
         if (repaired := self._runner.repairs.note()) is not None:
             notes.append(repaired)
+        notes += self.output.notes
         return JudgeStats(
             requests=s.requests,
             prompt_tokens=s.prompt_tokens,

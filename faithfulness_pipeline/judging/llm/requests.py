@@ -2,7 +2,8 @@
 
 :class:`Sender` is the only place a completion is asked of litellm: one request under the shared
 :class:`RequestLimiter`, with litellm's own retries off, and the classification of its failure (rate
-limit, transient, timeout, too big, an item to isolate, fatal) that decides what the judge does next.
+limit, transient, timeout, too big, an item to isolate, fatal, a refused response format) that decides
+what the judge does next. Which response format a request carries is the run's :class:`OutputMode`'s.
 It knows nothing of steps, plans or the store, so the judge's retry loop (``PackRunner._run_pack``)
 reads as policy while the litellm specifics stay here.
 """
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from faithfulness_pipeline.core.port import JudgeStats
 from faithfulness_pipeline.judging.llm.card import import_litellm
 from faithfulness_pipeline.judging.llm.limits import RequestLimiter, retry_after_from_headers
+from faithfulness_pipeline.judging.llm.output_mode import Mode, OutputMode
 from faithfulness_pipeline.judging.llm.packing import Count
 from faithfulness_pipeline.judging.llm.reachability import shown
 from faithfulness_pipeline.judging.llm.valid_text import valid_text
@@ -77,11 +79,13 @@ class Tries:
 
 class RequestFailed(Exception):
     """A request that produced no usable reply. ``kind`` decides what happens next: ``fatal`` no request of
-    the run can work, ``give_up`` none of this pack's can for now (its items become error rows)."""
+    the run can work, ``give_up`` none of this pack's can for now (its items become error rows), ``reformat``
+    the endpoint refused the response format and the run stepped down (``OutputMode``): send it again."""
 
     def __init__(
         self,
-        kind: Literal["rate_limit", "transient", "timeout", "too_big", "isolate", "fatal", "stale", "give_up"],
+        kind: Literal["rate_limit", "transient", "timeout", "too_big", "isolate", "fatal", "stale", "give_up",
+                      "reformat"],
         reason: str,
         sent: bool = True,
     ) -> None:
@@ -132,8 +136,10 @@ class Sender:
         count_tokens: Count,
         redact: Callable[[str], str],
         stats: JudgeStats,
+        output: OutputMode,
     ) -> None:
         self.config = config
+        self.output = output
         self.model = config.model or ""
         self.endpoint = shown(config.api_base) if config.api_base else None
         self.api_key_env = api_key_env
@@ -157,14 +163,34 @@ class Sender:
     async def send(
         self,
         messages: list[dict[str, str]],
-        response_format: dict[str, Any] | None,
+        schema: dict[str, Any] | None,
         max_tokens: int,
         prompt_estimate: int,
         still_needed: Callable[[], bool] | None = None,
         head_start_s: float = 0.0,
     ) -> Reply:
-        """One request. ``still_needed`` is asked once the request holds its slot, right before it is sent:
-        False (its items were stored meanwhile, by another process) gives up the slot unsent ("stale")."""
+        """One request. ``schema`` is the response_format a reply held to the JSON schema needs; the request
+        carries it, JSON mode or nothing, as the run's :class:`OutputMode` says. ``still_needed`` is asked
+        once the request holds its slot, right before it is sent: False (its items were stored meanwhile, by
+        another process) gives up the slot unsent ("stale")."""
+        # The turn before the slot: requests waiting for the turn hold no slot the one holding it needs.
+        async with self.output.trial() as mode:
+            response_format = None if schema is None else self.output.response_format(schema, mode)
+            reply = await self._send(messages, response_format, mode, max_tokens, prompt_estimate, still_needed,
+                                     head_start_s)
+            self.output.answered(mode)
+        return reply
+
+    async def _send(
+        self,
+        messages: list[dict[str, str]],
+        response_format: dict[str, Any] | None,
+        mode: Mode,
+        max_tokens: int,
+        prompt_estimate: int,
+        still_needed: Callable[[], bool] | None,
+        head_start_s: float,
+    ) -> Reply:
         litellm = import_litellm()
         cfg = self.config
         kwargs: dict[str, Any] = {
@@ -203,7 +229,7 @@ class Sender:
                 async with asyncio.timeout(cfg.timeout_s):
                     response = await litellm.acompletion(**kwargs)
             except Exception as exc:
-                raise self.classify(exc) from None
+                raise self.classify(exc, mode if response_format is not None else "prompt") from None
             text, unanswered = _content(response)
             usage = getattr(response, "usage", None)
             prompt = _int(getattr(usage, "prompt_tokens", None)) or prompt_estimate
@@ -214,12 +240,18 @@ class Sender:
         self._unreachable = 0
         return Reply(text=text, prompt_tokens=prompt, completion_tokens=completion, unanswered=unanswered)
 
-    def classify(self, exc: BaseException) -> RequestFailed:
+    def classify(self, exc: BaseException, mode: Mode = "prompt") -> RequestFailed:
+        """What a failed request sent in ``mode`` means (``mode``: the response format it carried)."""
         from litellm import exceptions as litellm
 
-        detail = valid_text(self._redact(" ".join(str(exc).split())))[:200]
+        whole = valid_text(self._redact(" ".join(str(exc).split())))
+        detail = whole[:200]
         name = type(exc).__name__
         status = _int(getattr(exc, "status_code", None))
+        refusable = not isinstance(exc, litellm.ContextWindowExceededError | litellm.ContentPolicyViolationError)
+        if mode != "prompt" and status in (400, 422) and refusable and self.output.refused(mode, _server_words(whole)):
+            self._unreachable = 0
+            return RequestFailed("reformat", f"the endpoint refused the response format: {detail}")
         if (isinstance(exc, litellm.RateLimitError) or status in (400, 403, 429)) and quota_used_up(exc, detail):
             # Waiting cannot help: no request of any pack will work until the account has credit again.
             where = f" (key from {self.api_key_env})" if self.api_key_env else ""
@@ -376,6 +408,11 @@ def quota_used_up(exc: BaseException, detail: str) -> bool:
             return True
     lowered = detail.lower()
     return any(words in lowered for words in _QUOTA_WORDS)
+
+
+def _server_words(text: str) -> str:
+    """The server's part of a litellm error text (litellm puts its own words, naming the provider, first)."""
+    return text.split(" - ", 1)[1] if " - " in text else text
 
 
 def _int(value: Any) -> int | None:

@@ -183,7 +183,8 @@ class PackRunner:
                              REPLY_SLACK_TOKENS + sum(e.output_tokens for e in entries))
             estimate = self.sizing.frame_tokens[plan.step] + sum(e.prompt_tokens for e in entries)
             estimate += sum(self.sizing.count_tokens(m["content"]) for m in repair)
-            response_format = plan.response_format(list(id_map)) if self.card.json_schema else None
+            # The schema goes to the sender whatever the run's mode: it knows which format a request carries.
+            schema = plan.response_format(list(id_map)) if self.card.json_schema else None
             remaining = indices
 
             def still_needed(sending: tuple[int, ...] = indices) -> bool:
@@ -197,7 +198,7 @@ class PackRunner:
             tries = tries.sending()
             try:
                 reply = await self.sender.send(
-                    messages, response_format, max_tokens, estimate, still_needed, _head_start_s(plan.step, max_tokens)
+                    messages, schema, max_tokens, estimate, still_needed, _head_start_s(plan.step, max_tokens)
                 )
             except RequestFailed as failure:
                 if failure.kind == "stale":  # nothing was sent: the rest goes as a smaller pack
@@ -205,6 +206,10 @@ class PackRunner:
                     if not remaining:
                         return
                     indices = remaining
+                    continue
+                if failure.kind == "reformat":  # the run stepped down to another format: the same items again
+                    self._charge(plan, indices, None, None, id_map)  # a request sent is a call billed
+                    tries = before
                     continue
                 if retry:
                     self._stats.retries += 1

@@ -6,6 +6,10 @@
         litellm.acompletion(model="openai/judge", api_base=server.base_url, api_key="k", ...)
         server.stats().by_outcome
 
+``ServedLimits`` makes it a self-hosted server with a window and output cap of its own, published as
+llama.cpp (``/props``), vLLM (``max_model_len``) or Ollama (``/api/show``) publish theirs, and
+``refuse_formats`` the ``response_format`` types it refuses with a 400 (``selfhosted.py``).
+
 The Files and Batches endpoints (``/v1/files``, ``/v1/batches``) answer each batch line the same way;
 ``BatchTiming`` sets how long a batch takes, ``BatchFaults`` its faults (see ``batches.py``).
 
@@ -13,6 +17,7 @@ Run as a process: ``python -m faithfulness_pipeline.testing.fakellm --port 0 --r
 """
 
 from faithfulness_pipeline.testing.fakellm.batches import BatchFaults, BatchTiming, validate_input
+from faithfulness_pipeline.testing.fakellm.selfhosted import ServedLimits
 from faithfulness_pipeline.testing.fakellm.server import (
     MALFORMED_CONTENT,
     ChatRequest,
@@ -37,6 +42,7 @@ __all__ = [
     "FaultPlan",
     "Latency",
     "Responder",
+    "ServedLimits",
     "ServerStats",
     "canonical_body",
     "count_prompt_tokens",

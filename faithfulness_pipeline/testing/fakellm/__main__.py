@@ -33,6 +33,7 @@ from types import FrameType
 from typing import cast
 
 from faithfulness_pipeline.testing.fakellm.batches import BatchTiming
+from faithfulness_pipeline.testing.fakellm.selfhosted import FORMATS, KINDS, ServedLimits
 from faithfulness_pipeline.testing.fakellm.server import (
     FakeLLMServer,
     FaultPlan,
@@ -86,6 +87,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-per-line-s", type=float, default=default.per_line_s)
     p.add_argument("--batch-finalizing-s", type=float, default=default.finalizing_s)
     p.add_argument("--batch-cancelling-s", type=float, default=default.cancelling_s)
+    p.add_argument("--refuse-format", action="append", choices=FORMATS, default=[],
+                   help="answer this response_format type with a 400 (repeat for both)")
+    p.add_argument("--served-as", choices=KINDS, default=None,
+                   help="publish and enforce a window of its own, as this kind of self-hosted server does")
+    p.add_argument("--served-window", type=int, default=2048, help="with --served-as: tokens per request")
+    p.add_argument("--served-slots", type=int, default=1, help="with --served-as llama.cpp: parallel slots")
+    p.add_argument("--served-max-output", type=int, default=None, help="with --served-as: the server's reply cap")
     p.add_argument("command", nargs=argparse.REMAINDER, help="after --: a command to run against the server")
     return p
 
@@ -125,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         finalizing_s=args.batch_finalizing_s,
         cancelling_s=args.batch_cancelling_s,
     )
+    limits = None if args.served_as is None else ServedLimits(
+        args.served_as, args.served_window, slots=args.served_slots, max_output_tokens=args.served_max_output
+    )
     server = FakeLLMServer(
         load_responder(args.responder),
         latency=latency,
@@ -132,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         port=args.port,
         api_key=args.api_key,
         batch_timing=batch_timing,
+        limits=limits,
+        refuse_formats=args.refuse_format,
     )
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if command:

@@ -5,7 +5,8 @@ counts tokens with the real cl100k BPE, models latency with asyncio sleeps (no t
 caps server-side concurrency (extra requests queue) and injects faults (429, 5xx, malformed JSON,
 truncated JSON, hangs) chosen deterministically from the request body, so that runs are reproducible
 whatever the arrival order and a retry of the same body can succeed. OpenAI's Files and Batches
-endpoints, answered by the same responder and faults, live in ``batches.py``.
+endpoints, answered by the same responder and faults, live in ``batches.py``; what it does as a
+self-hosted server (its own window and output cap, response formats it refuses) in ``selfhosted.py``.
 
 It never imports litellm: only the folder of litellm's bundled BPE files is looked up, so importing
 this module stays cheap.
@@ -25,11 +26,13 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
+
+from faithfulness_pipeline.testing.fakellm.selfhosted import FORMATS, ServedLimits, refusal
 
 if TYPE_CHECKING:
     import tiktoken
@@ -143,6 +146,7 @@ class ServerStats:
     requests: int  # every request received on the chat endpoint
     ok: int  # normal replies (outcome "ok")
     # "ok", "429", "5xx", "malformed", "partial", "hang", "401", "400", "max_tokens", "responder_error",
+    # "format_refused" and "context_exceeded" (400s of a self-hosted server: ``selfhosted.py``),
     # "cancelled" (client left or server stopped while queued or sleeping). A reply is counted when it
     # is sent, a hang when it starts: the values add up to ``requests`` once no request is open.
     by_outcome: dict[str, int]
@@ -320,6 +324,8 @@ class FakeLLMServer:
         capture: bool = False,
         batch_timing: BatchTiming | None = None,
         batch_faults: BatchFaults | None = None,
+        limits: ServedLimits | None = None,
+        refuse_formats: Collection[str] = (),
     ) -> None:
         # Imported here: batches.py builds on this module.
         from faithfulness_pipeline.testing.fakellm.batches import BatchFaults, BatchService, BatchTiming
@@ -330,6 +336,10 @@ class FakeLLMServer:
         self._requested_port = port
         self._api_key = api_key
         self._capture = capture
+        self._limits = limits
+        self._refused = _formats(refuse_formats)
+        #: GET and POST requests of the endpoints a client reads a server's limits from (``/props`` ...)
+        self.probes_log: list[str] = []
         self.requests_log: list[ChatRequest] = []
         self._lock = threading.Lock()
         self._counters = _Counters()
@@ -426,6 +436,8 @@ class FakeLLMServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/models", self._models)
         app.router.add_get("/health", self._health)
+        app.router.add_get("/props", self._props)
+        app.router.add_post("/api/show", self._show)
         app.router.add_get("/fakellm/stats", self._stats_endpoint)
         self._batches.add_routes(app.router)
         # handler_cancellation: a client that gives up (timeout) ends its hung or queued handler.
@@ -459,6 +471,14 @@ class FakeLLMServer:
         if self._loop is not None and self.running:
             # A raised cap must let queued requests in now, not at the next release.
             self._loop.call_soon_threadsafe(self._fill_slots)
+
+    def set_limits(self, limits: ServedLimits | None) -> None:
+        """The self-hosted server's own limits (None: a server that tells none and enforces none)."""
+        self._limits = limits
+
+    def set_refused_formats(self, formats: Collection[str]) -> None:
+        """The ``response_format`` types answered with a 400 from now on ("json_schema", "json_object")."""
+        self._refused = _formats(formats)
 
     def set_responder(self, responder: Responder) -> None:
         self._responder = responder
@@ -495,13 +515,14 @@ class FakeLLMServer:
             )
 
     def reset_stats(self) -> None:
-        """Zeroes every counter, the per-body arrival counts (so faults repeat) and ``requests_log``.
+        """Zeroes every counter, the per-body arrival counts (so faults repeat), ``requests_log`` and ``probes_log``.
 
         Batch ordinals (``BatchFaults``) start again at 1; stored files and batches stay.
         """
         with self._lock:
             self._counters = _Counters(max_in_flight_seen=self._in_flight, max_open_seen=self._open)
             self.requests_log.clear()
+            self.probes_log.clear()
         self._batches.reset()
 
     # ------------------------------------------------------------------------------- concurrency
@@ -547,9 +568,35 @@ class FakeLLMServer:
         return web.json_response({"status": "ok"})
 
     async def _models(self, request: web.Request) -> web.Response:
-        del request
-        data = [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fakellm"}]
+        self._probed(request)
+        extra = self._limits.models_entry() if self._limits is not None else {}
+        data = [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fakellm", **extra}]
         return web.json_response({"object": "list", "data": data})
+
+    def _probed(self, request: web.Request) -> None:
+        with self._lock:
+            self.probes_log.append(f"{request.method} {request.path}")
+
+    async def _props(self, request: web.Request) -> web.Response:
+        self._probed(request)
+        limits = self._limits
+        if limits is None or limits.kind != "llama.cpp":
+            return web.json_response(_error_body("File Not Found", "not_found_error", None), status=404)
+        return web.json_response(limits.props("fake-model"))
+
+    async def _show(self, request: web.Request) -> web.Response:
+        self._probed(request)
+        limits = self._limits
+        if limits is None or limits.kind != "ollama":
+            return web.Response(status=404, text="404 page not found")
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response({"error": "invalid JSON"}, status=400)
+        name = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(name, str) or not name:
+            return web.json_response({"error": "model is required"}, status=400)
+        return web.json_response(limits.show(name))
 
     async def _stats_endpoint(self, request: web.Request) -> web.Response:
         del request
@@ -592,6 +639,9 @@ class FakeLLMServer:
         if self._capture:
             with self._lock:
                 self.requests_log.append(chat)
+        refused = self._self_hosted_refusal(chat)
+        if refused is not None:
+            return refused
         key = canonical_body(body)
         with self._lock:
             nth = self._counters.body_counts.get(key, 0) + 1
@@ -650,6 +700,22 @@ class FakeLLMServer:
         finally:
             self._release_slot()
 
+    def _self_hosted_refusal(self, chat: ChatRequest) -> web.Response | None:
+        """The 400 a self-hosted server sends for a response format it does not take or a request over its
+        window; None when it takes the request. Like those servers, it decides before any fault or queue."""
+        message = refusal(chat.response_format, self._refused)
+        if message is not None:
+            self._record("format_refused")
+            return web.json_response(_error_body(message, "invalid_request_error", None), status=400)
+        if self._limits is None:
+            return None
+        message = self._limits.over_window(count_prompt_tokens(chat.messages), chat.max_tokens)
+        if message is None:
+            return None
+        self._record("context_exceeded")
+        kind = "exceed_context_size_error" if self._limits.kind == "llama.cpp" else "BadRequestError"
+        return web.json_response(_error_body(message, kind, None), status=400)
+
     def _record_reply(self, outcome: str, reply: _Reply) -> None:
         if outcome == "ok" and reply.finish_reason == "length":
             outcome = "max_tokens"
@@ -688,8 +754,10 @@ class FakeLLMServer:
             if outcome == "partial":
                 # Looks like a reply cut short by the output limit, which is how truncation shows up.
                 content, finish = _cut_in_middle(content), "length"
-            elif chat.max_tokens is not None and count_tokens(content) > chat.max_tokens:
-                content, finish = truncate_to_tokens(content, chat.max_tokens), "length"
+            else:
+                cap = chat.max_tokens if self._limits is None else self._limits.cap(chat.max_tokens, prompt_tokens)
+                if cap is not None and count_tokens(content) > cap:
+                    content, finish = truncate_to_tokens(content, cap), "length"
         return _Reply(content, finish, prompt_tokens, count_tokens(content))
 
     async def _stream(
@@ -814,6 +882,13 @@ def _parse_chat_request(body: Any) -> ChatRequest:
         stream=bool(body.get("stream", False)),
         raw=body,
     )
+
+
+def _formats(formats: Collection[str]) -> frozenset[str]:
+    chosen = frozenset(formats)
+    if not chosen <= set(FORMATS):
+        raise ValueError(f"refuse_formats must be among {FORMATS}, got {sorted(chosen)}")
+    return chosen
 
 
 def stats_to_dict(stats: ServerStats) -> dict[str, Any]:

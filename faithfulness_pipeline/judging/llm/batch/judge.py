@@ -259,7 +259,10 @@ class BatchJudge:
         if self.config.seed is not None:
             body["seed"] = self.config.seed
         if self.interactive.card.json_schema:
-            body["response_format"] = plan.response_format(list(id_map))
+            # A batch line cannot step down on its own: it carries what the run's requests carry now.
+            response_format = self.interactive.output.response_format(plan.response_format(list(id_map)))
+            if response_format is not None:
+                body["response_format"] = response_format
         return body
 
     async def _create(self, step: str, tag: str, data: bytes, lines: list[LineRecord]) -> BatchRecord:
