@@ -54,7 +54,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
     return Demo(home, root / "warehouse", done.stdout, done.returncode, done.stderr)
 
 
-def test_demo_scores_every_sample_row_and_says_where_the_tables_are(demo: Demo) -> None:
+def test_demo_scores_every_sample_row_and_says_where_the_tables_are(demo: Demo, monkeypatch: pytest.MonkeyPatch) -> None:
     assert demo.code == 0, demo.log[-3000:]
     assert (demo.home / "dagster.yaml").read_text(encoding="utf-8") == instance_yaml()
     out = demo.out
@@ -78,6 +78,7 @@ def test_demo_scores_every_sample_row_and_says_where_the_tables_are(demo: Demo) 
     finally:
         con.close()
     # the runs are recorded in the instance, so `dg dev` shows them afterwards
+    monkeypatch.setenv("DAGSTER_HOME", str(demo.home))  # dagster.yaml puts the SQLite storage in $DAGSTER_HOME
     with dg.DagsterInstance.from_config(str(demo.home)) as instance:
         runs = instance.get_runs()
     scoring_runs = [r for r in runs if r.job_name == "score_conversations"]
