@@ -1,5 +1,5 @@
 """Every setting is reachable from all three places users set things: a CLI flag, its FP_ variable and a
-Dagster resource field; bad values are one clear error wherever they come from; the README's table is the
+Dagster resource field; bad values are one clear error wherever they come from; the docs' settings table is the
 one derived from the settings models. A field added to any registered settings model is checked here without
 touching this file (the calibration settings are flags of ``calibrate`` only; the Dagster layer's landing,
 warehouse and partition settings are no flags, and the first partition is no resource field)."""
@@ -33,7 +33,7 @@ from faithfulness_pipeline.settings.derive import Setting, markdown_table, setti
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+SETTINGS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
 SETTINGS = settings()
 SCORE_SETTINGS = [s for s in SETTINGS if s.model in (JudgeSettings, ScoringSettings) and s.cli_flag is not None]
 CALIBRATION_SETTINGS = settings(CalibrationSettings)
@@ -277,11 +277,11 @@ def test_a_bad_time_zone_stops_the_code_location_with_one_line() -> None:
     assert "\n" not in str(info.value)
 
 
-def test_the_readme_holds_the_derived_table() -> None:
-    text = README.read_text(encoding="utf-8")
-    assert markdown_table() in text, (
-        "README's settings table is not the one derived from the settings models: replace it with the output of "
-        "`python -m faithfulness_pipeline.settings`"
+def test_the_settings_page_holds_the_derived_table() -> None:
+    text = SETTINGS_PAGE.read_text(encoding="utf-8")
+    assert text.rstrip("\n").endswith("## Every setting\n\n" + markdown_table()), (
+        "docs/settings.md does not end with the table derived from the settings models: replace the table under "
+        "'## Every setting' with the output of `python -m faithfulness_pipeline.settings`"
     )
 
 

@@ -1,6 +1,6 @@
 """Daily answer-quality aggregates for BI: one row per day x model (SPEC §4). Pure polars, no I/O.
 
-Conventions (the README repeats them):
+Conventions (docs/report.md and docs/pipeline.md repeat them):
 
 - ``answers`` counts every scored row; the score statistics use only rows with a score (``status = ok``
   and, under the ``zero_claims = "null"`` policy, at least one claim). Error rows are counted in

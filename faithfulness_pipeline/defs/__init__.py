@@ -3,7 +3,7 @@
 ``build_defs(DefsSettings.from_env())`` is what ``faithfulness_pipeline.definitions`` loads. Every setting is
 read from its ``FP_*`` variable through the registry (``faithfulness_pipeline.settings.derive``): the judge's
 ``FP_JUDGE_*``, the scoring and calibration settings', and the Dagster layer's own (``settings.landing``:
-``FP_LANDING``, ``FP_WAREHOUSE``, ``FP_TIMEZONE``, ``FP_PARTITIONS_START``, ...; README, "Configuration").
+``FP_LANDING``, ``FP_WAREHOUSE``, ``FP_TIMEZONE``, ``FP_PARTITIONS_START``, ...; docs/pipeline.md, "Configuration").
 Relative paths resolve from the working directory: run Dagster from the repository root or give absolute
 paths.
 """

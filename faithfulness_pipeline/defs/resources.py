@@ -27,7 +27,7 @@ from faithfulness_pipeline.settings.scoring import ScoringSettings
 class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[type-arg]
     """The LLM judge. No ``model`` = the offline lexical judge (deterministic, no network, no key).
 
-    Every field but ``api_key`` is a ``JudgeSettings`` field (described there, and in the README's table).
+    Every field but ``api_key`` is a ``JudgeSettings`` field (described there, and in docs/settings.md).
     Several LLM steps may run at once (the 'llm_judge' pool limit in dagster.yaml): give each step the
     provider's rpm / tpm divided by the pool limit.
     """
@@ -79,7 +79,7 @@ def judge_identity(model: str | None) -> tuple[str, str]:
 
 class ScoringResource(dg.ConfigurableResource, ScoringSettings):  # type: ignore[type-arg]
     """How rows are read and scored, and the thresholds of the checks and BI aggregates: the
-    ``ScoringSettings`` fields (described there, and in the README's table)."""
+    ``ScoringSettings`` fields (described there, and in docs/settings.md)."""
 
     def __init__(self, **data: Any) -> None:
         _validated(super().__init__, ScoringSettings, data)
@@ -96,12 +96,13 @@ def _validated(init: Callable[..., None], model: type[BaseModel], data: dict[str
 
 class CalibrationResource(dg.ConfigurableResource, CalibrationSettings):  # type: ignore[type-arg]
     """Where the labelled rows are and how calibration reports: the ``CalibrationSettings`` fields
-    (described there, and in the README's table)."""
+    (described there, and in docs/settings.md)."""
 
 
 class LandingResource(dg.ConfigurableResource, LandingSettings):  # type: ignore[type-arg]
-    """Where raw conversations land: the ``LandingSettings`` fields (described there, and in the README's
-    table). ``timezone`` is best set with FP_TIMEZONE: the partitions are fixed when the code location loads."""
+    """Where raw conversations land: the ``LandingSettings`` fields (described there, and in
+    docs/settings.md). ``timezone`` is best set with FP_TIMEZONE: the partitions are fixed when the code location
+    loads."""
 
 __all__ = ["CalibrationResource", "JudgeResource", "LandingResource", "ScoringResource", "WarehouseResource",
            "judge_identity"]

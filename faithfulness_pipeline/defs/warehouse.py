@@ -72,7 +72,7 @@ class Staged:
 
 class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ignore[type-arg]
     """Where tables are written (see the module docstring). The fields are the ``WarehouseSettings`` fields
-    (described there, and in the README's table)."""
+    (described there, and in docs/settings.md)."""
 
     def place(self) -> Place:
         return Place.of(self.root)

@@ -13,7 +13,8 @@ come:
 - the environment variables: the model's prefix and the field name in capitals (``FP_JUDGE_TIMEOUT_S``,
   ``FP_SCALE``), or the name a field gives (``fields.variable``: ``FP_LANDING`` for ``landing.path``), read
   by the Dagster code location and, as the flags' defaults, by the CLI (:func:`from_env`);
-- the README's settings table (:func:`markdown_table`; ``python -m faithfulness_pipeline.settings`` prints it).
+- the settings table of docs/settings.md (:func:`markdown_table`; ``python -m faithfulness_pipeline.settings``
+  prints it).
 
 Precedence: a CLI flag or a resource value given in the launchpad, then the variable, then the default.
 """
@@ -174,7 +175,8 @@ def _default(setting: Setting) -> str:
 
 
 def markdown_table() -> str:
-    """The README's table of every setting: flag, variable, Dagster field, default, meaning."""
+    """The table of every setting on the docs' settings page: flag, variable, Dagster field, default, meaning.
+    ``<`` is escaped so that a placeholder such as ``<warehouse>`` shows as text, not as an HTML tag."""
     lines = [
         "| setting | CLI flag | variable | Dagster resource field | default | meaning |",
         "|---|---|---|---|---|---|",
@@ -183,8 +185,7 @@ def markdown_table() -> str:
         choices = f" (one of {', '.join(s.choices)})" if s.choices else ""
         flag = f"`{s.cli_flag}`" if s.cli_flag else "none"
         field = f"`{s.resource}.{s.name}`" if s.resource else "none (fixed when the code location loads)"
-        lines.append(
-            f"| {s.name} | {flag} | `{s.env}` | {field} | {_default(s)} | {s.description.replace('|', '/')}{choices} |"
-        )
+        meaning = s.description.replace("|", "/").replace("<", "&lt;")
+        lines.append(f"| {s.name} | {flag} | `{s.env}` | {field} | {_default(s)} | {meaning}{choices} |")
     return "\n".join(lines)
 

@@ -1,7 +1,8 @@
 """The judge's settings: declared once here; the CLI flags, the Dagster resource fields and the ``FP_JUDGE_*``
-variables are derived from these fields (``faithfulness_pipeline.settings.derive``), and so is the README's table.
+variables are derived from these fields (``faithfulness_pipeline.settings.derive``), and so is the table
+of docs/settings.md.
 
-A field's description is what the CLI's ``--help``, the Dagster UI and the README show. ``cli`` in a field's
+A field's description is what the CLI's ``--help``, the Dagster UI and docs/settings.md show. ``cli`` in a field's
 ``json_schema_extra`` names its flag where the flag is not ``--`` and the field name with dashes.
 """
 

@@ -20,7 +20,7 @@ from faithfulness_pipeline.settings.fields import flag
 class ScoringSettings(BaseModel):
     """The scoring settings users set: declared once here; the CLI flags, the Dagster resource fields and the
     ``FP_*`` variables are derived from these fields (``faithfulness_pipeline.settings.derive``), and so is the
-    README's table. Defaults are :class:`ScoringConfig`'s. ``cli`` in a field's ``json_schema_extra`` names
+    table of docs/settings.md. Defaults are :class:`ScoringConfig`'s. ``cli`` in a field's ``json_schema_extra`` names
     its flag where the flag is not ``--`` and the field name with dashes."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

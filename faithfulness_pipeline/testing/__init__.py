@@ -1,5 +1,5 @@
 """Test doubles that are part of the product, as inspect_ai's ``mockllm`` is: the tests, the benchmarks and the
-README's keyless try use them, and so may a team that builds on this package.
+README tour's keyless try use them, and so may a team that builds on this package.
 
 - ``testing.fakellm``: an OpenAI-compatible HTTP server (chat completions, files and batches) with scripted
   replies, faults (429 with and without Retry-After, 5xx, malformed and cut replies, hangs), latency and

@@ -19,6 +19,7 @@ import pytest
 
 from faithfulness_pipeline.core.storage import Place
 from tests.conftest import S3Bucket
+from tests.doc_blocks import activated, block, run_shell
 from tests.reliability.support import child_env, short_rows
 from tests.warehouse_files import GOLDEN, upload, write_warehouse
 
@@ -152,3 +153,17 @@ def test_report_to_a_missing_bucket_is_one_line_without_the_secret(s3: S3Bucket)
     Place.of(s3.uri("runs/scored.parquet")).put_file(GOLDEN)
     done = _cli("report", s3.uri("runs/scored.parquet"), "-o", "s3://fp-no-such-bucket/r.html")
     _one_line_error(done, 2, "fp-no-such-bucket")
+
+
+def test_the_documented_commands_run_against_a_bucket(rows: str, s3: S3Bucket, tmp_path: Path) -> None:
+    """docs/object-storage.md's commands as printed, in an activated environment, with its bucket named
+    ``bucket`` replaced by the test's: the score outputs and the report land in the bucket."""
+    commands = block("docs/object-storage.md", "bash", "s3://bucket/in/rows.parquet")
+    assert rows == s3.uri("in/rows.parquet")
+    local = tmp_path / "warehouse"
+    upload(local, write_warehouse(local), s3.uri("warehouse"))
+    done = run_shell(commands.replace("s3://bucket/", s3.uri() + "/"), tmp_path, activated(child_env()))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {*OUTPUTS, "warehouse/answer_quality_report.html"} <= set(s3.objects())
+    scored = pl.read_parquet(Place.of(s3.uri("out/scored.parquet")).read_bytes())
+    assert scored.height == 40

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -12,26 +10,27 @@ import polars as pl
 import pytest
 from dagster import DagsterEventType
 
-from tests.defs.conftest import ASSETS, REPO, SAMPLE, TABLES, make_home, sample_ids, subprocess_env
+from tests.defs.conftest import ASSETS, CALIBRATION_ASSETS, REPO, SAMPLE, TABLES, make_home, sample_ids
+from tests.doc_blocks import block, run_shell, shell_env
 
 DAY = "2026-11-25"
 
 
-def test_dg_launch_materialises_every_asset_of_a_day(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_documented_dg_launch_commands_materialise_a_day_and_calibrate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/pipeline.md's two `dg launch` lines, as printed, from the repository root (where `dg` finds the
+    project through pyproject.toml's [tool.dg]), in a temporary instance, landing and warehouse."""
+    commands = block("docs/pipeline.md", "bash", "dg launch")
+    assert f"--partition {DAY}" in commands
     home = make_home(tmp_path / "dagster_home")
     landing = tmp_path / "landing"
     shutil.copytree(SAMPLE, landing, ignore=shutil.ignore_patterns("*.py"))
     warehouse = tmp_path / "warehouse"
-    dg_cli = Path(sys.executable).parent / "dg"
-    # cwd = the repository root: `dg` finds the project through pyproject.toml's [tool.dg]
-    proc = subprocess.run(
-        [str(dg_cli), "launch", "--assets", "group:answer_quality", "--partition", DAY],
-        cwd=REPO,
-        env=subprocess_env(home, warehouse, landing),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    env = shell_env(DAGSTER_HOME=str(home), DAGSTER_TELEMETRY_DISABLED="1", FP_WAREHOUSE=str(warehouse),
+                    FP_LANDING=str(landing), FP_CALIBRATION_LABELLED=str(REPO / "sample_labelled"),
+                    PYTHONUNBUFFERED="1")  # fmt: skip
+    proc = run_shell(commands, REPO, env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     for table in TABLES:
@@ -44,9 +43,19 @@ def test_dg_launch_materialises_every_asset_of_a_day(tmp_path: Path, monkeypatch
     monkeypatch.setenv("DAGSTER_HOME", str(home))  # dagster.yaml puts the SQLite storage in $DAGSTER_HOME
     with dg.DagsterInstance.get() as instance:
         runs = instance.get_runs()
-        assert len(runs) == 1 and runs[0].status == dg.DagsterRunStatus.SUCCESS
-        assert runs[0].tags.get("dagster/partition") == DAY
-        events = instance.all_logs(runs[0].run_id)
+        assert len(runs) == 2 and all(run.status == dg.DagsterRunStatus.SUCCESS for run in runs)
+        (calibration_run,) = [run for run in runs if run.job_name == "calibrate_judge"]
+        (day_run,) = [run for run in runs if run.job_name != "calibrate_judge"]
+        assert day_run.tags.get("dagster/partition") == DAY
+        calibrated = {
+            e.dagster_event.asset_key.to_user_string()
+            for e in instance.all_logs(calibration_run.run_id)
+            if e.dagster_event
+            and e.dagster_event_type == DagsterEventType.ASSET_MATERIALIZATION
+            and e.dagster_event.asset_key
+        }
+        assert calibrated == CALIBRATION_ASSETS
+        events = instance.all_logs(day_run.run_id)
         materialized = {
             e.dagster_event.asset_key.to_user_string()
             for e in events

@@ -1,10 +1,10 @@
 """The quickstart job runner: every asset, every sample day, offline judge, then a summary and next steps
-whose commands run as printed."""
+whose commands run as printed. The demo itself runs as the README's quickstart prints it, and the commands
+the docs show for its warehouse (the tour's `score`, the report, the DuckDB query) run here too."""
 
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import re
 import signal
@@ -12,16 +12,16 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 import duckdb
+import polars as pl
 import pytest
 
-from faithfulness_pipeline.cli.demo import main
 from tests.defs.conftest import free_port, instance_yaml
+from tests.doc_blocks import REPO, block, run_shell, shell_env
 from tests.user_shell import user_env
 
 
@@ -31,27 +31,31 @@ class Demo:
     warehouse: Path
     out: str
     code: int
+    log: str
+
+
+def _quickstart_demo() -> str:
+    """The README's first quickstart command."""
+    found = [line for line in block("README.md", "bash", "faithfulness-pipeline demo").splitlines()
+             if line.endswith("faithfulness-pipeline demo")]
+    assert len(found) == 1
+    return found[0]
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    """The quickstart's demo command as printed, from a folder of its own (the sample data is found from
+    anywhere; its ./warehouse is this folder's), with a DAGSTER_HOME of the test's."""
     root = tmp_path_factory.mktemp("demo")
     home = root / "dagster_home"  # does not exist yet: the demo creates it with the repository's settings
-    warehouse = root / "warehouse"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DAGSTER_HOME", str(home))
-        mp.setenv("FP_WAREHOUSE", str(warehouse))
-        mp.setenv("FP_JUDGE_MODEL", "openai/gpt-4o-mini")  # ignored: the demo always judges offline
-        mp.delenv("FP_LANDING", raising=False)
-        mp.chdir(root)  # the sample data is found from anywhere
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            code = main()
-        yield Demo(home, warehouse, printed.getvalue(), code)
+    # FP_JUDGE_MODEL is ignored: the demo always judges offline
+    env = shell_env(DAGSTER_HOME=str(home), FP_JUDGE_MODEL="openai/gpt-4o-mini")
+    done = run_shell(_quickstart_demo(), root, env, timeout=600)
+    return Demo(home, root / "warehouse", done.stdout, done.returncode, done.stderr)
 
 
-def test_demo_scores_every_sample_row_and_says_where_the_tables_are(demo: Demo) -> None:
-    assert demo.code == 0
+def test_demo_scores_every_sample_row_and_says_where_the_tables_are(demo: Demo, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert demo.code == 0, demo.log[-3000:]
     assert (demo.home / "dagster.yaml").read_text(encoding="utf-8") == instance_yaml()
     out = demo.out
     assert ("Scored 26 rows (23 answers judged, 3 with no answer to judge) over 3 day(s) (2026-11-24 .. 2026-11-26) "
@@ -74,6 +78,7 @@ def test_demo_scores_every_sample_row_and_says_where_the_tables_are(demo: Demo) 
     finally:
         con.close()
     # the runs are recorded in the instance, so `dg dev` shows them afterwards
+    monkeypatch.setenv("DAGSTER_HOME", str(demo.home))  # dagster.yaml puts the SQLite storage in $DAGSTER_HOME
     with dg.DagsterInstance.from_config(str(demo.home)) as instance:
         runs = instance.get_runs()
     scoring_runs = [r for r in runs if r.job_name == "score_conversations"]
@@ -112,6 +117,10 @@ def _answers(url: str) -> bool:
 def test_the_ui_hint_starts_the_dagster_ui_as_printed(demo: Demo, tmp_path: Path) -> None:
     command = _hint(demo.out, "UI:")
     assert command.endswith("-p 3000") and " dagster dev" not in command
+    # The README's tour starts the same UI: its command is the hint's, with the repository's DAGSTER_HOME.
+    tour = block("README.md", "bash", "dg dev").strip().splitlines()
+    assert tour[0].startswith('export DAGSTER_HOME="$PWD/dagster_home"') and len(tour) == 2
+    assert command.startswith(f"cd {REPO} && DAGSTER_HOME=") and command.endswith(" " + tour[1])
     port = free_port()  # the printed port may be taken on a shared machine; everything else runs as printed
     proc = subprocess.Popen(["bash", "-c", command.removesuffix("3000") + str(port)], cwd=tmp_path,
                             env=_clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -131,13 +140,31 @@ def test_the_ui_hint_starts_the_dagster_ui_as_printed(demo: Demo, tmp_path: Path
                 break
 
 
-def test_the_readme_query_command_runs_as_printed(demo: Demo) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    blocks = [b for b in re.findall(r"```bash\n(.*?)```", readme, flags=re.DOTALL) if "import duckdb" in b]
-    assert len(blocks) == 1
+def test_the_documented_query_command_runs(demo: Demo) -> None:
+    command = block("docs/report.md", "bash", "import duckdb")
     # "From the repository root", whose warehouse/ is the demo's here: uv is pointed at the repository.
-    env = {**_clean_env(), "UV_PROJECT": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run(["bash", "-c", blocks[0]], cwd=demo.warehouse.parent, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    done = run_shell(command, demo.warehouse.parent, shell_env(), timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "hallucination_mean" in done.stdout and "2026-11-24" in done.stdout
+
+
+def test_the_tour_score_command_and_the_report_commands_run_as_printed(demo: Demo, tmp_path: Path) -> None:
+    """The README tour's `score` writes out/scored.parquet; docs/report.md's two `report` commands then read
+    the demo's warehouse and that table, from a folder laid out like the repository root."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "sample_data").symlink_to(REPO / "sample_data")
+    (root / "warehouse").symlink_to(demo.warehouse)
+    scored = run_shell(block("README.md", "bash", "--mastra-out out/mastra.jsonl"), root, shell_env())
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    table = pl.read_parquet(root / "out" / "scored.parquet")
+    assert table.height == 26 and set(table.get_column("judge_model")) == {"offline-lexical-v1"}
+    assert pl.read_parquet(root / "out" / "claims.parquet").height > 0 and (root / "out" / "mastra.jsonl").is_file()
+    commands = block("docs/report.md", "bash", "report warehouse").strip().splitlines()
+    assert len(commands) == 2
+    for command, says in zip(commands, ("26 answers over 2026-11-24 .. 2026-11-26", "26 answers"), strict=True):
+        report = root / "report.html"
+        report.unlink(missing_ok=True)
+        done = run_shell(command, root, shell_env())
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert says in done.stderr and report.is_file(), done.stderr[-2000:]

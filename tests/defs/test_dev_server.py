@@ -1,8 +1,8 @@
 """`dagster dev` on 127.0.0.1 answers GraphQL, and a backfill runs in parallel processes within the pool.
 
 One `dagster dev` (webserver + daemon) serves both tests: it starts from the repository root with a
-temporary DAGSTER_HOME holding the repository's dagster.yaml. The README's `dg dev` is started by
-tests/defs/test_demo.py; here the older command stays, because the backfill below is submitted with
+temporary DAGSTER_HOME holding the repository's dagster.yaml. The `dg dev` of the README's tour is started
+by tests/defs/test_demo.py; here the older command stays, because the backfill below is submitted with
 `dagster job backfill -m faithfulness_pipeline.definitions`, and under `dg dev` (whose code location is named
 after the project folder) the daemon did not launch that backfill's runs within the test's 180 s.
 """

@@ -13,6 +13,7 @@ import polars as pl
 from polars.testing import assert_frame_equal
 
 from tests.defs.conftest import ASSETS, DAYS, TABLES, Built, Lake, copy_lake, sample_ids
+from tests.doc_blocks import block
 
 
 def test_every_asset_and_check_succeeds_for_every_day(built: Built) -> None:
@@ -240,10 +241,8 @@ def test_a_day_without_conversations_gives_empty_tables_with_their_schemas(built
     assert {"row_key", "hallucination_score", "faithfulness_score", "status", "verdicts"} <= set(scored.columns)
 
 
-def test_the_readmes_bi_queries_run(built: Built) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### BI access", 1)[1].split("\n### ", 1)[0]
-    sql = section.split("```sql", 1)[1].split("```", 1)[0]
+def test_the_documented_bi_queries_run(built: Built) -> None:
+    sql = block("docs/report.md", "sql", "daily_answer_quality")
     statements = [s for s in sql.split(";") if any(line.strip() and not line.strip().startswith("--")
                                                     for line in s.splitlines())]
     assert len(statements) == 6

@@ -206,8 +206,9 @@ def _machine(world: World, name: str, server: FakeLLMServer, tmp: Path, shards: 
 
 @contextlib.contextmanager
 def _instance(world: World, monkeypatch: pytest.MonkeyPatch) -> Iterator[dg.DagsterInstance]:
-    """The shared instance, set up as the README's recipe says (``dagster instance migrate``, then the
-    pool's limit set in the instance), and seen as the test (an operator) sees it."""
+    """The shared instance, set up as docs/scaling-out.md's recipe says (``dagster instance migrate``, then
+    the pool's limit set in the instance: :func:`tests.defs.pg_instance.set_up_instance` runs the page's
+    commands), and seen as the test (an operator) sees it."""
     home = postgres_home(world.root / "operator")
     set_up_instance(home, world.dagster_url, child_env())
     monkeypatch.setenv("FP_DAGSTER_PG_URL", world.dagster_url)

@@ -41,7 +41,7 @@ OFFLINE_PROMPT_VERSION = "offline-lexical-1"
 OFFLINE_FALLBACK_NOTE = (
     "scored by the offline baseline judge (lexical rules, no LLM) because no model is set (--model / "
     "FP_JUDGE_MODEL); it agrees with human labels only as a baseline (balanced accuracy about 0.6 on rows its "
-    "rules were not fitted to; README, 'The offline baseline'): set a model for the product's scores"
+    "rules were not fitted to; docs/judges.md, 'The offline baseline'): set a model for the product's scores"
 )
 
 #: Items handled between progress reports and event-loop yields; also the piece of a batch that

@@ -1,0 +1,233 @@
+"""Every command and code block the README and the docs pages show is run by a test.
+
+``RUN_BY`` names, for each block, the test that runs it as printed; a new block without an entry fails
+here, and so does an entry whose test is gone or no longer reads that page. The blocks no other test file
+is the natural home for are run below: a real model's commands and batch mode against the fake
+OpenAI-compatible server (the one change: ``FP_JUDGE_API_BASE`` points there), calibration, and the
+scaling-out recipe's variables and executor snippets (dagster-k8s and dagster-aws are not installed here:
+stand-ins take their place, and the snippets must build the definitions with them).
+
+Not covered: the commands inside ``BENCHMARKS.md``, which the benchmarks page includes. They are how its
+numbers were measured (``bench/``, minutes each); ``bench/run_all.py`` runs them.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from faithfulness_pipeline.defs import DefsSettings
+from faithfulness_pipeline.settings.derive import settings
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
+from tests.doc_blocks import REPO, RUNNABLE, block, code_blocks, exported, run_shell, shell_env
+
+PAGES = ["README.md", *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md"))]
+THIS = "tests/docs/test_commands.py"
+
+#: (page, language, a text only that block of the page holds) -> the tests that run it.
+RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
+    ("README.md", "bash", "faithfulness-pipeline demo"): (
+        "tests/defs/test_demo.py::test_demo_scores_every_sample_row_and_says_where_the_tables_are",
+        f"{THIS}::test_ci_runs_the_readme_test_command",
+    ),
+    ("README.md", "bash", "--mastra-out out/mastra.jsonl"): (
+        "tests/defs/test_demo.py::test_the_tour_score_command_and_the_report_commands_run_as_printed",
+    ),
+    ("README.md", "bash", "faithfulness_pipeline.testing.fakellm"): (
+        "tests/test_api.py::test_the_readme_command_tries_the_llm_path_without_a_key",
+    ),
+    ("README.md", "python", "make_judge("): (
+        "tests/test_api.py::test_the_readme_snippet_builds_the_litellm_judge_and_scores",
+    ),
+    ("README.md", "bash", "dg dev"): ("tests/defs/test_demo.py::test_the_ui_hint_starts_the_dagster_ui_as_printed",),
+    ("docs/calibration.md", "bash", "-o out/calibration.parquet"): (
+        f"{THIS}::test_the_calibration_commands_run_as_printed",
+    ),
+    ("docs/calibration.md", "bash", "--scored out/offline.parquet"): (
+        f"{THIS}::test_the_calibration_commands_run_as_printed",
+    ),
+    ("docs/judges.md", "bash", "export OPENAI_API_KEY"): (f"{THIS}::test_a_real_models_commands_run_as_printed",),
+    ("docs/store-and-batch.md", "bash", "--batch"): (f"{THIS}::test_the_batch_command_runs_as_printed",),
+    ("docs/object-storage.md", "bash", "s3://bucket/in/rows.parquet"): (
+        "tests/cli/test_object_store.py::test_the_documented_commands_run_against_a_bucket",
+    ),
+    ("docs/pipeline.md", "bash", "dg launch"): (
+        "tests/defs/test_cli.py::test_the_documented_dg_launch_commands_materialise_a_day_and_calibrate",
+    ),
+    ("docs/report.md", "bash", "report warehouse"): (
+        "tests/defs/test_demo.py::test_the_tour_score_command_and_the_report_commands_run_as_printed",
+    ),
+    ("docs/report.md", "bash", "import duckdb"): ("tests/defs/test_demo.py::test_the_documented_query_command_runs",),
+    ("docs/report.md", "sql", "daily_answer_quality"): ("tests/defs/test_materialize.py::test_the_documented_bi_queries_run",),
+    ("docs/scaling-out.md", "bash", "dagster instance migrate"): (
+        "tests/defs/test_postgres_instance.py::test_two_machines_reaching_the_pool_at_once_on_a_new_instance_both_get_a_slot",
+        "tests/reliability/test_two_machines.py::test_two_machines_backfill_four_days_at_once_within_the_pool_paying_each_item_once",
+    ),
+    ("docs/scaling-out.md", "bash", 'DAGSTER_HOME="$PWD/dagster_home/postgres"'): (
+        f"{THIS}::test_the_scaling_out_variables_are_what_the_code_location_and_the_instance_read",
+    ),
+    ("docs/scaling-out.md", "bash", "FP_JUDGE_SHARDS=8"): (
+        f"{THIS}::test_the_scaling_out_variables_are_what_the_code_location_and_the_instance_read",
+    ),
+    ("docs/scaling-out.md", "python", "from dagster_k8s import"): (
+        f"{THIS}::test_the_executor_snippets_build_the_definitions",
+    ),
+    ("docs/scaling-out.md", "python", "S3PickleIOManager"): (
+        f"{THIS}::test_the_executor_snippets_build_the_definitions",
+    ),
+}
+
+
+def _imported_helpers(test_file: Path) -> list[Path]:
+    """The modules of tests/ that ``test_file`` imports from (where a test reads its block through them)."""
+    tree = ast.parse(test_file.read_text(encoding="utf-8"))
+    names = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module]
+    return [REPO / (name.replace(".", "/") + ".py") for name in names if name.startswith("tests.")]
+
+
+def test_every_block_is_run_by_a_named_test_that_reads_its_page() -> None:
+    seen: set[tuple[str, str, str]] = set()
+    for page in PAGES:
+        for lang, code in code_blocks(page):
+            assert lang, f"{page}: a code block without a language (`text` for diagrams and synopses)"
+            if lang not in RUNNABLE:
+                continue
+            keys = [key for key in RUN_BY if key[:2] == (page, lang) and key[2] in code]
+            assert len(keys) == 1, f"{page}: no test (or several) named in RUN_BY for the {lang} block:\n{code}"
+            seen.add(keys[0])
+    assert seen == set(RUN_BY), f"RUN_BY names blocks that are gone: {set(RUN_BY) - seen}"
+    for (page, _, _), tests in RUN_BY.items():
+        for test in tests:
+            path, _, name = test.partition("::")
+            source = REPO / path
+            assert re.search(rf"^def {re.escape(name)}\(", source.read_text(encoding="utf-8"), re.MULTILINE), test
+            readers = [source, *_imported_helpers(source)]
+            assert any(page in p.read_text(encoding="utf-8") for p in readers if p.is_file()), (
+                f"{test} does not read {page}"
+            )
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """The quickstart's second command is the suite itself: .ci/run runs it (pytest cannot run itself)."""
+    quickstart = block("README.md", "bash", "faithfulness-pipeline demo")
+    command = quickstart.strip().splitlines()[-1]
+    assert command == "python3 -m pip install -q uv && UV_PYTHON_DOWNLOADS=never python3 -m uv run --frozen pytest"
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert "export UV_PYTHON_DOWNLOADS=never" in ci
+    assert any(line.startswith("python3 -m pip install") and line.endswith(" uv") for line in ci)
+    assert ci[-1] == "python3 -m uv run --frozen pytest"
+
+
+# ------------------------------------------------------------------------------------- run as printed
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A folder laid out like the repository root for the commands: the sample data, the labelled rows."""
+    for name in ("sample_data", "sample_labelled"):
+        (tmp_path / name).symlink_to(REPO / name)
+    return tmp_path
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    # "..." is the key the page exports: the fake server accepts exactly that.
+    with FakeLLMServer(ScriptedJudge(grounded=True), api_key="...") as running:
+        yield running
+
+
+def test_a_real_models_commands_run_as_printed(root: Path, server: FakeLLMServer) -> None:
+    commands = block("docs/judges.md", "bash", "export OPENAI_API_KEY")
+    done = run_shell(commands, root, shell_env(FP_JUDGE_API_BASE=server.base_url))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert server.stats().requests > 0
+    scored = pl.read_parquet(root / "out" / "scored.parquet")
+    assert set(scored.get_column("status")) == {"ok"}
+    assert set(scored.get_column("judge_model")) == {"openai/gpt-4o-mini"}
+    assert (root / "out" / "judge.sqlite").is_file()
+
+
+def test_the_batch_command_runs_as_printed(root: Path, server: FakeLLMServer) -> None:
+    command = block("docs/store-and-batch.md", "bash", "--batch")
+    env = shell_env(FP_JUDGE_API_BASE=server.base_url, OPENAI_API_KEY="...", FP_JUDGE_BATCH_POLL_S="0.05")
+    done = run_shell(command, root, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "batch" in done.stderr
+    scored = pl.read_parquet(root / "out" / "scored.parquet")
+    assert scored.height > 0 and set(scored.get_column("status")) == {"ok"}
+    assert server.stats().requests == 0  # every request went through the Batch API, none interactively
+
+
+def test_the_calibration_commands_run_as_printed(root: Path) -> None:
+    for needle in ("-o out/calibration.parquet", "--scored out/offline.parquet"):
+        done = run_shell(block("docs/calibration.md", "bash", needle), root, shell_env())
+        assert done.returncode == 0, done.stderr[-3000:]
+    one = pl.read_parquet(root / "out" / "calibration.parquet")
+    assert set(one.get_column("judge")) == {"offline-lexical-v1"}
+    both = pl.read_parquet(root / "out" / "both.parquet")
+    assert both.filter(pl.col("group_by") == "all").get_column("judge").to_list() == [
+        "offline-lexical-v1", "openai/fake-judge"]
+    assert (root / "out" / "disagree.parquet").is_file()
+
+
+def test_the_scaling_out_variables_are_what_the_code_location_and_the_instance_read() -> None:
+    known = {s.env for s in settings()}
+    instance_yaml = (REPO / "dagster_home" / "postgres" / "dagster.yaml").read_text(encoding="utf-8")
+    for needle in ('DAGSTER_HOME="$PWD/dagster_home/postgres"', "FP_JUDGE_SHARDS=8"):
+        variables = exported(block("docs/scaling-out.md", "bash", needle))
+        assert variables
+        for name in variables:
+            assert name in known or name == "DAGSTER_HOME" or name in instance_yaml, name
+        if "DAGSTER_HOME" in variables:
+            # $PWD is the repository root in the recipe: the instance file the repository ships
+            assert variables["DAGSTER_HOME"].endswith("/dagster_home/postgres")
+            assert (REPO / "dagster_home" / "postgres" / "dagster.yaml").is_file()
+        # the code location takes them as they are (nothing is contacted: URLs are only read)
+        fp = {k: v for k, v in variables.items() if k in known}
+        defs_settings = DefsSettings.from_env(fp)
+        if "FP_JUDGE_SHARDS" in fp:
+            assert defs_settings.judge.shards == 8
+            assert defs_settings.warehouse.root == "s3://answers/warehouse"
+        assert defs_settings.judge.store == fp["FP_JUDGE_STORE"]
+
+
+def test_the_executor_snippets_build_the_definitions(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Stand-ins for the packages the snippets name: an executor with the k8s executor's `configured`, and an
+    # IO manager built from the same arguments as dagster-aws's.
+    k8s = types.ModuleType("dagster_k8s")
+    k8s.k8s_job_executor = dg.multiprocess_executor  # type: ignore[attr-defined]
+    aws = types.ModuleType("dagster_aws")
+    aws_s3 = types.ModuleType("dagster_aws.s3")
+    made: dict[str, object] = {}
+
+    class S3Resource:
+        """What the IO manager would sign its requests with."""
+
+    def s3_pickle_io_manager(s3_resource: S3Resource, s3_bucket: str) -> dg.InMemoryIOManager:
+        made.update(resource=s3_resource, bucket=s3_bucket)
+        return dg.InMemoryIOManager()
+
+    aws_s3.S3PickleIOManager = s3_pickle_io_manager  # type: ignore[attr-defined]
+    aws_s3.S3Resource = S3Resource  # type: ignore[attr-defined]
+    for name, module in (("dagster_k8s", k8s), ("dagster_aws", aws), ("dagster_aws.s3", aws_s3)):
+        monkeypatch.setitem(sys.modules, name, module)
+    namespace: dict[str, object] = {}
+    exec(block("docs/scaling-out.md", "python", "from dagster_k8s import"), namespace)
+    first = namespace["defs"]
+    assert isinstance(first, dg.Definitions)
+    exec(block("docs/scaling-out.md", "python", "S3PickleIOManager"), namespace)  # the same code location, grown
+    second = namespace["defs"]
+    assert isinstance(second, dg.Definitions) and second is not first
+    assert made["bucket"] == "answers" and isinstance(made["resource"], S3Resource)
+    for defs in (first, second):
+        job = defs.resolve_job_def("score_conversations")
+        assert job.executor_def.name == dg.multiprocess_executor.name
