@@ -57,6 +57,9 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ),
     ("docs/judges.md", "bash", "export OPENAI_API_KEY"): (f"{THIS}::test_a_real_models_commands_run_as_printed",),
     ("docs/store-and-batch.md", "bash", "--batch"): (f"{THIS}::test_the_batch_command_runs_as_printed",),
+    ("docs/self-hosted.md", "bash", "--served-as llama.cpp"): (
+        f"{THIS}::test_the_self_hosted_try_runs_as_printed",
+    ),
     ("docs/object-storage.md", "bash", "s3://bucket/in/rows.parquet"): (
         "tests/cli/test_object_store.py::test_the_documented_commands_run_against_a_bucket",
     ),
@@ -165,6 +168,17 @@ def test_the_batch_command_runs_as_printed(root: Path, server: FakeLLMServer) ->
     scored = pl.read_parquet(root / "out" / "scored.parquet")
     assert scored.height > 0 and set(scored.get_column("status")) == {"ok"}
     assert server.stats().requests == 0  # every request went through the Batch API, none interactively
+
+
+def test_the_self_hosted_try_runs_as_printed(root: Path) -> None:
+    """The page's keyless try: the fake server playing a llama.cpp server that refuses the schema. The run
+    steps down once and packs to the window the server reports, both said in the summary."""
+    done = run_shell(block("docs/self-hosted.md", "bash", "--served-as llama.cpp"), root, shell_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    scored = pl.read_parquet(root / "out" / "self-hosted.parquet")
+    assert scored.height > 0 and set(scored.get_column("status")) == {"ok"}
+    assert "json_object" in done.stderr or "JSON mode" in done.stderr, done.stderr[-3000:]
+    assert "2048 tokens" in done.stderr, done.stderr[-3000:]
 
 
 def test_the_calibration_commands_run_as_printed(root: Path) -> None:
