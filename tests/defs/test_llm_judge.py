@@ -181,19 +181,24 @@ def test_a_day_in_four_shards_scores_and_bills_as_one_step(
     assert tables[4].equals(tables[1])
 
 
+def _judge_sample_day(srv: FakeLLMServer, tmp_path: Path, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+    """The sample landing's day, every answer_quality asset and check, judged by ``srv``."""
+    settings = DefsSettings.from_env({
+        "FP_JUDGE_MODEL": "openai/fake-judge", "FP_JUDGE_API_BASE": srv.base_url, "FP_JUDGE_API_KEY_ENV": KEY_ENV,
+        "FP_LANDING": str(SAMPLE), "FP_WAREHOUSE": str(tmp_path / "warehouse"),
+    })
+    defs = build_defs(settings)
+    return dg.materialize([*(defs.assets or []), *(defs.asset_checks or [])], partition_key=DAY,  # type: ignore[arg-type]
+                          instance=instance, resources=defs.resources,
+                          selection=dg.AssetSelection.groups("answer_quality"))
+
+
 def test_a_day_whose_judge_extracts_nothing_warns_on_the_scored_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instance: dg.DagsterInstance
 ) -> None:
     monkeypatch.setenv(KEY_ENV, CANARY)
     with FakeLLMServer(ScriptedResponder(extracts_nothing=True)) as srv:
-        settings = DefsSettings.from_env({
-            "FP_JUDGE_MODEL": "openai/fake-judge", "FP_JUDGE_API_BASE": srv.base_url, "FP_JUDGE_API_KEY_ENV": KEY_ENV,
-            "FP_LANDING": str(SAMPLE), "FP_WAREHOUSE": str(tmp_path / "warehouse"),
-        })
-        defs = build_defs(settings)
-        result = dg.materialize([*(defs.assets or []), *(defs.asset_checks or [])], partition_key=DAY,  # type: ignore[arg-type]
-                                instance=instance, resources=defs.resources,
-                                selection=dg.AssetSelection.groups("answer_quality"))
+        result = _judge_sample_day(srv, tmp_path, instance)
     assert result.success  # a warning, not a failed run: the scores are still written
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
     found = evaluations["claims_found"]
@@ -213,14 +218,7 @@ def test_a_day_judged_by_a_self_hosted_server_says_what_it_learnt_of_the_server(
     monkeypatch.setenv(KEY_ENV, CANARY)
     limits = ServedLimits("llama.cpp", 4096, slots=4)
     with FakeLLMServer(ScriptedResponder(), refuse_formats=["json_schema"], limits=limits) as srv:
-        settings = DefsSettings.from_env({
-            "FP_JUDGE_MODEL": "openai/fake-judge", "FP_JUDGE_API_BASE": srv.base_url, "FP_JUDGE_API_KEY_ENV": KEY_ENV,
-            "FP_LANDING": str(SAMPLE), "FP_WAREHOUSE": str(tmp_path / "warehouse"),
-        })
-        defs = build_defs(settings)
-        result = dg.materialize([*(defs.assets or []), *(defs.asset_checks or [])], partition_key=DAY,  # type: ignore[arg-type]
-                                instance=instance, resources=defs.resources,
-                                selection=dg.AssetSelection.groups("answer_quality"))
+        result = _judge_sample_day(srv, tmp_path, instance)
         st = srv.stats()
     assert result.success
     assert st.by_outcome["format_refused"] == 1 and "context_exceeded" not in st.by_outcome
