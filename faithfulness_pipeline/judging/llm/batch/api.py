@@ -1,7 +1,11 @@
 """The provider's Files and Batches endpoints, through litellm: the only place the batch judge calls out.
 
 Each call is one HTTP request with a timeout; what goes wrong becomes a :class:`BatchAPIError` whose
-text has the API key scrubbed out. Creating a batch is retried on 429 (providers cap how many batches
+text has the API key scrubbed out. The calls are litellm's synchronous ones, each on a worker thread:
+litellm builds the client of its asynchronous file and batch calls on an executor thread, where no event
+loop runs, so those clients are not tied to a loop, and a later run (a new ``asyncio.run``) could get
+connections of a closed loop and wait on them until the call's timeout (seen as a 600 s stall in CI).
+Synchronous clients belong to no loop. Creating a batch is retried on 429 (providers cap how many batches
 are queued at once); every other call is left to the caller's polling loop, which simply looks again.
 """
 
@@ -84,6 +88,10 @@ class BatchAPI:
         self._redact = redact
         self._sleep = sleep
 
+    async def _litellm(self, call: str, **arguments: Any) -> Any:
+        """litellm's synchronous ``call`` on a worker thread (see the module's docstring)."""
+        return await asyncio.to_thread(getattr(import_litellm(), call), **arguments, **self._kwargs())
+
     def _kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"custom_llm_provider": self.provider, "timeout": CALL_TIMEOUT_S}
         if self.api_base:
@@ -106,7 +114,7 @@ class BatchAPI:
 
     async def upload(self, data: bytes, name: str) -> str:
         try:
-            created = await import_litellm().acreate_file(file=(name, data), purpose="batch", **self._kwargs())
+            created = await self._litellm("create_file", file=(name, data), purpose="batch")
         except Exception as exc:
             raise self._failure("uploading the batch input file", exc) from None
         return str(created.id)
@@ -115,12 +123,11 @@ class BatchAPI:
         """A batch over an uploaded file, tagged so that a run that lost its id finds it (:meth:`find`)."""
         import openai
 
-        litellm = import_litellm()
         for attempt in range(1, CREATE_TRIES + 1):
             try:
-                batch = await litellm.acreate_batch(
-                    completion_window="24h", endpoint="/v1/chat/completions", input_file_id=input_file_id,
-                    metadata={"fp_submission": tag}, **self._kwargs(),
+                batch = await self._litellm(
+                    "create_batch", completion_window="24h", endpoint="/v1/chat/completions",
+                    input_file_id=input_file_id, metadata={"fp_submission": tag},
                 )
                 return _view(batch)
             except openai.RateLimitError as exc:
@@ -141,13 +148,13 @@ class BatchAPI:
 
     async def retrieve(self, batch_id: str) -> BatchView:
         try:
-            return _view(await import_litellm().aretrieve_batch(batch_id=batch_id, **self._kwargs()))
+            return _view(await self._litellm("retrieve_batch", batch_id=batch_id))
         except Exception as exc:
             raise self._failure(f"looking at batch {batch_id}", exc) from None
 
     async def content(self, file_id: str) -> bytes:
         try:
-            response = await import_litellm().afile_content(file_id=file_id, **self._kwargs())
+            response = await self._litellm("file_content", file_id=file_id)
         except Exception as exc:
             raise self._failure(f"reading file {file_id}", exc) from None
         data = getattr(response, "content", response)
@@ -156,7 +163,7 @@ class BatchAPI:
     async def find(self, tag: str) -> BatchView | None:
         """The batch created with submission ``tag``, if the provider lists it (None: it was never created)."""
         try:
-            page = await import_litellm().alist_batches(limit=100, **self._kwargs())
+            page = await self._litellm("list_batches", limit=100)
         except Exception as exc:
             raise self._failure("listing batches", exc) from None
         for batch in getattr(page, "data", None) or []:
@@ -167,7 +174,7 @@ class BatchAPI:
 
     async def cancel(self, batch_id: str) -> None:
         try:
-            await import_litellm().acancel_batch(batch_id=batch_id, **self._kwargs())
+            await self._litellm("cancel_batch", batch_id=batch_id)
         except Exception as exc:
             raise self._failure(f"cancelling batch {batch_id}", exc) from None
 
