@@ -1,4 +1,4 @@
-"""Fault soak: 20,000 answers through the CLI and through ``dg launch`` against a fake server that fails
+"""Fault soak: 10,000 answers through the CLI and through ``dg launch`` against a fake server that fails
 half of all requests (30 % 429s, half with and half without Retry-After, 10 % 5xx, 10 % malformed or
 truncated JSON, 2 % hangs past the timeout). No row is lost, every failed row says why, every ok row
 equals the fault-free run, and the CLI's memory does not grow with the rows it has done.
@@ -41,7 +41,8 @@ from tests.reliability.support import (
 
 pytestmark = [pytest.mark.soak, pytest.mark.timeout(900)]
 
-ROWS = 20_000
+ROWS = 10_000
+CHUNK_ROWS = ROWS // 4  # four chunks, so that per-chunk growth would show across the soak
 KEY = "sk-soak-3b9f1c7d2e8a4f60"
 TIMEOUT_S = "0.4"  # every hang costs one timeout; the fake server answers in milliseconds
 BACKOFF = {"FP_JUDGE_BACKOFF_BASE_S": "0.01", "FP_JUDGE_BACKOFF_MAX_S": "0.2"}
@@ -108,8 +109,7 @@ def soak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Soak]:
         env = child_env(**{KEY_ENV: KEY})
         reference = _start(cli_command(clean, src, root / "reference.parquet", "--quiet"), env, root / "reference.log")
         faulty = _start(
-            # Chunks of 5,000 rows: four of them, so that per-chunk growth would show across the soak.
-            cli_command(cli_server, src, root / "cli.parquet", "--timeout", TIMEOUT_S, "--chunk-rows", "5000"),
+            cli_command(cli_server, src, root / "cli.parquet", "--timeout", TIMEOUT_S, "--chunk-rows", str(CHUNK_ROWS)),
             child_env(**{KEY_ENV: KEY}, **BACKOFF),
             root / "cli.log",
         )
@@ -197,14 +197,14 @@ def test_cli_memory_stays_flat_across_the_soak(soak: Soak) -> None:
     late = [mb for _, p, mb in series if p >= 2 * total / 3]
     assert first and middle and late, "too few samples"
     print(f"cli peak RSS: first third {max(first):.0f} MB, middle {max(middle):.0f} MB, last {max(late):.0f} MB")
-    # Four chunks of 5,000 rows stream through: a leak of per-row state would grow by chunk.
+    # Four chunks stream through: a leak of per-row state would grow by chunk.
     # The first chunk runs alone; from the second on the pipeline keeps two in flight (it overlaps them),
     # so the steady state, and the baseline, starts in the middle third.
     assert max(late) <= 1.15 * max(middle), (max(first), max(middle), max(late))
     assert max(late) <= 1.5 * max(first), (max(first), max(middle), max(late))
 
 
-def test_dagster_steps_stay_well_under_a_gigabyte_for_a_20k_row_day(soak: Soak) -> None:
+def test_dagster_steps_stay_well_under_a_gigabyte_for_a_10k_row_day(soak: Soak) -> None:
     """A Dagster step holds its day's partition (not streamed): bounded by the day, far from a blow-up."""
     peaks = soak.dagster_memory.peak_mb_per_process()
     print("dagster peak RSS per process (MB):", sorted((round(v) for v in peaks.values() if v > 50), reverse=True))
