@@ -30,6 +30,14 @@ FRAME = pl.DataFrame({
 })
 
 
+def test_each_call_is_one_scoring_run_that_every_row_names() -> None:
+    first, second = score_frame(FRAME), score_frame(FRAME)
+    ids = [set(frame.get_column("scoring_run_id")) for frame in (first, second)]
+    assert all(len(one) == 1 and re.fullmatch(r"[0-9a-f]{32}", next(iter(one))) for one in ids), ids
+    assert ids[0] != ids[1]  # a warehouse join tells the two scorings of the same rows apart
+    assert first.drop("scoring_run_id", "scored_at").equals(second.drop("scoring_run_id", "scored_at"))
+
+
 def test_score_frame_works_inside_a_running_event_loop_like_a_notebook() -> None:
     expected = score_frame(FRAME)
 

@@ -37,7 +37,7 @@ from faithfulness_pipeline.core.io import (
 )
 from faithfulness_pipeline.core.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
-from faithfulness_pipeline.core.pipeline import check_inputs, score_chunks, scored_schema, spilled_rows
+from faithfulness_pipeline.core.pipeline import check_inputs, new_run_id, score_chunks, scored_schema, spilled_rows
 from faithfulness_pipeline.judging.dryrun import estimate_cost
 from faithfulness_pipeline.judging.factory import check_key, make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
@@ -117,7 +117,7 @@ async def _run(
             text = config.columns.key_columns()
             with spilled_rows(lambda: iter_chunks(paths, config.chunk_rows, text), config) as rows:
                 await judge.prepay(rows)
-            async for chunk in score_chunks(chunks, judge.judging(), config, progress):
+            async for chunk in score_chunks(chunks, judge.judging(), config, progress, run_id=summary.run_id):
                 wrote_any = True
                 scored = conform(chunk, out_schema)  # files of other shapes or columns: one table
                 summary.add(scored)
@@ -225,7 +225,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
             progress = Progress(total, enabled=not quiet)
             summary = Summary(model_column=scoring.model_column, answer_column=scoring.output_column,
-                              threshold=scoring.hallucination_threshold)
+                              threshold=scoring.hallucination_threshold, run_id=new_run_id())
             try:
                 given = {option: path for option, path in outputs.items() if path}
                 asyncio.run(_run(paths, chunks, out_schema, judge, config, given, progress, summary))

@@ -19,6 +19,7 @@ class Summary:
     model_column: str = "model"  # per-model lines when the input has this column
     answer_column: str = "output"  # the judged answer (chat input gets it too), for the no-claims warning
     threshold: float = 0.5  # hallucination scores above it count as hallucinating
+    run_id: str = ""  # the scoring_run_id of every row of the run
     rows: int = 0
     ok: int = 0
     errors: int = 0
@@ -110,6 +111,8 @@ class Summary:
         if (claimless := self.claimless.warning(max_zero_claim_share)) is not None:
             lines.append(f"  warning: {claimless}")
         lines += [f"  error: {e}" for e in self.first_errors]
+        if self.run_id:
+            lines.append(f"  scoring run: {self.run_id} (the scoring_run_id of every row)")
         lines += [f"  wrote {path}" for path in outputs]
         return "\n".join(lines)
 

@@ -30,6 +30,7 @@ _SCORED = {
     "judge_model": "The judge that produced the claims and verdicts (offline-lexical-v1 = the offline baseline).",
     "prompt_version": "Version of the judge's prompts.",
     "scored_at": "When the row was scored (UTC).",
+    "scoring_run_id": "The run that scored the row: the Dagster run id, or the id a CLI run prints in its summary.",
     "llm_calls": "This row's share of the LLM requests that produced its result (fractional: requests are packed).",
     "prompt_tokens": "This row's share of the prompt tokens that produced its result.",
     "completion_tokens": "This row's share of the completion tokens that produced its result.",

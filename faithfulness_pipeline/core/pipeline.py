@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -36,6 +37,7 @@ def score_step(
     judge_model: str,
     prompt_version: str,
     scored_at: datetime | None = None,
+    scoring_run_id: str | None = None,
 ) -> pl.DataFrame:
     """The scored table (SPEC §4) from the output of :func:`verdict_step`: passthrough columns, then ours."""
     scored_at = scored_at or datetime.now(UTC)
@@ -48,6 +50,7 @@ def score_step(
         pl.lit(judge_model, dtype=pl.String).alias("judge_model"),
         pl.lit(prompt_version, dtype=pl.String).alias("prompt_version"),
         pl.lit(scored_at, dtype=pl.Datetime("us", "UTC")).alias("scored_at"),
+        pl.lit(scoring_run_id, dtype=pl.String).alias(S.SCORING_RUN_ID),
     )
     ours = set(S.SCORED_COLUMNS) | set(S.INTERNAL_COLUMNS)
     passthrough = [c for c in df.columns if c not in ours]
@@ -88,13 +91,21 @@ def scored_schema(schemas: Sequence[tuple[str, Mapping[str, pl.DataType]]], conf
     return union_schema(per_file, trailing=list(S.SCORED_COLUMNS))
 
 
+def new_run_id() -> str:
+    """A scoring run's id where no orchestrator names the run: random, 32 hex digits like a Dagster run id's."""
+    return uuid.uuid4().hex
+
+
 async def score_chunks(
     chunks: Iterable[pl.DataFrame],
     judging: Judging | Judge,
     config: ScoringConfig,
     progress: RowProgress | None = None,
+    run_id: str | None = None,
 ) -> AsyncIterator[pl.DataFrame]:
     """Scores an input stream chunk by chunk; keys are checked for duplicates across the whole stream.
+
+    Every row gets ``run_id`` as its ``scoring_run_id`` (a new id when None: one per stream).
 
     With calls that overlap (``Judging.overlap_rows``), the next chunk is prepared and its calls start
     while the current one is finishing: two chunks in flight at most, yielded in input order. A judge that
@@ -104,13 +115,14 @@ async def score_chunks(
     judge = judging.judge
     registry = KeyRegistry()
     scored_at = datetime.now(UTC)
+    run_id = run_id or new_run_id()
     overlap = judging.overlap_rows is not None
     stream = iter(chunks)
 
     def scored(df: pl.DataFrame) -> pl.DataFrame:
         return score_step(
             summed_usage(df), config, judge_model=judge.model_name, prompt_version=judge.prompt_version,
-            scored_at=scored_at,
+            scored_at=scored_at, scoring_run_id=run_id,
         )
 
     def next_prepared() -> pl.DataFrame | None:

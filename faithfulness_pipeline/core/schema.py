@@ -50,6 +50,9 @@ USAGE_SCHEMA: dict[str, pl.DataType] = {
     "cost_usd": pl.Float64(),
 }
 #: Where the row's result came from (``core.port.ResultSource``) and what this run paid for it.
+#: The run that scored a row (a Dagster run id, or the id a CLI run or a ``score_frame`` call made and the
+#: CLI prints), so a warehouse join can tell two scorings of one answer apart.
+SCORING_RUN_ID = "scoring_run_id"
 RESULT_SOURCE = "result_source"
 BILLED_COLUMNS = tuple(f"billed_{c}" for c in USAGE_COLUMNS)
 BILLED_SCHEMA: dict[str, pl.DataType] = {f"billed_{n}": d for n, d in USAGE_SCHEMA.items()}
@@ -74,13 +77,14 @@ SCORED_COLUMNS: dict[str, pl.DataType] = {
     "judge_model": pl.String(),
     "prompt_version": pl.String(),
     "scored_at": pl.Datetime("us", "UTC"),
+    SCORING_RUN_ID: pl.String(),
     **USAGE_SCHEMA,
     RESULT_SOURCE: pl.String(),
     **BILLED_SCHEMA,
 }
 
 #: Columns that describe the run rather than the result: two runs of the same rows differ in them alone.
-RUN_COLUMNS = ("scored_at", RESULT_SOURCE, *BILLED_COLUMNS)
+RUN_COLUMNS = ("scored_at", SCORING_RUN_ID, RESULT_SOURCE, *BILLED_COLUMNS)
 
 #: One row per claim (the claim table), keyed by the scored row's key.
 CLAIM_TABLE_SCHEMA: dict[str, pl.DataType] = {

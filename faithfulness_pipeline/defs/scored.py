@@ -68,7 +68,7 @@ def scored_assets(
         day = context.partition_key
         config = scoring.config()
         model, prompt = judge.identity()
-        written = write_scored(warehouse, day, scoring, model, prompt)
+        written = write_scored(warehouse, day, scoring, model, prompt, context.run_id)
         scan = warehouse.scan(SCORED, [day])
         metadata = {**table_metadata(written, SCORED, warehouse.rows(SCORED, day)),
                     **scored_metadata(scan, scale=config.scale, answer_column=config.columns.output)}
@@ -171,9 +171,10 @@ def _judged_chunks(warehouse: WarehouseResource, day: str, rows: int) -> Iterato
 
 
 def write_scored(
-    warehouse: WarehouseResource, day: str, scoring: ScoringResource, model: str, prompt: str
+    warehouse: WarehouseResource, day: str, scoring: ScoringResource, model: str, prompt: str, run_id: str
 ) -> pl.Schema:
-    """Scores the day chunk by chunk into scored_conversations; the schema written."""
+    """Scores the day chunk by chunk into scored_conversations (``run_id``: the Dagster run's); the schema
+    written."""
     config = scoring.config()
     heavy = heavy_columns(scoring)
     scored_at = datetime.now(UTC)
@@ -181,7 +182,7 @@ def write_scored(
     with warehouse.writer(SCORED, day) as out:
         for judged in _judged_chunks(warehouse, day, config.chunk_rows):
             scored = score_step(with_internals(judged, config), config, judge_model=model, prompt_version=prompt,
-                                scored_at=scored_at)
+                                scored_at=scored_at, scoring_run_id=run_id)
             scored = scored.drop([c for c in heavy if c in scored.columns])
             schema = schema or scored.schema
             out.write(scored)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,10 @@ def test_summary_is_printed(sample_run: tuple[Path, subprocess.CompletedProcess[
     assert f"{counts['offline']} by the offline judge" in result.stderr
     assert "billed this run: 0 requests, 0 prompt + 0 completion tokens, $0.0000" in result.stderr
     assert scored.get_column("billed_cost_usd").sum() == 0
+    # the run's id, printed, is every row's scoring_run_id
+    printed = re.search(r"scoring run: ([0-9a-f]{32}) ", result.stderr)
+    assert printed is not None, result.stderr
+    assert set(scored.get_column("scoring_run_id")) == {printed.group(1)}
 
 
 def test_chat_sample_with_tool_results(tmp_path: Path) -> None:

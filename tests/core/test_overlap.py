@@ -74,7 +74,7 @@ def _rows(n: int) -> pl.DataFrame:
 
 def _score(df: pl.DataFrame, judge: object, chunk_rows: int) -> pl.DataFrame:
     out = asyncio.run(score_frame_async(df, judge, ScoringConfig(chunk_rows=chunk_rows)))  # type: ignore[arg-type]
-    return out.drop("scored_at")
+    return out.drop("scored_at", "scoring_run_id")
 
 
 @pytest.mark.parametrize("chunk_rows", [4, 10, 1000])

@@ -207,19 +207,25 @@ def test_rematerialising_a_day_replaces_exactly_it(built: Built, tmp_path: Path)
 
     with dg.instance_for_test() as instance:
         # the second materialisation of this day (the session fixture made the first)
-        assert lake.materialize("2026-11-25", instance).success
+        again = lake.materialize("2026-11-25", instance)
+        assert again.success
 
     after = _snapshot(warehouse)
     assert sorted(after) == sorted(before)  # the stray file is gone, nothing else appeared
     assert not [p for p in warehouse.rglob("*") if p.name.endswith(".tmp")]
     for name, frame in before.items():
         new = after[name]
-        # scored_at records when a row was scored: the only column a re-run may change
-        keep = [c for c in frame.columns if c != "scored_at"]
+        # when and by which run a row was scored: the only columns a re-run may change
+        keep = [c for c in frame.columns if c not in ("scored_at", "scoring_run_id")]
         assert_frame_equal(new.select(keep), frame.select(keep))
         if "row_key" in frame.columns and not name.startswith("claim_table"):
             assert new.get_column("row_key").n_unique() == new.height
     assert {p: p.stat().st_mtime_ns for p in warehouse.glob("*/ds=2026-11-24/*")} == untouched
+    # every scored row names the run that scored it: the first materialisation's, now this one's
+    scored = "scored_conversations/ds=2026-11-25/data.parquet"
+    first_run = set(before[scored].get_column("scoring_run_id"))
+    assert len(first_run) == 1 and None not in first_run
+    assert set(after[scored].get_column("scoring_run_id")) == {again.run_id} != first_run
     con = _bi(warehouse)
     try:
         assert con.execute("SELECT count(*), count(DISTINCT row_key) FROM scored_conversations").fetchone() == (26, 26)
@@ -277,7 +283,7 @@ def test_a_day_judged_by_the_former_layout_is_scored_as_before(
     both steps' usage summed on the verdicts, a _fp_judge column) still score to the same table."""
     day = DAYS[1]
     assert lake.materialize(day, instance).success
-    expected = lake.read("scored_conversations", day).drop("scored_at")
+    expected = lake.read("scored_conversations", day).drop("scored_at", "scoring_run_id")
     raw, claims, verdicts = (lake.read(t, day) for t in ("raw_conversations", "extracted_claims", "judged_claims"))
     usage = ["llm_calls", "prompt_tokens", "completion_tokens", "cost_usd"]
     judge = pl.lit("offline-lexical-v1|offline-lexical-1").alias("_fp_judge")
@@ -290,4 +296,4 @@ def test_a_day_judged_by_the_former_layout_is_scored_as_before(
         frame.write_parquet(lake.warehouse / table / f"ds={day}" / "data.parquet")
     again = lake.materialize(day, instance, selection=dg.AssetSelection.assets("scored_conversations"))
     assert again.success
-    assert lake.read("scored_conversations", day).drop("scored_at").equals(expected)
+    assert lake.read("scored_conversations", day).drop("scored_at", "scoring_run_id").equals(expected)

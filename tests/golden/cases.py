@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 KEY = "sk-golden-0000000000000000"
 #: Columns that differ between any two runs by design.
-VOLATILE = ("scored_at",)
+VOLATILE = ("scored_at", "scoring_run_id")
 OUTPUTS = ("scored.parquet", "claims.parquet", "mastra.jsonl")
 
 

@@ -113,7 +113,7 @@ def test_sigkill_while_creating_and_while_waiting_never_pays_twice(tmp_path: Pat
         assert finished.returncode == 0, finished.stderr
         assert server.stats().batches_created == 2, "a batch was submitted twice"
         assert server.stats().requests == 0
-    drop = ("scored_at", "result_source", *USAGE)
+    drop = ("scored_at", "scoring_run_id", "result_source", *USAGE)
     out = pl.read_parquet(tmp_path / "out.parquet")
     assert comparable(out).equals(comparable(pl.read_parquet(tmp_path / "ref.parquet")))
     assert comparable(out, drop).height == 120 and (out.get_column("status") == "ok").all()
