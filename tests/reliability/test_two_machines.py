@@ -281,6 +281,8 @@ def short_tmp() -> Iterator[Callable[[str], Path]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+# Eight Dagster steps in four run processes on two cores: on a loaded machine it took 300 s here.
+@pytest.mark.timeout(600)
 def test_two_machines_backfill_four_days_at_once_within_the_pool_paying_each_item_once(
     world: World, short_tmp: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
