@@ -68,7 +68,7 @@ def scored_assets(
         day = context.partition_key
         config = scoring.config()
         model, prompt = judge.identity()
-        written = write_scored(warehouse, day, scoring, model, prompt, context.run_id)
+        written = write_scored(warehouse, day, scoring, model, prompt, context.run.run_id)
         scan = warehouse.scan(SCORED, [day])
         metadata = {**table_metadata(written, SCORED, warehouse.rows(SCORED, day)),
                     **scored_metadata(scan, scale=config.scale, answer_column=config.columns.output)}

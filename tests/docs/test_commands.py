@@ -123,9 +123,12 @@ def test_ci_runs_the_readme_test_command() -> None:
     """The quickstart's second command is the suite itself: .ci/run runs it (pytest cannot run itself)."""
     quickstart = block("README.md", "bash", "faithfulness-pipeline demo")
     command = quickstart.strip().splitlines()[-1]
-    assert command == "python3 -m pip install -q uv && UV_PYTHON_DOWNLOADS=never python3 -m uv run --frozen pytest"
+    assert command == ("python3 -m pip install -q uv && UV_PYTHON_DOWNLOADS=never UV_COMPILE_BYTECODE=1 "
+                       "python3 -m uv run --frozen pytest")
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    assert "export UV_PYTHON_DOWNLOADS=never" in ci
+    # both install with bytecode: where a machine sets PYTHONDONTWRITEBYTECODE, every CLI and dg subprocess
+    # of the suite would otherwise compile litellm and dagster from source again
+    assert "export UV_PYTHON_DOWNLOADS=never" in ci and "export UV_COMPILE_BYTECODE=1" in ci
     assert any(line.startswith("python3 -m pip install") and line.endswith(" uv") for line in ci)
     assert ci[-1] == "python3 -m uv run --frozen pytest"
 
