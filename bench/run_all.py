@@ -33,6 +33,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("memory.py", []),
     ("offline_agreement.py", []),
     ("cold_start.py", ["--runs", "3"]),
+    ("bytecode.py", ["--runs", "3"]),
     ("report_size.py", []),
     # The longest by far (a million typical rows to build, a cold 100,000-answer day against the fake server,
     # every day through dg launch and the CLI: expect well over an hour here). Its section comes last.
