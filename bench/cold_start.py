@@ -1,5 +1,7 @@
 """Cold start of the CLI with a model: time from launching ``faithfulness-pipeline score`` to the first
-request the judge server receives, and to the end of the run (200 short rows, fake server on 127.0.0.1).
+request the judge server receives, and to the end of the run (200 short rows, fake server on 127.0.0.1);
+and the client CPU (user + system, ``resource.getrusage``) of a new Python process that scores the same
+number of rows in process (``make_judge`` + ``score_frame``, interactive mode) against the same server.
 
     .venv/bin/python bench/cold_start.py [--base COMMIT] [--runs 5]
 
@@ -12,6 +14,7 @@ unrecorded warm-up run per side first), so the figures are the CPU cost of start
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -20,6 +23,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 from common import FAKE_KEY_ENV, ROOT, machine
@@ -70,6 +74,68 @@ def one_run(tree: Path, src: Path, out: Path, server: FakeLLMServer, probe: _Fir
     if done.returncode != 0 or probe.first is None:
         raise RuntimeError(f"the CLI run from {tree} failed:\n{done.stderr[-3000:]}")
     return probe.first - started, ended - started
+
+
+#: Scores ROWS rows in process with the litellm judge against argv[1]; prints the process's CPU seconds.
+_IN_PROCESS = r"""
+import json, resource, sys
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+from faithfulness_pipeline.api import score_frame
+from faithfulness_pipeline.judging.factory import make_judge
+from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.testing.scripted import typical_frame
+frame = typical_frame(int(sys.argv[2]), seed=5)
+imported = cpu()
+judge = make_judge(JudgeSettings(model="openai/gpt-4o-mini", api_base=sys.argv[1], api_key_env=sys.argv[3]))
+built = cpu()
+scored = score_frame(frame, judge)
+import tiktoken.registry
+print(json.dumps({"imports": imported, "judge": built - imported, "scoring": cpu() - built, "total": cpu(),
+                  "pandas": "pandas" in sys.modules, "encodings": sorted(tiktoken.registry.ENCODINGS),
+                  "rows": scored.height}))
+"""
+
+
+def in_process_cpu(tree: Path, server: FakeLLMServer) -> dict[str, Any]:
+    """CPU seconds of one in-process scoring run from ``tree``: imports, make_judge, score_frame, total."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FP_")}
+    env.update(PYTHONPATH=str(tree), FP_BENCH_KEY=os.environ[FAKE_KEY_ENV])
+    cmd = [sys.executable, "-c", _IN_PROCESS, server.base_url, str(ROWS), FAKE_KEY_ENV]
+    done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the in-process run from {tree} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def measure_cpu(trees: dict[str, Path], runs: int) -> dict[str, list[dict[str, Any]]]:
+    results: dict[str, list[dict[str, Any]]] = {side: [] for side in trees}
+    with FakeLLMServer(ScriptedJudge()) as server:
+        for tree in trees.values():  # warm-up
+            in_process_cpu(tree, server)
+        for _ in range(runs):
+            for side, tree in trees.items():
+                results[side].append(in_process_cpu(tree, server))
+    return results
+
+
+def cpu_report(results: dict[str, list[dict[str, Any]]]) -> str:
+    lines = [
+        f"In process ({ROWS} rows, `make_judge` + `score_frame`, `openai/gpt-4o-mini` against the fake server in "
+        "the bench's process): CPU seconds (user + system) of a new Python process, medians of the runs.",
+        "",
+        "| code | imports | make_judge | score_frame | whole process | pandas loaded | tiktoken encodings |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
+    for side, values in results.items():
+        med = {k: statistics.median(float(v[k]) for v in values) for k in ("imports", "judge", "scoring", "total")}
+        last = values[-1]
+        lines.append(f"| {side} | {med['imports']:.2f} | {med['judge']:.2f} | {med['scoring']:.2f} | "
+                     f"{med['total']:.2f} | {'yes' if last['pandas'] else 'no'} | "
+                     f"{', '.join(last['encodings'])} |")
+    return "\n".join(lines)
 
 
 def measure(trees: dict[str, Path], runs: int) -> dict[str, list[tuple[float, float]]]:
@@ -125,11 +191,14 @@ def main() -> None:
             trees = {f"base {args.base}": base_tree, "this checkout": ROOT}
         try:
             results = measure(trees, args.runs)
+            cpu = measure_cpu(trees, args.runs)
         finally:
             if args.base:
                 subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)], cwd=ROOT, check=False,
                                capture_output=True)
     print(report(results, args.base, args.runs))
+    print()
+    print(cpu_report(cpu))
 
 
 if __name__ == "__main__":

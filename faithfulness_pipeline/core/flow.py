@@ -65,8 +65,8 @@ RESULT_COLUMNS: Final = (
 #: The stronger source names the row: anything paid in this run makes it ``llm``.
 _SOURCE_RANK: Final[dict[str, int]] = {"none": 0, "store": 1, "duplicate": 2, "offline": 3, "llm": 4}
 
-# Building nested columns through Arrow is an order of magnitude faster than from python lists of dicts.
-_CLAIMS_ARROW: Final = pa.large_list(pa.large_string())
+# Building nested columns through Arrow (flat values and offsets) is an order of magnitude faster than
+# polars building them from Python lists of lists or dicts.
 _NO_CONTEXT_VERDICT: Final = ClaimVerdict("unsupported", False, NO_CONTEXT_REASON, None)
 
 
@@ -155,21 +155,40 @@ def verdict_items(
     ]
 
 
+def _claims_column(per_row: list[list[str] | None]) -> pl.Series:
+    """``claims`` built from flat strings and offsets (see :func:`_verdict_column`)."""
+    flat = _arrow([c for found in per_row if found for c in found], pl.String)
+    return pl.Series(S.CLAIMS, pa.LargeListArray.from_arrays(_offsets(per_row), flat, mask=_missing(per_row)))
+
+
+def _offsets(per_row: Sequence[Sequence[Any] | None]) -> pa.Array:
+    return _arrow(list(accumulate((len(v) if v else 0 for v in per_row), initial=0)), pl.Int64)
+
+
+def _missing(per_row: Sequence[Sequence[Any] | None]) -> pa.Array:
+    return _arrow([v is None for v in per_row], pl.Boolean)
+
+
 def _verdict_column(per_row: list[Sequence[ClaimVerdict] | None]) -> pl.Series:
     """``_fp_verdicts`` built field by field (flat arrays and offsets), not verdict by verdict."""
     flat = [v for verdicts in per_row if verdicts for v in verdicts]
     struct = pa.StructArray.from_arrays(
         [
-            pa.array([v.verdict for v in flat], pa.large_string()),
-            pa.array([v.speculative for v in flat], pa.bool_()),
-            pa.array([v.reason for v in flat], pa.large_string()),
-            pa.array([v.evidence for v in flat], pa.int32()),
+            _arrow([v.verdict for v in flat], pl.String),
+            _arrow([v.speculative for v in flat], pl.Boolean),
+            _arrow([v.reason for v in flat], pl.String),
+            _arrow([v.evidence for v in flat], pl.Int32),
         ],
         names=["verdict", "speculative", "reason", "evidence_index"],
     )
-    offsets = pa.array(list(accumulate((len(v) if v else 0 for v in per_row), initial=0)), pa.int64())
-    missing = pa.array([v is None for v in per_row], pa.bool_())
-    return pl.Series(S.VERDICTS, pa.LargeListArray.from_arrays(offsets, struct, mask=missing))
+    return pl.Series(S.VERDICTS, pa.LargeListArray.from_arrays(_offsets(per_row), struct, mask=_missing(per_row)))
+
+
+def _arrow(values: list[Any], dtype: type[pl.DataType]) -> pa.Array:
+    """``values`` as an Arrow array built by polars: ``pa.array`` on a Python list imports pandas first
+    (pyarrow checks whether it was given pandas objects), 0.6 s of a cold run's CPU when pandas is
+    installed and nobody else uses it."""
+    return pl.Series(values, dtype=dtype).to_arrow()
 
 
 def _usage_columns(usages: list[Usage], names: Sequence[str]) -> list[pl.Series]:
@@ -235,7 +254,7 @@ async def judge_rows(
         return pl.DataFrame(
             [
                 row_ids.gather(done),
-                pl.Series(S.CLAIMS, pa.array([claims[i] for i in done], type=_CLAIMS_ARROW)),
+                _claims_column([claims[i] for i in done]),
                 pl.Series(S.ERROR, [errors[i] for i in done], dtype=pl.String),
                 *_usage_columns([x_usages[i] for i in done], X_USAGE),
                 _verdict_column([verdicts[i] for i in done]),

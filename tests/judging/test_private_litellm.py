@@ -39,3 +39,28 @@ def test_models_litellm_would_fetch_a_tokenizer_for_are_recognised() -> None:
         "litellm.utils.huggingface_tokenizer_kind moved: such models would fetch a tokenizer from the hub"
     )
     assert huggingface_kind("openai/gpt-4o-mini") is None
+
+
+def test_the_lone_encoding_is_loaded_from_where_litellm_points_tiktoken() -> None:
+    # card._python_encoding repeats litellm's default_encoding module (without its cl100k_base) and uses
+    # litellm's Rust-or-Python routing names: both must still be litellm's.
+    import os
+
+    from litellm.litellm_core_utils import default_encoding
+    from litellm.rust_bridge.catalog import decision
+    from litellm.rust_bridge.configuration import Decision
+    from litellm.rust_bridge.tokenizer import TIKTOKEN_CONTEXT
+
+    from faithfulness_pipeline.judging.llm.card import litellm_tiktoken_dir
+
+    assert os.environ["TIKTOKEN_CACHE_DIR"] == default_encoding.cache_dir == litellm_tiktoken_dir()
+    assert decision(TIKTOKEN_CONTEXT) in tuple(Decision)
+
+
+def test_litellm_selects_tiktoken_for_every_model_it_knows_no_hugging_face_tokenizer_for() -> None:
+    # card.tiktoken_encoding asks select_tokenizer (which loads cl100k_base) only about the others.
+    from litellm.utils import select_tokenizer
+
+    for model in ("openai/gpt-4o-mini", "gpt-4", "openai/a-local-name", "mistral/mistral-small", "gemini/gemini-pro"):
+        assert huggingface_kind(model) is None
+        assert select_tokenizer(model)["type"] == "openai_tokenizer", model

@@ -11,6 +11,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from importlib import resources
 from typing import Any, Final
 
 from faithfulness_pipeline.judging.llm.packing import Count
@@ -202,11 +203,50 @@ def tiktoken_encoding(model: str) -> Any:
     """litellm's tiktoken encoding for ``model`` (litellm internals), or None when litellm counts it another
     way; then litellm's public ``token_counter`` counts, more slowly."""
     try:
-        from litellm.litellm_core_utils.token_counter import openai_tokenizer_encoding
+        from litellm.litellm_core_utils.token_counter import openai_tokenizer_encoding_name
+        from litellm.rust_bridge.tokenizer import get_encoding
         from litellm.utils import select_tokenizer
     except ImportError:  # caught by tests/judging/test_private_litellm.py
         return None
-    if select_tokenizer(model)["type"] != "openai_tokenizer":
+    # select_tokenizer loads litellm's default encoding (cl100k_base) whatever it selects; it selects
+    # tiktoken whenever litellm knows no Hugging Face tokenizer for the model, so only those ask it.
+    if huggingface_kind(model) is not None and select_tokenizer(model)["type"] != "openai_tokenizer":
         return None
-    encoding = openai_tokenizer_encoding(model)
+    name = openai_tokenizer_encoding_name(model)
+    encoding = _python_encoding(name)
+    if encoding is None:
+        encoding = get_encoding(name)
     return encoding if callable(getattr(encoding, "encode", None)) else None
+
+
+def _python_encoding(name: str) -> Any:
+    """The tiktoken encoding ``name`` as litellm's pure-Python route loads it, but alone; None when litellm
+    would take another route (its Rust tokenizer), or for cl100k_base, which litellm's route loads alone.
+
+    That route imports litellm's default_encoding module first, which loads cl100k_base (its default) at
+    import: for a gpt-4o judge a second encoding, about a second of start-up CPU, never used. The module's
+    only other effect is pointing tiktoken at the files litellm ships (TIKTOKEN_CACHE_DIR, set for the
+    whole process, as litellm sets it on its first count): done here the same way, nothing downloaded.
+    tests/judging/test_private_litellm.py checks both against litellm's own."""
+    try:
+        from litellm.rust_bridge.catalog import decision
+        from litellm.rust_bridge.configuration import Decision
+        from litellm.rust_bridge.tokenizer import TIKTOKEN_CONTEXT
+    except ImportError:  # caught by tests/judging/test_private_litellm.py
+        return None
+    if name == "cl100k_base" or decision(TIKTOKEN_CONTEXT) is not Decision.PYTHON:
+        return None
+    import tiktoken
+
+    os.environ["TIKTOKEN_CACHE_DIR"] = litellm_tiktoken_dir()
+    return tiktoken.get_encoding(name)
+
+
+def litellm_tiktoken_dir() -> str:
+    """Where litellm's default_encoding module points tiktoken: CUSTOM_TIKTOKEN_CACHE_DIR (created) if set,
+    else the tokenizer files litellm ships."""
+    custom = os.getenv("CUSTOM_TIKTOKEN_CACHE_DIR")
+    if custom:
+        os.makedirs(custom, exist_ok=True)
+        return custom
+    return str(resources.files("litellm").joinpath("litellm_core_utils/tokenizers"))
