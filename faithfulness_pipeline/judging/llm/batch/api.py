@@ -2,11 +2,12 @@
 
 Each call is one HTTP request with a timeout; what goes wrong becomes a :class:`BatchAPIError` whose
 text has the API key scrubbed out. The calls are litellm's synchronous ones, each on a worker thread:
-litellm builds the client of its asynchronous file and batch calls on an executor thread, where no event
-loop runs, so those clients are not tied to a loop, and a later run (a new ``asyncio.run``) could get
-connections of a closed loop and wait on them until the call's timeout (seen as a 600 s stall in CI).
-Synchronous clients belong to no loop. Creating a batch is retried on 429 (providers cap how many batches
-are queued at once); every other call is left to the caller's polling loop, which simply looks again.
+litellm's asynchronous file and batch calls build a new client per call on an executor thread, outside
+any event loop, and never close it, so its connections outlive the ``asyncio.run`` that made them (later
+runs printed "Event loop is closed" as they were collected, and one CI run stalled on a call for its
+600 s timeout). Synchronous clients belong to no loop. Creating a batch is retried on 429 (providers cap
+how many batches are queued at once); every other call is left to the caller's polling loop, which simply
+looks again.
 """
 
 from __future__ import annotations
