@@ -17,7 +17,7 @@ from tests.defs.pool_events import is_llm_step
 
 DAY = "2026-11-25"
 #: What names a run rather than a row's result.
-_RUN_COLUMNS = ("scored_at",)
+_RUN_COLUMNS = ("scored_at", "scoring_run_id")
 
 
 def _tables(landing: Path, warehouse: Path, shards: int, instance: dg.DagsterInstance) -> dict[str, pl.DataFrame]:
