@@ -49,10 +49,10 @@ USAGE_SCHEMA: dict[str, pl.DataType] = {
     "completion_tokens": pl.Int64(),
     "cost_usd": pl.Float64(),
 }
-#: Where the row's result came from (``core.port.ResultSource``) and what this run paid for it.
 #: The run that scored a row (a Dagster run id, or the id a CLI run or a ``score_frame`` call made and the
 #: CLI prints), so a warehouse join can tell two scorings of one answer apart.
 SCORING_RUN_ID = "scoring_run_id"
+#: Where the row's result came from (``core.port.ResultSource``) and what this run paid for it.
 RESULT_SOURCE = "result_source"
 BILLED_COLUMNS = tuple(f"billed_{c}" for c in USAGE_COLUMNS)
 BILLED_SCHEMA: dict[str, pl.DataType] = {f"billed_{n}": d for n, d in USAGE_SCHEMA.items()}
