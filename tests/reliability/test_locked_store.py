@@ -17,7 +17,10 @@ from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.reliability.support import KEY_ENV, child_env, cli_command, run_cli, short_rows, store_counts, wait_for
 
 KEY = "sk-locked-store-4c2a9e7d1b3f"
-HOLD_S = 12  # longer than the request timeout below, far shorter than the store's busy timeout
+#: The request timeout keeps 4 s above the server's 1 s latency: on a loaded CI machine a reply can take
+#: over 2 s on its own, and the test must tell a stalled loop from a slow machine.
+TIMEOUT = "5"
+HOLD_S = 15  # three times the request timeout, far shorter than the store's busy timeout
 #: Holds the store's write lock for HOLD_S seconds once it has it, and says so on stdout.
 _HOLDER = """
 import sqlite3, sys, time
@@ -37,7 +40,7 @@ def test_a_store_locked_by_another_process_costs_no_request_and_loses_no_result(
 
         def run(store: Path, *extra: str) -> subprocess.CompletedProcess[str]:
             cmd = cli_command(srv, src, tmp_path / f"{store.stem}.parquet", "--store", str(store),
-                              "--timeout", "2", "--max-concurrency", "4", *extra)  # fmt: skip
+                              "--timeout", TIMEOUT, "--max-concurrency", "4", *extra)  # fmt: skip
             return run_cli(cmd, KEY)
 
         free = run(tmp_path / "free.sqlite")
@@ -48,7 +51,7 @@ def test_a_store_locked_by_another_process_costs_no_request_and_loses_no_result(
         # The same rows into a new store, while another process holds its write lock for HOLD_S seconds
         # from the moment the first request is out (the store file exists by then).
         store = tmp_path / "locked.sqlite"
-        cmd = cli_command(srv, src, tmp_path / "locked.parquet", "--store", str(store), "--timeout", "2",
+        cmd = cli_command(srv, src, tmp_path / "locked.parquet", "--store", str(store), "--timeout", TIMEOUT,
                           "--max-concurrency", "4")  # fmt: skip
         proc = subprocess.Popen(cmd, env=child_env(**{KEY_ENV: KEY}), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)  # fmt: skip
