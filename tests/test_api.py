@@ -13,7 +13,10 @@ import polars as pl
 import pytest
 
 from faithfulness_pipeline import InputError, score_frame, score_frame_async
+from faithfulness_pipeline.core.port import settings_hash
+from faithfulness_pipeline.judging.offline.judge import OfflineJudge
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
+from faithfulness_pipeline.testing.marker_judge import MarkerJudge
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.user_shell import user_env
 
@@ -36,6 +39,14 @@ def test_each_call_is_one_scoring_run_that_every_row_names() -> None:
     assert all(len(one) == 1 and re.fullmatch(r"[0-9a-f]{32}", next(iter(one))) for one in ids), ids
     assert ids[0] != ids[1]  # a warehouse join tells the two scorings of the same rows apart
     assert first.drop("scoring_run_id", "scored_at").equals(second.drop("scoring_run_id", "scored_at"))
+
+
+def test_every_row_names_the_judge_settings_that_shaped_it() -> None:
+    offline = score_frame(FRAME).get_column("judge_settings_hash")
+    assert offline.to_list() == [settings_hash(OfflineJudge().result_scope())] * FRAME.height
+    # A judge of one's own that does not say what shapes its results: unknown, never a made-up hash.
+    custom = score_frame(FRAME, judge=MarkerJudge()).get_column("judge_settings_hash")
+    assert custom.null_count() == FRAME.height
 
 
 def test_score_frame_works_inside_a_running_event_loop_like_a_notebook() -> None:

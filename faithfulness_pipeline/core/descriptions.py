@@ -29,6 +29,9 @@ _SCORED = {
     "context_truncated": "True when the context alone exceeded the model's window and was cut.",
     "judge_model": "The judge that produced the claims and verdicts (offline-lexical-v1 = the offline baseline).",
     "prompt_version": "Version of the judge's prompts.",
+    "judge_settings_hash": "A hash of the judge settings that shape the row's results (prompt versions, model, "
+    "endpoint, temperature, seed, output format, context window): two scorings of an answer with equal hashes "
+    "were judged alike. Null for a judge that names no settings.",
     "scored_at": "When the row was scored (UTC).",
     "scoring_run_id": "The run that scored the row: the Dagster run id, or the id a CLI run prints in its summary.",
     "llm_calls": "This row's share of the LLM requests that produced its result (fractional: requests are packed).",

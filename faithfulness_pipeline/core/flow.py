@@ -105,7 +105,7 @@ def safe_progress(progress: RowProgress | None) -> RowProgress | None:
 
 async def judge_chunk(df: pl.DataFrame, judging: Judging, progress: RowProgress | None = None) -> pl.DataFrame:
     """A prepared chunk with its claims, verdicts, truncation flag, error, usage (``x_*`` and ``v_*``), source
-    and billed columns, row for row."""
+    and billed columns, row for row, and the judge's settings hash."""
     progress = safe_progress(progress)
     rows = row_frame(df)
     cache = judging.rows
@@ -125,7 +125,9 @@ async def judge_chunk(df: pl.DataFrame, judging: Judging, progress: RowProgress 
     if found.height != df.height:  # a judge that loses or invents rows is a bug, never a row outcome
         raise RuntimeError(f"the judge returned {found.height} result rows for {df.height} rows")
     found = found.sort(INDEX)
-    return df.with_columns([found.get_column(c) for c in RESULT_COLUMNS if c != INDEX])
+    return df.with_columns([found.get_column(c) for c in RESULT_COLUMNS if c != INDEX]).with_columns(
+        pl.lit(judging.settings_hash, dtype=pl.String).alias(S.JUDGE_SETTINGS)
+    )
 
 
 def summed_usage(df: pl.DataFrame) -> pl.DataFrame:

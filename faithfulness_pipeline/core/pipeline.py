@@ -69,6 +69,7 @@ def empty_scored_frame(input_schema: Mapping[str, pl.DataType], config: ScoringC
         pl.lit(None, dtype=pl.Boolean).alias(S.CONTEXT_TRUNCATED),
         *[pl.lit(None, dtype=d).alias(n) for n, d in {**S.USAGE_SCHEMA, **S.BILLED_SCHEMA}.items()],
         pl.lit(None, dtype=pl.String).alias(S.RESULT_SOURCE),
+        pl.lit(None, dtype=pl.String).alias(S.JUDGE_SETTINGS),
     )
     return score_step(extracted, config, judge_model="", prompt_version="")
 

@@ -22,6 +22,8 @@ the result store, leases) wraps a judge once, in ``judging``; the core knows not
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Generic, Literal, Protocol, TypeVar, runtime_checkable
@@ -288,11 +290,27 @@ class Judging:
     judge: Judge
     rows: RowCache | None = None
     overlap_rows: int | None = None
+    #: what shapes the judge's results (None: it names nothing); its hash goes into every scored row
+    scope: ResultScope | None = None
 
     @staticmethod
     def of(judge: Judge | Judging) -> Judging:
-        """``judge`` as a flow's :class:`Judging`: a bare judge gets no row cache, and overlaps when it is
-        :class:`Overlapping`."""
+        """``judge`` as a flow's :class:`Judging`: a bare judge gets no row cache, overlaps when it is
+        :class:`Overlapping` and names its scope when it is :class:`Storable`."""
         if isinstance(judge, Judging):
             return judge
-        return Judging(judge, None, judge.overlap_rows if isinstance(judge, Overlapping) else None)
+        return Judging(judge, None, judge.overlap_rows if isinstance(judge, Overlapping) else None,
+                       judge.result_scope() if isinstance(judge, Storable) else None)
+
+    @property
+    def settings_hash(self) -> str | None:
+        """:func:`settings_hash` of the scope, None when the judge names none."""
+        return None if self.scope is None else settings_hash(self.scope)
+
+
+def settings_hash(scope: ResultScope) -> str:
+    """16 hex digits of SHA-256 over the scope's fields: two scorings of one answer with equal hashes had the
+    same prompts, model, endpoint and output-changing parameters (what the result store's keys cover too).
+    No secret is in a scope, and a hash of one reveals nothing of it."""
+    fields = json.dumps([scope.extract, scope.verdict, scope.row], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(fields.encode()).hexdigest()[:16]

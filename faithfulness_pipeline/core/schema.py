@@ -52,6 +52,9 @@ USAGE_SCHEMA: dict[str, pl.DataType] = {
 #: The run that scored a row (a Dagster run id, or the id a CLI run or a ``score_frame`` call made and the
 #: CLI prints), so a warehouse join can tell two scorings of one answer apart.
 SCORING_RUN_ID = "scoring_run_id"
+#: A hash of the judge settings that shape a row's results (``core.port.settings_hash``): equal hashes mean
+#: the same prompts, model, endpoint and output-changing parameters; null for a judge that names none.
+JUDGE_SETTINGS = "judge_settings_hash"
 #: Where the row's result came from (``core.port.ResultSource``) and what this run paid for it.
 RESULT_SOURCE = "result_source"
 BILLED_COLUMNS = tuple(f"billed_{c}" for c in USAGE_COLUMNS)
@@ -76,6 +79,7 @@ SCORED_COLUMNS: dict[str, pl.DataType] = {
     CONTEXT_TRUNCATED: pl.Boolean(),
     "judge_model": pl.String(),
     "prompt_version": pl.String(),
+    JUDGE_SETTINGS: pl.String(),
     "scored_at": pl.Datetime("us", "UTC"),
     SCORING_RUN_ID: pl.String(),
     **USAGE_SCHEMA,

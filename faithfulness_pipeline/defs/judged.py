@@ -50,14 +50,16 @@ _VERDICTS_TYPES: dict[str, pl.DataType] = {
     S.ERROR: pl.String(),
 }
 CLAIMS_SCHEMA = pl.Schema({**_CLAIMS_TYPES, **S.USAGE_SCHEMA})
-VERDICTS_SCHEMA = pl.Schema({**_VERDICTS_TYPES, **S.USAGE_SCHEMA, S.RESULT_SOURCE: pl.String(), **S.BILLED_SCHEMA})
+VERDICTS_SCHEMA = pl.Schema({**_VERDICTS_TYPES, **S.USAGE_SCHEMA, S.RESULT_SOURCE: pl.String(), **S.BILLED_SCHEMA,
+                            S.JUDGE_SETTINGS: pl.String()})
 #: A row's position in the day (raw_conversations' order), kept while shards are apart.
 POSITION = "_fp_position"
 #: What extracted_claims holds besides the row key: the claims, an extraction error, the extraction's usage.
 CLAIM_COLUMNS = (S.CLAIMS, S.ERROR, *S.USAGE_COLUMNS)
 #: What judged_claims holds besides the row key: the verdicts, the row's error, the verdicts' usage, where
-#: the results came from and what this run paid for the row (both steps).
-VERDICT_COLUMNS = (S.VERDICTS, S.CONTEXT_TRUNCATED, S.ERROR, *S.USAGE_COLUMNS, S.RESULT_SOURCE, *S.BILLED_COLUMNS)
+#: the results came from, what this run paid for the row (both steps) and the judge's settings hash.
+VERDICT_COLUMNS = (S.VERDICTS, S.CONTEXT_TRUNCATED, S.ERROR, *S.USAGE_COLUMNS, S.RESULT_SOURCE, *S.BILLED_COLUMNS,
+                   S.JUDGE_SETTINGS)
 
 
 @dataclass
@@ -176,7 +178,7 @@ def _shard_columns(judged: pl.DataFrame) -> pl.DataFrame:
     extraction_error = pl.when(pl.col(S.CLAIMS).is_null()).then(pl.col(S.ERROR)).otherwise(None)
     return judged.select(
         POSITION, S.ROW_KEY, S.CLAIMS, extraction_error.alias("_x_error"), *X_USAGE,
-        S.VERDICTS, S.CONTEXT_TRUNCATED, S.ERROR, *V_USAGE, S.RESULT_SOURCE, *S.BILLED_COLUMNS,
+        S.VERDICTS, S.CONTEXT_TRUNCATED, S.ERROR, *V_USAGE, S.RESULT_SOURCE, *S.BILLED_COLUMNS, S.JUDGE_SETTINGS,
     )
 
 
@@ -191,7 +193,7 @@ def _verdicts(part: pl.DataFrame) -> pl.DataFrame:
     return part.select(
         S.ROW_KEY, S.VERDICTS, S.CONTEXT_TRUNCATED, S.ERROR,
         *[pl.col(v).alias(c) for v, c in zip(V_USAGE, S.USAGE_COLUMNS, strict=True)],
-        S.RESULT_SOURCE, *S.BILLED_COLUMNS,
+        S.RESULT_SOURCE, *S.BILLED_COLUMNS, S.JUDGE_SETTINGS,
     )
 
 

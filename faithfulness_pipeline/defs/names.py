@@ -19,8 +19,8 @@ REPORT: Final = "answer_quality_report"
 # Bump a revision when an asset's own code changes what it writes.
 RAW_REVISION: Final = "raw-1"
 CLAIMS_REVISION: Final = "claims-2"
-VERDICTS_REVISION: Final = "verdicts-2"
-SCORED_REVISION: Final = "scored-2"  # 2: the scoring_run_id column
+VERDICTS_REVISION: Final = "verdicts-3"  # 3: the judge_settings_hash column
+SCORED_REVISION: Final = "scored-3"  # 2: the scoring_run_id column; 3: judge_settings_hash
 CLAIM_TABLE_REVISION: Final = "claim-table-2"
 DAILY_REVISION: Final = "daily-1"
 DUCKDB_REVISION: Final = "duckdb-2"

@@ -163,10 +163,13 @@ def _judged_chunks(warehouse: WarehouseResource, day: str, rows: int) -> Iterato
         former = S.CLAIMS in v.columns
         usage = [(v.get_column(n) if former else c.get_column(n) + v.get_column(n)).alias(n) for n in S.USAGE_COLUMNS]
         legacy = [n for n in LEGACY_JUDGE_COLUMNS if n in r.columns]
+        # judged_claims written before the settings hash existed: the hash is unknown, never guessed
+        settings = (v.get_column(S.JUDGE_SETTINGS) if S.JUDGE_SETTINGS in v.columns
+                    else pl.repeat(None, v.height, dtype=pl.String, eager=True).alias(S.JUDGE_SETTINGS))
         yield r.drop(legacy).with_columns(
             c.get_column(S.CLAIMS), v.get_column(S.ERROR), v.get_column(S.VERDICTS),
             v.get_column(S.CONTEXT_TRUNCATED), *usage, v.get_column(S.RESULT_SOURCE),
-            *[v.get_column(n) for n in S.BILLED_COLUMNS],
+            *[v.get_column(n) for n in S.BILLED_COLUMNS], settings,
         )
 
 

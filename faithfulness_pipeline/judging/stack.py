@@ -82,7 +82,8 @@ class JudgeStack:
 
     def judging(self) -> Judging:
         """What the core's flow is given: this stack as the port, its row cache, the inner judge's overlap."""
-        return Judging(self, self._rows, self._overlap)
+        scope = self.inner.result_scope() if isinstance(self.inner, Storable) else None
+        return Judging(self, self._rows, self._overlap, scope)
 
     # ------------------------------------------------------------------------------- the port
 

@@ -19,7 +19,8 @@ from faithfulness_pipeline.testing.scripted import ScriptedJudge, typical_frame
 from tests.cli.test_cli import ROOT
 
 KEY = "sk-environment-test"
-IGNORED = list(S.RUN_COLUMNS)
+#: what differs between runs, and the settings hash: the two runs compared ask servers on different ports
+IGNORED = [*S.RUN_COLUMNS, S.JUDGE_SETTINGS]
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -12,6 +12,8 @@ import duckdb
 import polars as pl
 from polars.testing import assert_frame_equal
 
+from faithfulness_pipeline.core.port import settings_hash
+from faithfulness_pipeline.judging.offline.judge import OfflineJudge
 from tests.defs.conftest import ASSETS, DAYS, TABLES, Built, Lake, copy_lake, sample_ids
 from tests.doc_blocks import block
 
@@ -226,6 +228,10 @@ def test_rematerialising_a_day_replaces_exactly_it(built: Built, tmp_path: Path)
     first_run = set(before[scored].get_column("scoring_run_id"))
     assert len(first_run) == 1 and None not in first_run
     assert set(after[scored].get_column("scoring_run_id")) == {again.run_id} != first_run
+    # and the judge settings that shaped it, carried from the judging step (judged_claims) to the scored row
+    offline = settings_hash(OfflineJudge().result_scope())
+    assert set(after[scored].get_column("judge_settings_hash")) == {offline}
+    assert set(after["judged_claims/ds=2026-11-25/data.parquet"].get_column("judge_settings_hash")) == {offline}
     con = _bi(warehouse)
     try:
         assert con.execute("SELECT count(*), count(DISTINCT row_key) FROM scored_conversations").fetchone() == (26, 26)

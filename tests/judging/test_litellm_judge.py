@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -728,3 +729,22 @@ def test_replies_that_are_always_too_deep_end_as_item_errors_after_the_retries()
     assert responder.deep > 1  # re-asked, not given up on the first reply
     assert all(e.error is not None and "nests deeper than" in e.error for e in extracted), [e.error for e in extracted]
     assert not any("internal error" in (e.error or "") for e in extracted)
+
+
+def test_the_settings_hash_follows_what_changes_replies_and_nothing_else() -> None:
+    """The scored table's judge_settings_hash: equal for settings that give the same replies (timeouts,
+    concurrency, a trailing slash), different for the prompts' inputs that change them."""
+    from faithfulness_pipeline.core.port import settings_hash
+
+    def hashed(**settings: Any) -> str:
+        fields = {"model": "openai/fake-judge", "api_base": "http://127.0.0.1:9/v1", "api_key_env": KEY_ENV, **settings}
+        return settings_hash(LiteLLMJudge(JudgeSettings(**fields)).result_scope())
+
+    base = hashed()
+    assert re.fullmatch(r"[0-9a-f]{16}", base)
+    same = [hashed(timeout_s=9.0), hashed(max_concurrency=3), hashed(api_base="http://127.0.0.1:9/v1/")]
+    assert same == [base] * 3
+    changed = [hashed(temperature=0.5), hashed(seed=7), hashed(model="openai/other"),
+               hashed(api_base="http://127.0.0.1:10/v1"), hashed(use_json_schema="no")]
+    assert base not in changed and len(set(changed)) == len(changed), changed
+    assert CANARY not in base

@@ -31,8 +31,9 @@ DAY = "2026-11-25"
 KEY_ENV = "FP_RELIABILITY_KEY"
 MODEL = "openai/fake-judge"
 #: Columns that legitimately differ between two runs of the same rows: when, where results came from and
-#: what this run paid (S.RUN_COLUMNS), and the usage shares (a resumed run packs its tail differently).
-RUN_COLUMNS = (*S.RUN_COLUMNS, "llm_calls", "prompt_tokens", "completion_tokens", "cost_usd")
+#: what this run paid (S.RUN_COLUMNS), the usage shares (a resumed run packs its tail differently), and the
+#: judge settings hash, which covers the endpoint: every fake server listens on a port of its own.
+RUN_COLUMNS = (*S.RUN_COLUMNS, "llm_calls", "prompt_tokens", "completion_tokens", "cost_usd", S.JUDGE_SETTINGS)
 OFFLINE_ENV = {
     "LITELLM_OFFLINE_MODE": "true",
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
