@@ -225,7 +225,8 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
             progress = Progress(total, enabled=not quiet)
             summary = Summary(model_column=scoring.model_column, answer_column=scoring.output_column,
-                              threshold=scoring.hallucination_threshold, run_id=new_run_id())
+                              threshold=scoring.hallucination_threshold, run_id=new_run_id(),
+                              sample_rate=scoring.sample_rate)
             try:
                 given = {option: path for option, path in outputs.items() if path}
                 asyncio.run(_run(paths, chunks, out_schema, judge, config, given, progress, summary))

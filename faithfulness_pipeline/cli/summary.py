@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.claimless import Claimless, count_claimless
 from faithfulness_pipeline.core.money import dollars
 from faithfulness_pipeline.core.port import Judge
@@ -20,9 +21,11 @@ class Summary:
     answer_column: str = "output"  # the judged answer (chat input gets it too), for the no-claims warning
     threshold: float = 0.5  # hallucination scores above it count as hallucinating
     run_id: str = ""  # the scoring_run_id of every row of the run
+    sample_rate: float = 1.0  # the share of rows judged (core.sampling)
     rows: int = 0
     ok: int = 0
     errors: int = 0
+    not_sampled: int = 0
     zero_claim_rows: int = 0
     hallucination_sum: float = 0.0
     faithfulness_sum: float = 0.0
@@ -42,9 +45,10 @@ class Summary:
 
     def add(self, scored: pl.DataFrame) -> None:
         self.rows += scored.height
-        ok = scored.filter(pl.col("status") == "ok")
+        ok = scored.filter(pl.col("status") == S.STATUS_OK)
         self.ok += ok.height
-        self.errors += scored.height - ok.height
+        self.errors += scored.filter(pl.col("status") == S.STATUS_ERROR).height
+        self.not_sampled += scored.filter(pl.col("status") == S.STATUS_NOT_SAMPLED).height
         self.zero_claim_rows += ok.filter(pl.col("n_claims") == 0).height
         self.claimless += count_claimless(scored, self.answer_column)
         with_scores = ok.filter(pl.col("hallucination_score").is_not_null())
@@ -75,7 +79,8 @@ class Summary:
         for source, n in scored.group_by("result_source").len().iter_rows():
             self.by_source[source] = self.by_source.get(source, 0) + n
         if len(self.first_errors) < 3:
-            for key, error in scored.filter(pl.col("status") != "ok").select("row_key", "error").iter_rows():
+            failed = scored.filter(pl.col("status") == S.STATUS_ERROR)
+            for key, error in failed.select("row_key", "error").iter_rows():
                 if len(self.first_errors) < 3:
                     self.first_errors.append(f"{key}: {error}")
 
@@ -91,7 +96,8 @@ class Summary:
         sources = ", ".join(f"{n} {_SOURCE_WORDS.get(s, s)}" for s, n in sorted(self.by_source.items()))
         lines = [
             f"scored {self.rows} rows in {elapsed:.1f}s with {judge.model_name} (prompt {judge.prompt_version})",
-            f"  ok: {self.ok}   errors: {self.errors}   no claims: {self.zero_claim_rows}",
+            f"  ok: {self.ok}   errors: {self.errors}   no claims: {self.zero_claim_rows}"
+            + (f"   not sampled: {self.not_sampled}" if self.not_sampled else ""),
             f"  mean hallucination: {mean(self.hallucination_sum)}   mean faithfulness: {mean(self.faithfulness_sum)}",
             f"  hallucination above {self.threshold:g}: {self.over_threshold} of {self.scored_rows} scored answers",
             f"  results: {sources or 'none'}",
@@ -100,14 +106,18 @@ class Summary:
             f"  what producing the results cost (usage columns): {self.prompt_tokens} prompt + "
             f"{self.completion_tokens} completion tokens, {dollars(self.cost_usd)}",
         ]
+        sampled = self.rows - self.not_sampled
+        if self.sample_rate < 1:
+            lines.insert(1, f"  sample: judged {sampled} of {self.rows} rows (sample_rate {self.sample_rate:g}, picked "
+                            "by row key); the others have status not_sampled and null scores, and cost nothing")
         for model, (rows, n, total) in sorted(self.by_model.items()):
             lines.append(f"  {self.model_column} {model}: {rows} rows, mean hallucination {mean(total, n)}")
         lines += [f"  note: {note}" for note in stats.notes]
         if judge.model_name == OFFLINE_MODEL_NAME:
             lines.append(f"  note: {OFFLINE_FALLBACK_NOTE}")
-        if self.rows and self.errors / self.rows > max_error_rate:
-            lines.append(f"  warning: {self.errors / self.rows:.1%} of the rows are errors, more than max_error_rate "
-                         f"{max_error_rate:g}")
+        if sampled and self.errors / sampled > max_error_rate:
+            lines.append(f"  warning: {self.errors / sampled:.1%} of the judged rows are errors, more than "
+                         f"max_error_rate {max_error_rate:g}")
         if (claimless := self.claimless.warning(max_zero_claim_share)) is not None:
             lines.append(f"  warning: {claimless}")
         lines += [f"  error: {e}" for e in self.first_errors]
@@ -119,5 +129,5 @@ class Summary:
 
 _SOURCE_WORDS = {
     "llm": "asked of the LLM", "store": "served from the store", "duplicate": "copied from an identical answer",
-    "offline": "by the offline judge", "none": "with nothing to judge",
+    "offline": "by the offline judge", "none": "with nothing to judge", "not_sampled": "left out of the sample",
 }

@@ -2,9 +2,17 @@
 
 Conventions (docs/report.md and docs/pipeline.md repeat them):
 
-- ``answers`` counts every scored row; the score statistics use only rows with a score (``status = ok``
-  and, under the ``zero_claims = "null"`` policy, at least one claim). Error rows are counted in
-  ``error_answers``, never averaged in as 0.
+- ``answers`` counts every row of the table (every answer that landed); ``sampled_answers`` those in the
+  run's sample (all of them unless ``sample_rate`` < 1; the others have ``status = not_sampled``), and
+  ``sample_share`` their share. The score statistics use only rows with a score (``status = ok`` and,
+  under the ``zero_claims = "null"`` policy, at least one claim). Error rows are counted in
+  ``error_answers``, never averaged in as 0; ``error_rate`` is over the sampled answers.
+- ``*_low`` / ``*_high`` bound 95 % intervals for what the day x model's whole population of answers
+  would give: the means by the normal approximation with the finite-population correction
+  ``sqrt((answers - sampled_answers) / (answers - 1))``, the share over the threshold by Wilson's
+  interval with the same correction on ``z``. A census (every answer sampled) has zero-width intervals:
+  its statistics are the population's. Mean bounds are kept within 0..scale. An interval is null where
+  it is unknown (fewer than two scores in a sample).
 - Percentiles are linear-interpolated (the same as SQL ``quantile_cont`` / ``percentile_cont``), then
   rounded like the scores (two decimals, half up): an interpolated p90 of two-decimal scores never shows
   float noise such as 0.9339999999999999.
@@ -18,7 +26,7 @@ Conventions (docs/report.md and docs/pipeline.md repeat them):
 - ``billed_*`` is what the run that scored the day paid: results served from the store or copied from an
   identical answer of the same run cost nothing there. ``billed_cost_usd`` is the provider's bill for
   scoring the day (null when a model has no price). ``store_share`` and ``duplicate_share`` are the shares
-  of answers served from the result store and as copies of an identical answer (``result_source``).
+  of sampled answers served from the result store and as copies of an identical answer (``result_source``).
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ AGGREGATE_SCHEMA: dict[str, pl.DataType] = {
     "day": pl.Date(),
     "model": pl.String(),
     "answers": pl.Int64(),
+    "sampled_answers": pl.Int64(),
+    "sample_share": pl.Float64(),
     "scored_answers": pl.Int64(),
     "error_answers": pl.Int64(),
     "error_rate": pl.Float64(),
@@ -41,14 +51,20 @@ AGGREGATE_SCHEMA: dict[str, pl.DataType] = {
     "unsupported_claims": pl.Int64(),
     "speculative_claims": pl.Int64(),
     "hallucination_mean": pl.Float64(),
+    "hallucination_mean_low": pl.Float64(),
+    "hallucination_mean_high": pl.Float64(),
     "hallucination_p50": pl.Float64(),
     "hallucination_p90": pl.Float64(),
     "faithfulness_mean": pl.Float64(),
+    "faithfulness_mean_low": pl.Float64(),
+    "faithfulness_mean_high": pl.Float64(),
     "faithfulness_p50": pl.Float64(),
     "faithfulness_p90": pl.Float64(),
     "hallucination_threshold": pl.Float64(),
     "over_threshold_answers": pl.Int64(),
     "over_threshold_share": pl.Float64(),
+    "over_threshold_share_low": pl.Float64(),
+    "over_threshold_share_high": pl.Float64(),
     "llm_calls": pl.Float64(),
     "prompt_tokens": pl.Int64(),
     "completion_tokens": pl.Int64(),
@@ -66,6 +82,8 @@ AGGREGATE_SCHEMA: dict[str, pl.DataType] = {
 }
 
 _PERCENTILES = ("hallucination_p50", "hallucination_p90", "faithfulness_p50", "faithfulness_p90")
+#: The normal quantile of a two-sided 95 % interval.
+Z95 = 1.959963984540054
 _BILLED = ("billed_llm_calls", "billed_prompt_tokens", "billed_completion_tokens", "billed_cost_usd")
 
 
@@ -80,6 +98,7 @@ def daily_aggregates(
     day_column: str = "day",
     model_column: str = "model",
     hallucination_threshold: float = 0.5,
+    scale: float = 1.0,
 ) -> pl.DataFrame:
     """Aggregate a scored table (SPEC §4 columns plus a day column) per day x model.
 
@@ -114,8 +133,9 @@ def daily_aggregates(
     faith = _ok(pl.col("faithfulness_score"))
     grouped = frame.group_by("__day", "__model", maintain_order=False).agg(
         pl.len().cast(pl.Int64).alias("answers"),
+        (pl.col("status") != "not_sampled").sum().cast(pl.Int64).alias("sampled_answers"),
         ok.sum().cast(pl.Int64).alias("scored_answers"),
-        (~ok).sum().cast(pl.Int64).alias("error_answers"),
+        (pl.col("status") == "error").sum().cast(pl.Int64).alias("error_answers"),
         (ok & (pl.col("n_claims") == 0)).sum().cast(pl.Int64).alias("zero_claim_answers"),
         *[
             _ok(pl.col(src)).sum().cast(pl.Int64).alias(dst)
@@ -128,6 +148,8 @@ def daily_aggregates(
             )
         ],
         halluc.mean().alias("hallucination_mean"),
+        halluc.std(ddof=1).alias("__hallucination_sd"),
+        faith.std(ddof=1).alias("__faithfulness_sd"),
         halluc.quantile(0.5, interpolation="linear").alias("hallucination_p50"),
         halluc.quantile(0.9, interpolation="linear").alias("hallucination_p90"),
         faith.mean().alias("faithfulness_mean"),
@@ -145,17 +167,59 @@ def daily_aggregates(
         (pl.col("result_source") == "store").sum().cast(pl.Int64).alias("store_answers"),
         (pl.col("result_source") == "duplicate").sum().cast(pl.Int64).alias("duplicate_answers"),
     )
-    result = grouped.with_columns(
-        pl.col("__day").alias("day"),
-        pl.col("__model").alias("model"),
-        (pl.col("error_answers") / pl.col("answers")).alias("error_rate"),
-        pl.lit(hallucination_threshold, dtype=pl.Float64).alias("hallucination_threshold"),
+    with_fpc = grouped.with_columns(
+        pl.when(pl.col("answers") > 1)
+        .then(((pl.col("answers") - pl.col("sampled_answers")) / (pl.col("answers") - 1)).clip(0.0, 1.0).sqrt())
+        .otherwise(0.0)
+        .alias("__fpc"),
         pl.when(pl.col("__with_score") > 0)
         .then(pl.col("over_threshold_answers") / pl.col("__with_score"))
         .alias("over_threshold_share"),
+    )
+    result = with_fpc.with_columns(
+        pl.col("__day").alias("day"),
+        pl.col("__model").alias("model"),
+        pl.when(pl.col("answers") > 0).then(pl.col("sampled_answers") / pl.col("answers")).alias("sample_share"),
+        pl.when(pl.col("sampled_answers") > 0)
+        .then(pl.col("error_answers") / pl.col("sampled_answers"))
+        .alias("error_rate"),
+        *_mean_interval("hallucination", scale),
+        *_mean_interval("faithfulness", scale),
+        *_wilson("over_threshold_share"),
+        pl.lit(hallucination_threshold, dtype=pl.Float64).alias("hallucination_threshold"),
         (pl.col("prompt_tokens") + pl.col("completion_tokens")).alias("total_tokens"),
-        (pl.col("store_answers") / pl.col("answers")).alias("store_share"),
+        pl.when(pl.col("sampled_answers") > 0).then(pl.col("store_answers") / pl.col("sampled_answers"))
+        .alias("store_share"),
         *[round_expr(pl.col(c)).alias(c) for c in _PERCENTILES],
-        (pl.col("duplicate_answers") / pl.col("answers")).alias("duplicate_share"),
+        pl.when(pl.col("sampled_answers") > 0).then(pl.col("duplicate_answers") / pl.col("sampled_answers"))
+        .alias("duplicate_share"),
     )
     return result.select([pl.col(n).cast(d) for n, d in AGGREGATE_SCHEMA.items()]).sort("day", "model", nulls_last=True)
+
+
+def _mean_interval(score: str, scale: float) -> list[pl.Expr]:
+    """``{score}_mean_low`` / ``_high``: mean +- z x sd / sqrt(n) x the finite-population correction, within
+    0..scale; the mean itself for a census, null for a sample of fewer than two scores."""
+    n = pl.col("__with_score").cast(pl.Float64)
+    mean = pl.col(f"{score}_mean")
+    half = Z95 * pl.col(f"__{score}_sd") / n.sqrt() * pl.col("__fpc")
+    half = pl.when(pl.col("__fpc") == 0).then(pl.lit(0.0)).when(n >= 2).then(half)
+    return [
+        pl.when(mean.is_not_null()).then((mean - half).clip(0.0, scale)).alias(f"{score}_mean_low"),
+        pl.when(mean.is_not_null()).then((mean + half).clip(0.0, scale)).alias(f"{score}_mean_high"),
+    ]
+
+
+def _wilson(share: str) -> list[pl.Expr]:
+    """``{share}_low`` / ``_high``: Wilson's score interval for a share of ``__with_score`` answers, its
+    ``z`` scaled by the finite-population correction (so a census gives the share itself)."""
+    n = pl.col("__with_score").cast(pl.Float64)
+    p = pl.col(share)
+    z = Z95 * pl.col("__fpc")
+    z2 = z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * (p * (1 - p) / n + z2 / (4 * n * n)).sqrt()
+    return [
+        pl.when(p.is_not_null()).then((centre - half).clip(0.0, 1.0)).alias(f"{share}_low"),
+        pl.when(p.is_not_null()).then((centre + half).clip(0.0, 1.0)).alias(f"{share}_high"),
+    ]

@@ -21,6 +21,8 @@ Scale = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 ZeroClaimPolicy = Literal["zero", "null"]
 #: Rows per processing chunk: one at least.
 ChunkRows = Annotated[int, Field(ge=1)]
+#: The share of rows judged (``core.sampling``): above 0, at most 1 (every row).
+SampleRate = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,7 @@ _RULES: Final = {
     "scale": _Rule(TypeAdapter(Scale), "a finite number > 0", " (e.g. --scale 1 or --scale 10)"),
     "zero_claims": _Rule(TypeAdapter(ZeroClaimPolicy), " or ".join(repr(v) for v in get_args(ZeroClaimPolicy))),
     "chunk_rows": _Rule(TypeAdapter(ChunkRows), ">= 1"),
+    "sample_rate": _Rule(TypeAdapter(SampleRate), "a number in (0, 1]", " (e.g. 0.1 to judge one answer in ten)"),
 }
 
 
@@ -77,6 +80,9 @@ class ScoringConfig:
     #: costs ~25 ms of fixed work (polars query set-up, thread hand-offs) whatever its size: at 5,000 rows
     #: that was a third of a warm re-run's time; 10,000 rows cost ~15-70 MB more peak memory (BENCHMARKS.md)
     chunk_rows: ChunkRows = 10_000
+    #: the share of rows judged, picked by their row key (``core.sampling``): the same rows on every run,
+    #: and a higher rate keeps them all; the others get ``status = "not_sampled"`` and null scores
+    sample_rate: SampleRate = 1.0
 
     def __post_init__(self) -> None:
         for name, rule in _RULES.items():

@@ -24,7 +24,8 @@ _SCORED = {
     "error row. Higher is better.",
     "hallucination_reason": "Why the hallucination score is what it is (quotes the bad claims).",
     "faithfulness_reason": "Why the faithfulness score is what it is.",
-    "status": "ok, or error when the judge could not handle the row after every retry.",
+    "status": "ok; error when the judge could not handle the row after every retry; not_sampled when the row is "
+    "outside the run's sample (sample_rate): not judged, null scores.",
     "error": "What went wrong for an error row; null otherwise.",
     "context_truncated": "True when the context alone exceeded the model's window and was cut.",
     "judge_model": "The judge that produced the claims and verdicts (offline-lexical-v1 = the offline baseline).",
@@ -38,7 +39,8 @@ _SCORED = {
     "prompt_tokens": "This row's share of the prompt tokens that produced its result.",
     "completion_tokens": "This row's share of the completion tokens that produced its result.",
     "cost_usd": "What producing the row's result cost in USD (null: no price for the model).",
-    "result_source": "Where the result came from: llm, store, duplicate, offline or none.",
+    "result_source": "Where the result came from: llm, store, duplicate, offline, none, or not_sampled (outside "
+    "the run's sample: no result).",
     "billed_llm_calls": "LLM requests this run paid for the row (0 for store hits and copies).",
     "billed_prompt_tokens": "Prompt tokens this run paid for the row.",
     "billed_completion_tokens": "Completion tokens this run paid for the row.",
@@ -65,10 +67,12 @@ _CLAIMS = {
 _DAILY = {
     "day": "The day (DATE) in the pipeline's time zone.",
     "model": "The model that wrote the answers (null when the table has no model column).",
-    "answers": "Every scored row of the day and model, error rows included.",
+    "answers": "Every row of the day and model that landed, error rows and rows outside the sample included.",
+    "sampled_answers": "Rows in the run's sample (all of them unless sample_rate < 1): the rows judged.",
+    "sample_share": "sampled_answers / answers: the realised sample rate.",
     "scored_answers": "Rows with status ok.",
     "error_answers": "Rows the judge could not score (never averaged in as 0).",
-    "error_rate": "error_answers / answers.",
+    "error_rate": "error_answers / sampled_answers.",
     "zero_claim_answers": "ok rows without any claim.",
     "claims": "Claims of the ok rows.",
     "supported_claims": "Supported claims.",
@@ -76,14 +80,22 @@ _DAILY = {
     "unsupported_claims": "Unsupported claims.",
     "speculative_claims": "Hedged claims.",
     "hallucination_mean": "Mean hallucination score of the rows with a score.",
+    "hallucination_mean_low": "Lower bound of the 95 % interval of the mean over every answer of the group (normal, "
+    "with the finite-population correction; equal to the mean for a census).",
+    "hallucination_mean_high": "Upper bound of that interval.",
     "hallucination_p50": "Median hallucination score (linear interpolation, rounded like the scores).",
     "hallucination_p90": "90th percentile of the hallucination score (linear interpolation, rounded like the scores).",
     "faithfulness_mean": "Mean faithfulness score of the rows with a score.",
+    "faithfulness_mean_low": "Lower bound of the 95 % interval of the faithfulness mean (as hallucination_mean_low).",
+    "faithfulness_mean_high": "Upper bound of that interval.",
     "faithfulness_p50": "Median faithfulness score (linear interpolation, rounded like the scores).",
     "faithfulness_p90": "90th percentile of the faithfulness score (linear interpolation, rounded like the scores).",
     "hallucination_threshold": "The threshold of over_threshold_* (score units).",
     "over_threshold_answers": "Answers whose hallucination score is above the threshold.",
     "over_threshold_share": "over_threshold_answers / answers with a hallucination score.",
+    "over_threshold_share_low": "Lower bound of the share's 95 % interval (Wilson, with the finite-population "
+    "correction; equal to the share for a census).",
+    "over_threshold_share_high": "Upper bound of that interval.",
     "llm_calls": "LLM requests that produced the day's results (whichever run produced them).",
     "prompt_tokens": "Prompt tokens that produced the day's results.",
     "completion_tokens": "Completion tokens that produced the day's results.",
@@ -96,8 +108,8 @@ _DAILY = {
     "billed_cost_usd": "The provider's bill for scoring the day in USD (null when a model has no price).",
     "store_answers": "Answers served from the result store.",
     "duplicate_answers": "Answers copied from an identical answer of the same run.",
-    "store_share": "store_answers / answers.",
-    "duplicate_share": "duplicate_answers / answers.",
+    "store_share": "store_answers / sampled_answers.",
+    "duplicate_share": "duplicate_answers / sampled_answers.",
 }
 
 #: What each published table holds.

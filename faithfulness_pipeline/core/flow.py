@@ -38,6 +38,7 @@ from faithfulness_pipeline.core.port import (
     billed_of,
     source_of,
 )
+from faithfulness_pipeline.core.sampling import in_sample
 
 _LOG = logging.getLogger(__name__)
 
@@ -63,19 +64,38 @@ RESULT_COLUMNS: Final = (
     INDEX, S.CLAIMS, S.ERROR, *X_USAGE, S.VERDICTS, S.CONTEXT_TRUNCATED, *V_USAGE, S.RESULT_SOURCE, *S.BILLED_COLUMNS,
 )
 #: The stronger source names the row: anything paid in this run makes it ``llm``.
-_SOURCE_RANK: Final[dict[str, int]] = {"none": 0, "store": 1, "duplicate": 2, "offline": 3, "llm": 4}
+_SOURCE_RANK: Final[dict[str, int]] = {"none": 0, "store": 1, "duplicate": 2, "offline": 3, "llm": 4, "not_sampled": 5}
 
 # Building nested columns through Arrow (flat values and offsets) is an order of magnitude faster than
 # polars building them from Python lists of lists or dicts.
 _NO_CONTEXT_VERDICT: Final = ClaimVerdict("unsupported", False, NO_CONTEXT_REASON, None)
 
 
-def row_frame(df: pl.DataFrame) -> pl.DataFrame:
-    """The :data:`ROW_COLUMNS` of a prepared chunk."""
-    return df.select(
+def row_frame(df: pl.DataFrame, sample_rate: float = 1.0) -> pl.DataFrame:
+    """The :data:`ROW_COLUMNS` of a prepared chunk's rows in the sample (``core.sampling``; all of them at
+    ``sample_rate`` 1): what a judge is given of it."""
+    rows = df.select(
         pl.int_range(df.height, dtype=pl.Int64).alias(INDEX), S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT,
         is_blank(pl.col(S.ANSWER)).alias(BLANK),
     )
+    return rows if sample_rate >= 1.0 else rows.filter(in_sample(rows.get_column(S.ROW_KEY), sample_rate))
+
+
+def _unsampled(indexes: pl.Series) -> pl.DataFrame:
+    """The :data:`RESULT_COLUMNS` of rows outside the sample: no claims, no verdicts, no error, nothing spent."""
+    n = indexes.len()
+    none = [NO_USAGE] * n
+    return pl.DataFrame([
+        indexes.alias(INDEX),
+        pl.Series(S.CLAIMS, [None] * n, dtype=pl.List(pl.String)),
+        pl.Series(S.ERROR, [None] * n, dtype=pl.String),
+        *_usage_columns(none, X_USAGE),
+        pl.Series(S.VERDICTS, [None] * n, dtype=pl.List(S.RAW_VERDICT_STRUCT)),
+        pl.Series(S.CONTEXT_TRUNCATED, [False] * n, dtype=pl.Boolean),
+        *_usage_columns(none, V_USAGE),
+        pl.Series(S.RESULT_SOURCE, ["not_sampled"] * n, dtype=pl.String),
+        *_usage_columns(none, S.BILLED_COLUMNS),
+    ])
 
 
 class _SafeProgress:
@@ -103,11 +123,20 @@ def safe_progress(progress: RowProgress | None) -> RowProgress | None:
     return _SafeProgress(progress)
 
 
-async def judge_chunk(df: pl.DataFrame, judging: Judging, progress: RowProgress | None = None) -> pl.DataFrame:
+async def judge_chunk(
+    df: pl.DataFrame, judging: Judging, progress: RowProgress | None = None, sample_rate: float = 1.0
+) -> pl.DataFrame:
     """A prepared chunk with its claims, verdicts, truncation flag, error, usage (``x_*`` and ``v_*``), source
-    and billed columns, row for row, and the judge's settings hash."""
+    and billed columns, row for row, and the judge's settings hash. Rows outside the sample at
+    ``sample_rate`` (``core.sampling``) are not judged: their source is ``not_sampled``."""
     progress = safe_progress(progress)
-    rows = row_frame(df)
+    rows = row_frame(df, sample_rate)
+    unsampled = None
+    if rows.height < df.height:
+        left_out = pl.int_range(df.height, dtype=pl.Int64, eager=True).alias(INDEX)
+        unsampled = _unsampled(left_out.filter(~left_out.is_in(rows.get_column(INDEX).implode())))
+        if progress is not None:
+            progress(float(unsampled.height))
     cache = judging.rows
     kept = None
     if cache is not None:
@@ -122,6 +151,8 @@ async def judge_chunk(df: pl.DataFrame, judging: Judging, progress: RowProgress 
         if cache is not None:
             await asyncio.to_thread(cache.keep, rest, fresh)
         found = fresh if kept is None else pl.concat([fresh, kept.select(fresh.columns)], how="vertical")
+    if unsampled is not None:
+        found = pl.concat([found, unsampled.select(found.columns)], how="vertical")
     if found.height != df.height:  # a judge that loses or invents rows is a bug, never a row outcome
         raise RuntimeError(f"the judge returned {found.height} result rows for {df.height} rows")
     found = found.sort(INDEX)

@@ -45,7 +45,8 @@ def score_step(
     df = add_reasons(df.with_columns(published_verdicts(df)))
     df = df.with_columns(
         pl.col(S.CLAIMS).alias("claims"),
-        pl.when(pl.col(S.ERROR).is_null()).then(pl.lit(S.STATUS_OK)).otherwise(pl.lit(S.STATUS_ERROR)).alias("status"),
+        pl.when(pl.col(S.RESULT_SOURCE) == S.SOURCE_NOT_SAMPLED).then(pl.lit(S.STATUS_NOT_SAMPLED))
+        .when(pl.col(S.ERROR).is_null()).then(pl.lit(S.STATUS_OK)).otherwise(pl.lit(S.STATUS_ERROR)).alias("status"),
         pl.col(S.ERROR).alias("error"),
         pl.lit(judge_model, dtype=pl.String).alias("judge_model"),
         pl.lit(prompt_version, dtype=pl.String).alias("prompt_version"),
@@ -131,7 +132,7 @@ async def score_chunks(
         return None if piece is None else prepare(piece, config, registry)
 
     async def run(prepared: pl.DataFrame) -> pl.DataFrame:
-        judged = await judge_chunk(prepared, judging, progress)
+        judged = await judge_chunk(prepared, judging, progress, config.sample_rate)
         # Scoring a chunk on a worker thread lets the chunk in flight be handed on meanwhile.
         return await asyncio.to_thread(scored, judged) if overlap else scored(judged)
 
@@ -140,16 +141,17 @@ async def score_chunks(
 
 
 async def judge_chunks(
-    chunks: Iterable[pl.DataFrame], judging: Judging | Judge, progress: RowProgress | None = None
+    chunks: Iterable[pl.DataFrame], judging: Judging | Judge, progress: RowProgress | None = None,
+    sample_rate: float = 1.0,
 ) -> AsyncIterator[pl.DataFrame]:
     """Prepared chunks with their claims, verdicts and usage (``core.flow.judge_chunk``: extraction and
-    verdict usage apart), in input order, two in flight when calls overlap (reading the next chunk on a
-    worker thread: it may come from a file)."""
+    verdict usage apart; rows outside the sample at ``sample_rate`` not judged), in input order, two in
+    flight when calls overlap (reading the next chunk on a worker thread: it may come from a file)."""
     judging = Judging.of(judging)
     stream = iter(chunks)
 
     async def run(chunk: pl.DataFrame) -> pl.DataFrame:
-        return await judge_chunk(chunk, judging, progress)
+        return await judge_chunk(chunk, judging, progress, sample_rate)
 
     async for done in _in_order(lambda: next(stream, None), run, judging.overlap_rows is not None, threaded=True):
         yield done
@@ -179,14 +181,18 @@ def check_inputs(chunks: Iterable[pl.DataFrame], config: ScoringConfig) -> int:
     return sum(frame.height for frame in prepared_chunks(chunks, replace(config, context_hook=None)))
 
 
-def rows_of(chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig | None) -> Rows:
-    """The run's rows (``core.flow.ROW_COLUMNS`` frames) for a bulk judge's prepay, read from ``chunks``
-    anew each time (``config`` None: the chunks are prepared already)."""
+def rows_of(
+    chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig | None, sample_rate: float | None = None
+) -> Rows:
+    """The run's rows in the sample (``core.flow.ROW_COLUMNS`` frames) for a bulk judge's prepay, read from
+    ``chunks`` anew each time (``config`` None: the chunks are prepared already; ``sample_rate`` None:
+    ``config``'s)."""
+    rate = sample_rate if sample_rate is not None else (config.sample_rate if config is not None else 1.0)
 
     def rows() -> Iterator[pl.DataFrame]:
         frames = chunks() if config is None else prepared_chunks(chunks(), config)
         for frame in frames:
-            yield row_frame(frame)
+            yield row_frame(frame, rate)
 
     return rows
 

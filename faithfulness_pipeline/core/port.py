@@ -35,8 +35,9 @@ Verdict = Literal["supported", "contradicted", "unsupported"]
 VERDICTS: tuple[Verdict, ...] = ("supported", "contradicted", "unsupported")
 
 #: Where a result came from: sent to an LLM in this run, read from the result store, copied from an
-#: identical item of this run, made by the offline judge, or needing no judge at all (nothing to judge).
-ResultSource = Literal["llm", "store", "duplicate", "offline", "none"]
+#: identical item of this run, made by the offline judge, needing no judge at all (nothing to judge), or
+#: none because the row is outside the run's sample (``core.sampling``).
+ResultSource = Literal["llm", "store", "duplicate", "offline", "none", "not_sampled"]
 
 #: Called with the number of items that just finished (successfully or not), for progress bars.
 ProgressCallback = Callable[[int], None]

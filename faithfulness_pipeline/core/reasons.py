@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.scoring import unscored
 
 MAX_LISTED = 10
 _MAX_CLAIM_CHARS = 200
@@ -97,14 +97,14 @@ def _section(label: str, category: str) -> pl.Expr:
 
 
 def add_reasons(df: pl.DataFrame) -> pl.DataFrame:
-    """Adds ``hallucination_reason`` and ``faithfulness_reason`` (null on error rows)."""
+    """Adds ``hallucination_reason`` and ``faithfulness_reason`` (null on error rows and rows outside the sample)."""
     listings = _fragments(df).group_by(_ROW).agg(
         *[expr for category in ("contradicted", "unsupported", "hedged") for expr in _listing(category)]
     )
     parts = df.select(
         pl.int_range(pl.len(), dtype=pl.UInt32).alias(_ROW),
         "n_claims", "n_contradicted", "n_unsupported", "hallucination_score", "faithfulness_score",
-        pl.col(S.ERROR).is_not_null().alias("_failed"),
+        unscored(df.columns).alias("_failed"),
     ).join(listings, on=_ROW, how="left", maintain_order="left")
 
     n = pl.col("n_claims")

@@ -108,3 +108,7 @@ CLAIM_TABLE_SCHEMA: dict[str, pl.DataType] = {
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
+#: A row outside the run's sample (``core.sampling``): not judged, null scores, nothing spent.
+STATUS_NOT_SAMPLED = "not_sampled"
+#: The ``result_source`` of such a row.
+SOURCE_NOT_SAMPLED = "not_sampled"

@@ -50,11 +50,19 @@ def hallucination_label(verdict: str) -> str:
     return "no" if verdict == "supported" else "yes"
 
 
+def unscored(columns: list[str]) -> pl.Expr:
+    """Rows that get null counts, scores and reasons, never 0: an error, or a row outside the sample."""
+    failed = pl.col(S.ERROR).is_not_null()
+    if S.RESULT_SOURCE in columns:
+        failed = failed | (pl.col(S.RESULT_SOURCE) == S.SOURCE_NOT_SAMPLED).fill_null(False)
+    return failed
+
+
 def add_counts_and_scores(df: pl.DataFrame, config: ScoringConfig) -> pl.DataFrame:
-    """Counts and both scores from ``_fp_verdicts``; rows with ``_fp_error`` get nulls, never 0."""
+    """Counts and both scores from ``_fp_verdicts``; error rows and rows outside the sample get nulls, never 0."""
     verdict = pl.element().struct.field("verdict")
     speculative = pl.element().struct.field("speculative").fill_null(False)
-    failed = pl.col(S.ERROR).is_not_null()
+    failed = unscored(df.columns)
     counts = {
         "n_claims": pl.col(S.VERDICTS).list.len().cast(pl.Int32),
         "n_supported": _count(verdict == "supported"),

@@ -284,7 +284,8 @@ def scores_in_range_check(asset: str, partitions: dg.PartitionsDefinition[str]) 
         asset=asset,
         name=SCORES_IN_RANGE,
         partitions_def=partitions,
-        description="Both scores lie in [0, scale]; ok rows with claims have scores; error rows have none.",
+        description="Both scores lie in [0, scale]; ok rows with claims have scores; error rows and rows outside "
+        "the sample have none.",
     )
     def _check(
         context: dg.AssetCheckExecutionContext, scoring: ScoringResource, warehouse: WarehouseResource
@@ -300,7 +301,10 @@ def scores_in_range_check(asset: str, partitions: dg.PartitionsDefinition[str]) 
                 (score.is_not_null() & ((score < 0) | (score > scale)) | score.is_nan(),
                  f"{column} = {{}} outside [0, {scale:g}]"),
                 (ok & (pl.col("n_claims") > 0) & score.is_null(), f"status ok with claims but {column} is null{{}}"),
-                (~ok & score.is_not_null(), f"status error but {column} = {{}}"),
+                (~ok & (pl.col("status") != S.STATUS_NOT_SAMPLED) & score.is_not_null(),
+                 f"status error but {column} = {{}}"),
+                ((pl.col("status") == S.STATUS_NOT_SAMPLED) & score.is_not_null(),
+                 f"status not_sampled but {column} = {{}}"),
             )
             for rule, says in rules:
                 broken = table.filter(rule)
@@ -321,16 +325,17 @@ def error_rate_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg
         asset=asset,
         name=ERROR_RATE,
         partitions_def=partitions,
-        description="At most max_error_rate (scoring resource) of the rows have status 'error'.",
+        description="At most max_error_rate (scoring resource) of the sampled rows have status 'error'.",
     )
     def _check(
         context: dg.AssetCheckExecutionContext, scoring: ScoringResource, warehouse: WarehouseResource
     ) -> dg.AssetCheckResult:
         day = context.partition_key
-        rows = warehouse.rows(asset, day)
-        errors = warehouse.scan(asset, [day]).filter(pl.col("status") != S.STATUS_OK)
+        scan = warehouse.scan(asset, [day])
+        rows, sampled = scan.select(pl.len(), (pl.col("status") != S.STATUS_NOT_SAMPLED).sum()).collect().row(0)
+        errors = scan.filter(pl.col("status") == S.STATUS_ERROR)
         failed = int(errors.select(pl.len()).collect().item())
-        rate = failed / rows if rows else 0.0
+        rate = failed / sampled if sampled else 0.0
         passed = rate <= scoring.max_error_rate
         examples = [f"`{k}`: {e}" for k, e in errors.select(S.ROW_KEY, "error").sort(S.ROW_KEY)
                     .head(_EXAMPLES).collect().rows()]
@@ -339,6 +344,7 @@ def error_rate_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg
             metadata={
                 "error_rows": failed,
                 "rows": rows,
+                "sampled_rows": sampled,
                 "error_rate": rate,
                 "max_error_rate": scoring.max_error_rate,
                 "examples": _md_list(examples),

@@ -159,10 +159,11 @@ def judge_one_shard(
     async def run() -> int:
         written = 0
         try:
-            await made.prepay(rows_of(lambda: _shard_rows(warehouse, day, config, shard, shards), None))
+            await made.prepay(rows_of(lambda: _shard_rows(warehouse, day, config, shard, shards), None,
+                                      config.sample_rate))
             with staging.writer() as out:
                 chunks = _shard_rows(warehouse, day, config, shard, shards)
-                async for judged in judge_chunks(chunks, made.judging(), progress):
+                async for judged in judge_chunks(chunks, made.judging(), progress, config.sample_rate):
                     out.write(_shard_columns(judged))
                     written += judged.height
         finally:

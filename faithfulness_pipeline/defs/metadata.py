@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 import polars as pl
 
+from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.descriptions import describe
 from faithfulness_pipeline.core.port import JudgeStats
 from faithfulness_pipeline.core.storage import Place
@@ -92,12 +93,15 @@ def score_distribution_md(scored: pl.DataFrame, scale: float) -> str:
         return out
 
     halluc, faith = counts("hallucination_score"), counts("faithfulness_score")
-    errors = scored.filter(pl.col("status") != "ok").height
+    errors = scored.filter(pl.col("status") == S.STATUS_ERROR).height
+    unsampled = scored.filter(pl.col("status") == S.STATUS_NOT_SAMPLED).height
     no_score = scored.filter((pl.col("status") == "ok") & pl.col("hallucination_score").is_null()).height
     lines = ["| score | hallucination | faithfulness |", "|---|---:|---:|"]
     lines += [f"| {label} | {h} | {f} |" for label, h, f in zip(labels, halluc, faith, strict=True)]
     lines.append(f"| no score (no claims) | {no_score} | {no_score} |")
     lines.append(f"| error | {errors} | {errors} |")
+    if unsampled:
+        lines.append(f"| not sampled | {unsampled} | {unsampled} |")
     return "\n".join(lines)
 
 
@@ -150,13 +154,15 @@ def scored_metadata(scored: pl.DataFrame | pl.LazyFrame, *, scale: float, answer
     lazy = scored.lazy()
     present = lazy.collect_schema().names()
     slim = lazy.select([c for c in _SUMMARISED if c in present]).collect()
-    errors = slim.filter(pl.col("status") != "ok").height
+    errors = slim.filter(pl.col("status") == S.STATUS_ERROR).height
+    unsampled = slim.filter(pl.col("status") == S.STATUS_NOT_SAMPLED).height
     models = sorted({m for m in slim.get_column("judge_model").unique().to_list() if m})
     prompts = sorted({p for p in slim.get_column("prompt_version").unique().to_list() if p})
     meta: dict[str, Any] = {
         "judge_model": ", ".join(models) or "-",
         "prompt_version": ", ".join(prompts) or "-",
         "error_rows": errors,
+        "sampled_rows": slim.height - unsampled,
         **usage_totals(slim),
         **{f"billed_{k}": v for k, v in usage_totals(slim, "billed_").items()},
         "score_distribution": dg.MetadataValue.md(score_distribution_md(slim, scale)),

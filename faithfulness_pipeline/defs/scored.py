@@ -127,7 +127,7 @@ def scored_assets(
         dated = slim.with_columns(pl.lit(day, dtype=pl.Date).alias("__fp_day"))
         table = daily_aggregates(
             dated, day_column="__fp_day", model_column=scoring.model_column,
-            hallucination_threshold=scoring.hallucination_threshold,
+            hallucination_threshold=scoring.hallucination_threshold, scale=scoring.scale,
         )
         warehouse.write(DAILY, context.partition_key, table)
         models = " + ".join(sorted({m for m in slim.get_column("judge_model").unique() if m}))

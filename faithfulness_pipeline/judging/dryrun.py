@@ -7,6 +7,7 @@ from typing import Any
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
+from faithfulness_pipeline.core.flow import row_frame
 from faithfulness_pipeline.core.io import iter_chunks
 from faithfulness_pipeline.core.money import dollars
 from faithfulness_pipeline.core.pipeline import prepared_chunks
@@ -20,10 +21,12 @@ def estimate_cost(judge: JudgeStack, paths: list[str], config: ScoringConfig, *,
     interactively and as provider batches, ``batch`` marking the mode of this run."""
     answers: list[ExtractItem] = []
     verdicts: list[VerdictItem] = []
-    rows = 0
+    rows = sampled = 0
     for prepared in prepared_chunks(iter_chunks(paths, config.chunk_rows, config.columns.key_columns()), config):
         rows += prepared.height
-        for key, answer, question, context in prepared.select(
+        judged = row_frame(prepared, config.sample_rate)  # only the sample is judged, so only it is priced
+        sampled += judged.height
+        for key, answer, question, context in judged.select(
             S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT
         ).iter_rows():
             if answer is not None and answer.strip():
@@ -32,7 +35,8 @@ def estimate_cost(judge: JudgeStack, paths: list[str], config: ScoringConfig, *,
                 verdicts.append(VerdictItem(key, tuple(rough_sentences(answer)), tuple(context or ()), question))
     estimate = estimate_items(judge, answers, verdicts)
     lines = [
-        f"dry run with {judge.model_name} (prompt {judge.prompt_version}): {rows} rows, {len(answers)} answers",
+        f"dry run with {judge.model_name} (prompt {judge.prompt_version}): {rows} rows, {len(answers)} answers"
+        + (f" ({sampled} rows in the sample at sample_rate {config.sample_rate:g})" if config.sample_rate < 1 else ""),
         f"  requests: {estimate.requests}",
         f"  already in the result store: {estimate.cached_items} step results (free)",
         f"  prompt tokens: {estimate.prompt_tokens}",

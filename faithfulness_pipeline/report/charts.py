@@ -68,8 +68,19 @@ def _date_axis(axes: Any, days: list[Any]) -> None:
     axes.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
 
 
+def _band(axes: Any, days: list[Any], part: pl.DataFrame, column: str, color: str) -> None:
+    """The 95 % interval of ``column`` as a shaded band, on the days that have one of some width."""
+    low, high = f"{column}_low", f"{column}_high"
+    if low not in part.columns or not (part.get_column(high) - part.get_column(low)).fill_null(0).gt(0).any():
+        return
+    lows = [float("nan") if v is None else v for v in part.get_column(low).to_list()]
+    highs = [float("nan") if v is None else v for v in part.get_column(high).to_list()]
+    axes.fill_between(days, lows, highs, color=color, alpha=0.15, linewidth=0)
+
+
 def trend_chart(daily: pl.DataFrame, threshold: float, scale: float) -> str:
-    """Per day and model: hallucination mean (solid) and p90 (dashed), faithfulness mean, share over threshold."""
+    """Per day and model: hallucination mean (solid) and p90 (dashed), faithfulness mean, share over threshold;
+    a shaded band is the 95 % interval of a mean or share measured on a sample (none for a census)."""
 
     def draw(figure: Any) -> None:
         halluc, faith, share = figure.subplots(1, 3)
@@ -80,6 +91,9 @@ def trend_chart(daily: pl.DataFrame, threshold: float, scale: float) -> str:
             halluc.plot(days, part.get_column("hallucination_p90").to_list(), "--", color=color, alpha=0.6)
             faith.plot(days, part.get_column("faithfulness_mean").to_list(), "o-", color=color, label=model)
             share.plot(days, part.get_column("over_threshold_share").to_list(), "o-", color=color, label=model)
+            for axes, column in ((halluc, "hallucination_mean"), (faith, "faithfulness_mean"),
+                                 (share, "over_threshold_share")):
+                _band(axes, days, part, column, color)
         halluc.set_title("hallucination: mean (solid), p90 (dashed)")
         faith.set_title("faithfulness: mean")
         share.set_title(f"share of answers over {threshold:g}")

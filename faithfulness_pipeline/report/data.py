@@ -326,7 +326,8 @@ def summarise(
     the hallucination threshold and the scale."""
     model_column, answer_column = scoring.model_column, scoring.output_column
     threshold = scoring.hallucination_threshold
-    daily = daily_aggregates(scored, day_column=DAY, model_column=model_column, hallucination_threshold=threshold)
+    daily = daily_aggregates(scored, day_column=DAY, model_column=model_column, hallucination_threshold=threshold,
+                             scale=scoring.scale)
     ok = scored.filter(pl.col("status") == "ok")
     language = _language(scored, language_column, answer_column)
     mix = _verdict_mix(ok, language)

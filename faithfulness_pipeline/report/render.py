@@ -27,6 +27,7 @@ CALIBRATION_ROWS = 60
 
 _DAILY = (
     ("answers", "answers"),
+    ("judged (sample)", "sampled_answers"),
     ("error rows", "error_answers"),
     ("hallucination mean", "hallucination_mean"),
     ("hallucination p90", "hallucination_p90"),
@@ -48,10 +49,13 @@ class Headline:
     over_threshold_share: float | None
     billed_cost_usd: float | None
     judges: str
+    sampled_answers: int | None = None  # the answers judged, when a sample (not every answer) was
 
     def items(self, threshold: float) -> list[tuple[str, str]]:
+        judged = [] if self.sampled_answers is None else [("judged (sample)", str(self.sampled_answers))]
         return [
             ("answers", str(self.answers)),
+            *judged,
             ("error rows", str(self.error_answers)),
             ("mean hallucination", num(self.hallucination_mean)),
             (f"over {threshold:g}", pct(self.over_threshold_share)),
@@ -72,6 +76,16 @@ def pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.1%}"
 
 
+def _cell(row: dict[str, Any], column: str) -> str:
+    """A daily table cell; a mean or share over a sample gets its 95 % interval (a census's has no width)."""
+    show = pct if column == "over_threshold_share" else lambda v: num(v, 6 if "cost" in column else 3)
+    text = show(row[column])
+    low, high = row.get(f"{column}_low"), row.get(f"{column}_high")
+    if low is not None and high is not None and low != high:
+        text += f" ({show(low)} – {show(high)})"
+    return text
+
+
 def _cut(text: Any) -> str:
     value = "" if text is None else str(text)
     return value if len(value) <= TEXT_LIMIT else value[: TEXT_LIMIT - 1] + "…"
@@ -84,15 +98,18 @@ def headline(data: ReportData) -> Headline:
     billed = daily.get_column("billed_cost_usd")
     over = int(daily.get_column("over_threshold_answers").sum() or 0)
     with_score = len(data.hallucination)
+    answers = int(daily.get_column("answers").sum() or 0)
+    sampled = int(daily.get_column("sampled_answers").sum() or 0)
     return Headline(
         period=period,
-        answers=int(daily.get_column("answers").sum() or 0),
+        answers=answers,
         error_answers=int(daily.get_column("error_answers").sum() or 0),
         hallucination_mean=sum(data.hallucination) / with_score if with_score else None,
         faithfulness_mean=sum(data.faithfulness) / len(data.faithfulness) if data.faithfulness else None,
         over_threshold_share=over / with_score if with_score else None,
         billed_cost_usd=None if billed.null_count() else float(billed.sum() or 0.0),
         judges=", ".join(f"{m} ({p})" for m, p, _ in data.judges),
+        sampled_answers=sampled if sampled < answers else None,
     )
 
 
@@ -121,8 +138,7 @@ def render_html(data: ReportData, *, baseline_judges: frozenset[str] = frozenset
         {
             "day": row["day"],
             "model": row["model"] if row["model"] is not None else "(no model)",
-            "cells": [pct(row[c]) if c == "over_threshold_share" else num(row[c], 6 if "cost" in c else 3)
-                      for _, c in _DAILY],
+            "cells": [_cell(row, c) for _, c in _DAILY],
         }
         for row in data.daily.iter_rows(named=True)
     ]

@@ -10,6 +10,7 @@ from faithfulness_pipeline.core.config import (
     ChunkRows,
     ColumnMap,
     ContextHook,
+    SampleRate,
     Scale,
     ScoringConfig,
     ZeroClaimPolicy,
@@ -49,6 +50,11 @@ class ScoringSettings(BaseModel):
                                          description="scores of answers without claims: 0 like Mastra, or null")
     chunk_rows: ChunkRows = Field(default=_SCORING.chunk_rows,
                                   description="rows per processing chunk (bounds memory; each chunk costs fixed work)")
+    sample_rate: SampleRate = Field(
+        default=_SCORING.sample_rate,
+        description="share of rows judged, picked by row key (a re-run picks the same rows; a higher rate keeps "
+        "them and adds others); the rest get status not_sampled and null scores and cost nothing",
+    )
     hallucination_threshold: float = Field(
         default=0.5, ge=0, allow_inf_nan=False,
         description="answers with a hallucination score above this (in score units, 0..scale) count as "
@@ -78,4 +84,5 @@ class ScoringSettings(BaseModel):
         return ScoringConfig(
             columns=self.columns(), scale=self.scale, zero_claims=self.zero_claims, all_turns=self.all_turns,
             static_context=static_context, context_hook=context_hook, chunk_rows=self.chunk_rows,
+            sample_rate=self.sample_rate,
         )

@@ -83,6 +83,32 @@ def test_summary_is_printed(sample_run: tuple[Path, subprocess.CompletedProcess[
     assert set(scored.get_column("scoring_run_id")) == {printed.group(1)}
 
 
+def test_a_sampled_run_says_what_it_judged_and_writes_every_row(
+    sample_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    full, _ = sample_run
+    result = run_cli("score", str(SAMPLE / "flat"), "-o", str(tmp_path / "o.parquet"), "--sample-rate", "0.5")
+    assert result.returncode == 0, result.stderr
+    scored = pl.read_parquet(tmp_path / "o.parquet")
+    judged = scored.filter(pl.col("status") != "not_sampled")
+    assert scored.height == 17 and 0 < judged.height < 17
+    assert f"sample: judged {judged.height} of 17 rows (sample_rate 0.5" in result.stderr
+    assert f"not sampled: {17 - judged.height}" in result.stderr
+    # the judged rows score as in the full run; the dry run prices only them
+    keep = ["row_key", "claims", "hallucination_score", "faithfulness_score", "status"]
+    reference = pl.read_parquet(full / "scored.parquet").filter(pl.col("row_key").is_in(judged.get_column("row_key").implode()))
+    assert judged.select(keep).sort("row_key").equals(reference.select(keep).sort("row_key"))
+    dry = run_cli("score", str(SAMPLE / "flat"), "-o", str(tmp_path / "d.parquet"), "--sample-rate", "0.5", "--dry-run")
+    assert f"({judged.height} rows in the sample at sample_rate 0.5)" in dry.stdout + dry.stderr
+
+
+@pytest.mark.parametrize("rate", ["0", "1.5"])
+def test_a_sample_rate_outside_zero_to_one_is_one_line(tmp_path: Path, rate: str) -> None:
+    result = run_cli("score", str(SAMPLE / "flat"), "-o", str(tmp_path / "o.parquet"), "--sample-rate", rate)
+    assert result.returncode == 2 and "sample_rate" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "o.parquet").exists()
+
+
 def test_chat_sample_with_tool_results(tmp_path: Path) -> None:
     result = run_cli("score", str(SAMPLE / "chat" / "conversations.parquet"), "-o", str(tmp_path / "o.parquet"))
     assert result.returncode == 0, result.stderr

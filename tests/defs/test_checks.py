@@ -158,6 +158,13 @@ def test_scores_in_range_fails_on_an_out_of_range_score_and_a_scored_error_row(b
     examples = str(check.metadata["examples"].value)
     assert "`flat-004`: hallucination_score = 1.5 outside [0, 1]" in examples
     assert "`chat-001`: status error but hallucination_score" in examples
+    # a row outside the sample has no score either
+    scored_row = scored.filter(pl.col("hallucination_score").is_not_null()).get_column("row_key")[0]
+    rewrite(lake, "scored_conversations", scored.with_columns(
+        pl.when(pl.col("row_key") == scored_row).then(pl.lit("not_sampled")).otherwise(pl.col("status")).alias("status")))
+    check = run_check(lake, "scored_conversations", "scores_in_range")
+    assert not check.passed
+    assert f"`{scored_row}`: status not_sampled but hallucination_score" in str(check.metadata["examples"].value)
 
 
 class FailingJudge(JudgeResource):

@@ -225,3 +225,52 @@ def test_a_day_judged_by_a_self_hosted_server_says_what_it_learnt_of_the_server(
     notes = str(_meta(result, "judged_claims").get("judge_notes", ""))
     assert "refused response_format json_schema" in notes and "JSON mode (json_object)" in notes
     assert "4096 tokens a request, as the server says" in notes and "4 slots" in notes
+
+
+def test_a_sampled_day_judges_its_sample_only_keeps_every_row_and_a_higher_rate_pays_only_for_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instance: dg.DagsterInstance
+) -> None:
+    """FP_SAMPLE_RATE through the Dagster resource, in two shards: the day's every row is in the scored table,
+    those outside the sample with status not_sampled and null scores, never sent; the daily table counts both;
+    the checks pass; and the same day at rate 1 asks only for the rows the sample left out (the store serves
+    the rest, the samples being nested)."""
+    monkeypatch.setenv(KEY_ENV, CANARY)
+    warehouse = tmp_path / "warehouse"
+    judge = ScriptedResponder()
+    with FakeLLMServer(judge) as srv:
+        def day_at(rate: str) -> tuple[dg.ExecuteInProcessResult, pl.DataFrame, pl.DataFrame]:
+            settings = DefsSettings.from_env({
+                "FP_JUDGE_MODEL": "openai/fake-judge", "FP_JUDGE_API_BASE": srv.base_url, "FP_JUDGE_API_KEY_ENV": KEY_ENV,
+                "FP_JUDGE_SHARDS": "2", "FP_SAMPLE_RATE": rate, "FP_LANDING": str(SAMPLE), "FP_WAREHOUSE": str(warehouse),
+            })
+            defs = build_defs(settings)
+            run = dg.materialize([*(defs.assets or []), *(defs.asset_checks or [])], partition_key=DAY,  # type: ignore[arg-type]
+                                 instance=instance, resources=defs.resources,
+                                 selection=dg.AssetSelection.groups("answer_quality"))
+            assert run.success
+            read = lambda table: pl.read_parquet(warehouse / table / f"ds={DAY}" / "data.parquet")  # noqa: E731
+            return run, read("scored_conversations"), read("daily_answer_quality")
+
+        run, scored, daily = day_at("0.5")
+        landed = pl.read_parquet(warehouse / "raw_conversations" / f"ds={DAY}" / "data.parquet").height
+        outside = scored.filter(pl.col("status") == "not_sampled")
+        inside = scored.filter(pl.col("status") != "not_sampled")
+        assert scored.height == landed and 0 < outside.height < landed
+        assert outside.select("hallucination_score", "faithfulness_score").null_count().row(0) == (outside.height,) * 2
+        sent = {text for call in judge.calls if call.step == "extract" for text in call.texts}
+        judged = {a for a in inside.get_column("output").to_list() if a and a.strip()}
+        assert judged <= sent
+        assert not (set(outside.get_column("output").to_list()) - judged) & sent  # the others were never sent
+        assert int(daily.get_column("answers").sum()) == landed
+        assert int(daily.get_column("sampled_answers").sum()) == inside.height
+        checks = {e.check_name: e.passed for e in run.get_asset_check_evaluations()
+                  if e.asset_key == dg.AssetKey("scored_conversations")}
+        assert checks["error_rate"] and checks["scores_in_range"], checks
+
+        requests = srv.stats().requests
+        _, everything, _ = day_at("1")
+        assert set(everything.get_column("status")) == {"ok"}
+        was_sampled = everything.filter(pl.col("row_key").is_in(inside.get_column("row_key").implode()))
+        assert set(was_sampled.get_column("result_source")) <= {"store", "none"}
+        assert set(everything.filter(pl.col("result_source") == "llm").get_column("row_key")) <= set(outside.get_column("row_key"))
+        assert srv.stats().requests > requests

@@ -21,9 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 import polars as pl
 import pytest
 
+from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.defs import DefsSettings
 from faithfulness_pipeline.settings.derive import settings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
@@ -71,6 +73,8 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ),
     ("docs/report.md", "bash", "import duckdb"): ("tests/defs/test_demo.py::test_the_documented_query_command_runs",),
     ("docs/report.md", "sql", "daily_answer_quality"): ("tests/defs/test_materialize.py::test_the_documented_bi_queries_run",),
+    ("docs/sampling.md", "bash", "--sample-rate 0.5"): (f"{THIS}::test_the_sampling_command_and_query_run_as_printed",),
+    ("docs/sampling.md", "sql", "sampled_answers"): (f"{THIS}::test_the_sampling_command_and_query_run_as_printed",),
     ("docs/scaling-out.md", "bash", "dagster instance migrate"): (
         "tests/defs/test_postgres_instance.py::test_two_machines_reaching_the_pool_at_once_on_a_new_instance_both_get_a_slot",
         "tests/reliability/test_two_machines.py::test_two_machines_backfill_four_days_at_once_within_the_pool_paying_each_item_once",
@@ -194,6 +198,21 @@ def test_the_calibration_commands_run_as_printed(root: Path) -> None:
     assert both.filter(pl.col("group_by") == "all").get_column("judge").to_list() == [
         "offline-lexical-v1", "openai/fake-judge"]
     assert (root / "out" / "disagree.parquet").is_file()
+
+
+def test_the_sampling_command_and_query_run_as_printed(root: Path) -> None:
+    done = run_shell(block("docs/sampling.md", "bash", "--sample-rate 0.5"), root, shell_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "sample: judged" in done.stderr
+    scored = pl.read_parquet(root / "out" / "sampled.parquet")
+    assert {"ok", "not_sampled"} <= set(scored.get_column("status"))
+    # the page's query, on the daily table of that run (the view in the DuckDB file has the same columns)
+    daily_answer_quality = daily_aggregates(scored.with_columns(pl.col("created_at").dt.date().alias("day")))  # noqa: F841
+    rows = duckdb.sql(block("docs/sampling.md", "sql", "sampled_answers")).fetchall()
+    assert rows and sum(r[3] for r in rows) == scored.filter(pl.col("status") != "not_sampled").height
+    # groups of the sample data are a few answers each: where fewer than two were scored there is no interval
+    bounded = [r for r in rows if r[5] is not None]
+    assert all(r[2] >= r[3] and r[5] <= r[4] <= r[6] for r in bounded), rows
 
 
 def test_the_scaling_out_variables_are_what_the_code_location_and_the_instance_read() -> None:

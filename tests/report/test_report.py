@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 
 from faithfulness_pipeline import score_frame
+from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.report import build_report
 from faithfulness_pipeline.report.data import load_scored
 
@@ -203,3 +204,28 @@ def test_the_verdict_mix_counts_every_claim_once_under_its_first_mark(tmp_path: 
     for mark, n in data.verdict_mix.group_by("mark").agg(pl.col("claims").sum()).iter_rows():
         got[mark] = int(n)
     assert got == expected and sum(got.values()) == int(golden.filter(pl.col("status") == "ok")["n_claims"].sum())
+
+
+def test_a_sampled_table_shows_what_was_judged_and_the_intervals(tmp_path: Path) -> None:
+    answers = ["The battery holds 5000 mAh.", "The battery holds 4000 mAh.", "电池容量是5000毫安时。",
+               "배터리 용량은 4000mAh입니다."]
+    n = 240
+    frame = pl.DataFrame({
+        "conversation_id": [f"s-{i}" for i in range(n)],
+        "created_at": [dt.datetime(2026, 11, 24, 9, tzinfo=dt.UTC)] * n,
+        "model": ["gpt-4o-mini"] * n,
+        "output": [f"{answers[i % 4]} Order {i} shipped." for i in range(n)],
+        "context": [["The battery holds 5000 mAh.", "电池容量是5000毫安时。", "배터리 용량은 5000mAh입니다."]] * n,
+    })
+    source = tmp_path / "scored.parquet"
+    score_frame(frame, config=ScoringConfig(sample_rate=0.4)).write_parquet(source)
+    path, data = build_report(str(source), tmp_path / "r.html", baseline_judges=OFFLINE)
+    html = path.read_text(encoding="utf-8")
+    text = "".join(parse(html).text)
+    row = data.daily.row(0, named=True)
+    assert row["answers"] == n and 0 < row["sampled_answers"] < n
+    assert "judged (sample)" in text  # in the headline and as a column of the daily table
+    assert "fill-opacity: 0.15" in html  # the trend chart's interval bands
+    # the daily table gives each mean and share with its 95 % interval
+    assert re.search(r"\d\.\d+ \(\d\.\d+ – \d\.\d+\)", text), text[:2000]
+    assert re.search(r"\d+\.\d% \(\d+\.\d% – \d+\.\d%\)", text)
