@@ -18,7 +18,7 @@ import pyarrow as pa
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.flow import RowProgress
-from faithfulness_pipeline.core.pipeline import chunks_of, rows_of, score_chunks
+from faithfulness_pipeline.core.pipeline import chunks_of, prepared_chunks, rows_of, sample_of, score_chunks
 from faithfulness_pipeline.core.port import Judge
 
 #: What the entry points take: a polars DataFrame, a pyarrow Table or RecordBatch, or a pandas DataFrame
@@ -66,9 +66,11 @@ async def score_frame_async(
     config = config or ScoringConfig()
     stack = stack_of(judge if judge is not None else default_judge())
     try:
-        await stack.prepay(rows_of(lambda: chunks_of(frame, config.chunk_rows), config))
+        # read (lazily) only when a cap per stratum needs the run's keys first
+        sample = sample_of(config, prepared_chunks(chunks_of(frame, config.chunk_rows), config))
+        await stack.prepay(rows_of(lambda: chunks_of(frame, config.chunk_rows), config, sample))
         parts = [part async for part in score_chunks(chunks_of(frame, config.chunk_rows), stack.judging(), config,
-                                                     progress)]
+                                                     progress, sample=sample)]
         return pl.concat(parts, how="vertical")
     finally:
         await stack.aclose()

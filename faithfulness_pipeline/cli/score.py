@@ -37,7 +37,16 @@ from faithfulness_pipeline.core.io import (
 )
 from faithfulness_pipeline.core.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
-from faithfulness_pipeline.core.pipeline import check_inputs, new_run_id, score_chunks, scored_schema, spilled_rows
+from faithfulness_pipeline.core.pipeline import (
+    check_inputs,
+    new_run_id,
+    prepared_chunks,
+    sample_of,
+    score_chunks,
+    scored_schema,
+    spilled_rows,
+)
+from faithfulness_pipeline.core.sampling import Sample
 from faithfulness_pipeline.judging.dryrun import estimate_cost
 from faithfulness_pipeline.judging.factory import check_key, make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
@@ -102,6 +111,7 @@ async def _run(
     outputs: dict[str, str],
     progress: Callable[[float], None] | None,
     summary: Summary,
+    sample: Sample,
 ) -> None:
     """Scores ``chunks`` (read from ``paths``, whose columns make ``out_schema``) into ``outputs`` (option ->
     path: ``-o`` and optionally ``--claims-out``, ``--mastra-out``), which appear together when the run is
@@ -115,9 +125,10 @@ async def _run(
         wrote_any = False
         try:
             text = config.columns.key_columns()
-            with spilled_rows(lambda: iter_chunks(paths, config.chunk_rows, text), config) as rows:
+            with spilled_rows(lambda: iter_chunks(paths, config.chunk_rows, text), config, sample) as rows:
                 await judge.prepay(rows)
-            async for chunk in score_chunks(chunks, judge.judging(), config, progress, run_id=summary.run_id):
+            async for chunk in score_chunks(chunks, judge.judging(), config, progress, run_id=summary.run_id,
+                                            sample=sample):
                 wrote_any = True
                 scored = conform(chunk, out_schema)  # files of other shapes or columns: one table
                 summary.add(scored)
@@ -226,10 +237,12 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             progress = Progress(total, enabled=not quiet)
             summary = Summary(model_column=scoring.model_column, answer_column=scoring.output_column,
                               threshold=scoring.hallucination_threshold, run_id=new_run_id(),
-                              sample_rate=scoring.sample_rate)
+                              sample_rate=scoring.sample_rate, sample_max_rows=scoring.sample_max_rows)
+            # a cap per model reads the inputs' keys once first (and only then)
+            sample = sample_of(config, prepared_chunks(iter_chunks(paths, config.chunk_rows, text), config))
             try:
                 given = {option: path for option, path in outputs.items() if path}
-                asyncio.run(_run(paths, chunks, out_schema, judge, config, given, progress, summary))
+                asyncio.run(_run(paths, chunks, out_schema, judge, config, given, progress, summary, sample))
             finally:
                 progress.close()
         except OutputError as exc:  # the machine's fault (a full disk, a read-only folder), not the command's

@@ -22,6 +22,7 @@ class Summary:
     threshold: float = 0.5  # hallucination scores above it count as hallucinating
     run_id: str = ""  # the scoring_run_id of every row of the run
     sample_rate: float = 1.0  # the share of rows judged (core.sampling)
+    sample_max_rows: int | None = None  # the most rows judged per model
     rows: int = 0
     ok: int = 0
     errors: int = 0
@@ -107,9 +108,10 @@ class Summary:
             f"{self.completion_tokens} completion tokens, {dollars(self.cost_usd)}",
         ]
         sampled = self.rows - self.not_sampled
-        if self.sample_rate < 1:
-            lines.insert(1, f"  sample: judged {sampled} of {self.rows} rows (sample_rate {self.sample_rate:g}, picked "
-                            "by row key); the others have status not_sampled and null scores, and cost nothing")
+        if self.sample_rate < 1 or self.sample_max_rows is not None:
+            cap = "" if self.sample_max_rows is None else f", at most {self.sample_max_rows} per {self.model_column}"
+            lines.insert(1, f"  sample: judged {sampled} of {self.rows} rows (sample_rate {self.sample_rate:g}{cap}, "
+                            "picked by row key); the others have status not_sampled and null scores, and cost nothing")
         for model, (rows, n, total) in sorted(self.by_model.items()):
             lines.append(f"  {self.model_column} {model}: {rows} rows, mean hallucination {mean(total, n)}")
         lines += [f"  note: {note}" for note in stats.notes]

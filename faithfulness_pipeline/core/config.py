@@ -23,6 +23,8 @@ ZeroClaimPolicy = Literal["zero", "null"]
 ChunkRows = Annotated[int, Field(ge=1)]
 #: The share of rows judged (``core.sampling``): above 0, at most 1 (every row).
 SampleRate = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+#: The most rows judged per stratum (the answering model), or None for no cap.
+SampleMaxRows = Annotated[int, Field(ge=1)] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,7 @@ _RULES: Final = {
     "zero_claims": _Rule(TypeAdapter(ZeroClaimPolicy), " or ".join(repr(v) for v in get_args(ZeroClaimPolicy))),
     "chunk_rows": _Rule(TypeAdapter(ChunkRows), ">= 1"),
     "sample_rate": _Rule(TypeAdapter(SampleRate), "a number in (0, 1]", " (e.g. 0.1 to judge one answer in ten)"),
+    "sample_max_rows": _Rule(TypeAdapter(SampleMaxRows), "a whole number >= 1, or None for no cap"),
 }
 
 
@@ -52,6 +55,8 @@ class ColumnMap:
     messages: str = "messages"
     conversation_id: str = "conversation_id"
     turn: str = "turn"
+    #: the answering model: per-model totals, and the strata of a sample
+    model: str = "model"
     #: an explicit key column; when unset the key is conversation_id (+ turn), else a content hash
     key: str | None = None
 
@@ -83,6 +88,9 @@ class ScoringConfig:
     #: the share of rows judged, picked by their row key (``core.sampling``): the same rows on every run,
     #: and a higher rate keeps them all; the others get ``status = "not_sampled"`` and null scores
     sample_rate: SampleRate = 1.0
+    #: the most rows judged per model (a Dagster partition is a day: per day x model there); the run's
+    #: keys are read once before anything is judged to find which (``core.sampling.plan_sample``)
+    sample_max_rows: SampleMaxRows = None
 
     def __post_init__(self) -> None:
         for name, rule in _RULES.items():

@@ -38,7 +38,7 @@ from faithfulness_pipeline.core.port import (
     billed_of,
     source_of,
 )
-from faithfulness_pipeline.core.sampling import in_sample
+from faithfulness_pipeline.core.sampling import EVERY_ROW, Sample
 
 _LOG = logging.getLogger(__name__)
 
@@ -64,21 +64,21 @@ RESULT_COLUMNS: Final = (
     INDEX, S.CLAIMS, S.ERROR, *X_USAGE, S.VERDICTS, S.CONTEXT_TRUNCATED, *V_USAGE, S.RESULT_SOURCE, *S.BILLED_COLUMNS,
 )
 #: The stronger source names the row: anything paid in this run makes it ``llm``.
-_SOURCE_RANK: Final[dict[str, int]] = {"none": 0, "store": 1, "duplicate": 2, "offline": 3, "llm": 4, "not_sampled": 5}
+_SOURCE_RANK: Final[dict[str, int]] = {"none": 0, "store": 1, "duplicate": 2, "offline": 3, "llm": 4}
 
 # Building nested columns through Arrow (flat values and offsets) is an order of magnitude faster than
 # polars building them from Python lists of lists or dicts.
 _NO_CONTEXT_VERDICT: Final = ClaimVerdict("unsupported", False, NO_CONTEXT_REASON, None)
 
 
-def row_frame(df: pl.DataFrame, sample_rate: float = 1.0) -> pl.DataFrame:
-    """The :data:`ROW_COLUMNS` of a prepared chunk's rows in the sample (``core.sampling``; all of them at
-    ``sample_rate`` 1): what a judge is given of it."""
+def row_frame(df: pl.DataFrame, sample: Sample = EVERY_ROW) -> pl.DataFrame:
+    """The :data:`ROW_COLUMNS` of a prepared chunk's rows in ``sample`` (``core.sampling``; all of them by
+    default): what a judge is given of it."""
     rows = df.select(
         pl.int_range(df.height, dtype=pl.Int64).alias(INDEX), S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT,
         is_blank(pl.col(S.ANSWER)).alias(BLANK),
     )
-    return rows if sample_rate >= 1.0 else rows.filter(in_sample(rows.get_column(S.ROW_KEY), sample_rate))
+    return rows if sample.everything else rows.filter(sample.selects(df))
 
 
 def _unsampled(indexes: pl.Series) -> pl.DataFrame:
@@ -124,13 +124,13 @@ def safe_progress(progress: RowProgress | None) -> RowProgress | None:
 
 
 async def judge_chunk(
-    df: pl.DataFrame, judging: Judging, progress: RowProgress | None = None, sample_rate: float = 1.0
+    df: pl.DataFrame, judging: Judging, progress: RowProgress | None = None, sample: Sample = EVERY_ROW
 ) -> pl.DataFrame:
     """A prepared chunk with its claims, verdicts, truncation flag, error, usage (``x_*`` and ``v_*``), source
-    and billed columns, row for row, and the judge's settings hash. Rows outside the sample at
-    ``sample_rate`` (``core.sampling``) are not judged: their source is ``not_sampled``."""
+    and billed columns, row for row, and the judge's settings hash. Rows outside ``sample``
+    (``core.sampling``) are not judged: their source is ``not_sampled``."""
     progress = safe_progress(progress)
-    rows = row_frame(df, sample_rate)
+    rows = row_frame(df, sample)
     unsampled = None
     if rows.height < df.height:
         left_out = pl.int_range(df.height, dtype=pl.Int64, eager=True).alias(INDEX)

@@ -22,11 +22,12 @@ import polars as pl
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.combine import union_schema
 from faithfulness_pipeline.core.config import ScoringConfig
-from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.core.errors import ConfigError, InputError
 from faithfulness_pipeline.core.flow import RowProgress, Rows, judge_chunk, row_frame, summed_usage
 from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
 from faithfulness_pipeline.core.port import Judge, Judging
 from faithfulness_pipeline.core.reasons import add_reasons
+from faithfulness_pipeline.core.sampling import EVERY_ROW, Sample, plan_sample
 from faithfulness_pipeline.core.scoring import add_counts_and_scores, published_verdicts
 
 
@@ -98,16 +99,29 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
+def sample_of(config: ScoringConfig, prepared: Iterable[pl.DataFrame] | None = None) -> Sample:
+    """The rows a run under ``config`` judges (``core.sampling``). A cap per stratum (``sample_max_rows``)
+    needs the run's ``prepared`` chunks, read once for their keys before anything is judged."""
+    if config.sample_max_rows is None:
+        return Sample(config.sample_rate, config.columns.model)
+    if prepared is None:
+        raise ConfigError("sample_max_rows needs the run's rows before they are scored: score_frame and the CLI "
+                          "read them first; a caller of score_chunks passes sample=sample_of(config, chunks)")
+    return plan_sample(prepared, config.sample_rate, config.sample_max_rows, config.columns.model)
+
+
 async def score_chunks(
     chunks: Iterable[pl.DataFrame],
     judging: Judging | Judge,
     config: ScoringConfig,
     progress: RowProgress | None = None,
     run_id: str | None = None,
+    sample: Sample | None = None,
 ) -> AsyncIterator[pl.DataFrame]:
     """Scores an input stream chunk by chunk; keys are checked for duplicates across the whole stream.
 
-    Every row gets ``run_id`` as its ``scoring_run_id`` (a new id when None: one per stream).
+    Every row gets ``run_id`` as its ``scoring_run_id`` (a new id when None: one per stream). Rows outside
+    ``sample`` (by default ``config``'s rate, uncapped) are not judged (``core.sampling``).
 
     With calls that overlap (``Judging.overlap_rows``), the next chunk is prepared and its calls start
     while the current one is finishing: two chunks in flight at most, yielded in input order. A judge that
@@ -115,6 +129,7 @@ async def score_chunks(
     """
     judging = Judging.of(judging)
     judge = judging.judge
+    sample = sample if sample is not None else sample_of(config)
     registry = KeyRegistry()
     scored_at = datetime.now(UTC)
     run_id = run_id or new_run_id()
@@ -132,7 +147,7 @@ async def score_chunks(
         return None if piece is None else prepare(piece, config, registry)
 
     async def run(prepared: pl.DataFrame) -> pl.DataFrame:
-        judged = await judge_chunk(prepared, judging, progress, config.sample_rate)
+        judged = await judge_chunk(prepared, judging, progress, sample)
         # Scoring a chunk on a worker thread lets the chunk in flight be handed on meanwhile.
         return await asyncio.to_thread(scored, judged) if overlap else scored(judged)
 
@@ -142,16 +157,16 @@ async def score_chunks(
 
 async def judge_chunks(
     chunks: Iterable[pl.DataFrame], judging: Judging | Judge, progress: RowProgress | None = None,
-    sample_rate: float = 1.0,
+    sample: Sample = EVERY_ROW,
 ) -> AsyncIterator[pl.DataFrame]:
     """Prepared chunks with their claims, verdicts and usage (``core.flow.judge_chunk``: extraction and
-    verdict usage apart; rows outside the sample at ``sample_rate`` not judged), in input order, two in
-    flight when calls overlap (reading the next chunk on a worker thread: it may come from a file)."""
+    verdict usage apart; rows outside ``sample`` not judged), in input order, two in flight when calls
+    overlap (reading the next chunk on a worker thread: it may come from a file)."""
     judging = Judging.of(judging)
     stream = iter(chunks)
 
     async def run(chunk: pl.DataFrame) -> pl.DataFrame:
-        return await judge_chunk(chunk, judging, progress, sample_rate)
+        return await judge_chunk(chunk, judging, progress, sample)
 
     async for done in _in_order(lambda: next(stream, None), run, judging.overlap_rows is not None, threaded=True):
         yield done
@@ -182,26 +197,27 @@ def check_inputs(chunks: Iterable[pl.DataFrame], config: ScoringConfig) -> int:
 
 
 def rows_of(
-    chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig | None, sample_rate: float | None = None
+    chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig | None, sample: Sample = EVERY_ROW
 ) -> Rows:
-    """The run's rows in the sample (``core.flow.ROW_COLUMNS`` frames) for a bulk judge's prepay, read from
-    ``chunks`` anew each time (``config`` None: the chunks are prepared already; ``sample_rate`` None:
-    ``config``'s)."""
-    rate = sample_rate if sample_rate is not None else (config.sample_rate if config is not None else 1.0)
+    """The run's rows in ``sample`` (``core.flow.ROW_COLUMNS`` frames) for a bulk judge's prepay, read from
+    ``chunks`` anew each time (``config`` None: the chunks are prepared already)."""
 
     def rows() -> Iterator[pl.DataFrame]:
         frames = chunks() if config is None else prepared_chunks(chunks(), config)
         for frame in frames:
-            yield row_frame(frame, rate)
+            yield row_frame(frame, sample)
 
     return rows
 
 
 @contextlib.contextmanager
-def spilled_rows(chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig) -> Iterator[Rows]:
-    """:func:`rows_of`, the input read once however often the rows are: the first pass keeps each chunk's
-    rows in a temporary Parquet file, later passes read those files (a bulk judge reads the rows once per
-    step, and the scoring pass reads the input again: twice in all). The files go when the block ends."""
+def spilled_rows(
+    chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig, sample: Sample = EVERY_ROW
+) -> Iterator[Rows]:
+    """:func:`rows_of` (the rows in ``sample``), the input read once however often the rows are: the first
+    pass keeps each chunk's rows in a temporary Parquet file, later passes read those files (a bulk judge
+    reads the rows once per step, and the scoring pass reads the input again: twice in all). The files go
+    when the block ends."""
     with tempfile.TemporaryDirectory(prefix="fp-rows-") as folder:
         parts: list[Path] = []
         complete = False
@@ -213,7 +229,7 @@ def spilled_rows(chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringCo
                     yield pl.read_parquet(part)
                 return
             parts.clear()  # a pass that was left midway is no copy of the input: read it again
-            for frame in rows_of(chunks, config)():
+            for frame in rows_of(chunks, config, sample)():
                 part = Path(folder) / f"rows-{len(parts):06d}.parquet"
                 frame.write_parquet(part, compression="lz4")
                 parts.append(part)

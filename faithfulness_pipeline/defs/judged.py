@@ -25,10 +25,12 @@ import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.flow import V_USAGE, X_USAGE, RowProgress
 from faithfulness_pipeline.core.normalize import with_internals
-from faithfulness_pipeline.core.pipeline import judge_chunks, rows_of
+from faithfulness_pipeline.core.pipeline import judge_chunks, rows_of, sample_of
 from faithfulness_pipeline.core.port import JudgeStats
+from faithfulness_pipeline.core.sampling import Sample
 from faithfulness_pipeline.defs.io import STEP_IO
 from faithfulness_pipeline.defs.metadata import judge_metadata, table_metadata, usage_totals
 from faithfulness_pipeline.defs.names import (
@@ -155,15 +157,15 @@ def judge_one_shard(
     made = judge.make(warehouse.judge_store(), report=context.log.info,
                       remote_warehouse=warehouse.place().remote)
     progress = _progress(context, total if shards == 1 else total / shards, shard)
+    sample = day_sample(warehouse, day, config)
 
     async def run() -> int:
         written = 0
         try:
-            await made.prepay(rows_of(lambda: _shard_rows(warehouse, day, config, shard, shards), None,
-                                      config.sample_rate))
+            await made.prepay(rows_of(lambda: _shard_rows(warehouse, day, config, shard, shards), None, sample))
             with staging.writer() as out:
                 chunks = _shard_rows(warehouse, day, config, shard, shards)
-                async for judged in judge_chunks(chunks, made.judging(), progress, config.sample_rate):
+                async for judged in judge_chunks(chunks, made.judging(), progress, sample):
                     out.write(_shard_columns(judged))
                     written += judged.height
         finally:
@@ -172,6 +174,16 @@ def judge_one_shard(
 
     written = asyncio.run(run())
     return ShardResult(shard, staging.place.uri, written, asdict(made.stats()))
+
+
+def day_sample(warehouse: WarehouseResource, day: str, config: ScoringConfig) -> Sample:
+    """The rows of ``day`` that are judged. Every shard plans it from the whole day, so the shards agree: a
+    cap per model (``sample_max_rows``) reads the day's row keys and models first, nothing else."""
+    if config.sample_max_rows is None:
+        return sample_of(config)
+    present = warehouse.table_schema(RAW, day).names()
+    columns = [c for c in (S.ROW_KEY, config.columns.model) if c in present]
+    return sample_of(config, warehouse.batches(RAW, day, config.chunk_rows, columns=columns))
 
 
 def _shard_columns(judged: pl.DataFrame) -> pl.DataFrame:

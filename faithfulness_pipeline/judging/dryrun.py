@@ -10,7 +10,7 @@ from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.flow import row_frame
 from faithfulness_pipeline.core.io import iter_chunks
 from faithfulness_pipeline.core.money import dollars
-from faithfulness_pipeline.core.pipeline import prepared_chunks
+from faithfulness_pipeline.core.pipeline import prepared_chunks, sample_of
 from faithfulness_pipeline.core.port import CostEstimate, Estimating, ExtractItem, VerdictItem
 from faithfulness_pipeline.judging.llm.packing import rough_sentences
 from faithfulness_pipeline.judging.stack import JudgeStack
@@ -22,9 +22,11 @@ def estimate_cost(judge: JudgeStack, paths: list[str], config: ScoringConfig, *,
     answers: list[ExtractItem] = []
     verdicts: list[VerdictItem] = []
     rows = sampled = 0
-    for prepared in prepared_chunks(iter_chunks(paths, config.chunk_rows, config.columns.key_columns()), config):
+    text = config.columns.key_columns()
+    sample = sample_of(config, prepared_chunks(iter_chunks(paths, config.chunk_rows, text), config))
+    for prepared in prepared_chunks(iter_chunks(paths, config.chunk_rows, text), config):
         rows += prepared.height
-        judged = row_frame(prepared, config.sample_rate)  # only the sample is judged, so only it is priced
+        judged = row_frame(prepared, sample)  # only the sample is judged, so only it is priced
         sampled += judged.height
         for key, answer, question, context in judged.select(
             S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT
@@ -36,7 +38,7 @@ def estimate_cost(judge: JudgeStack, paths: list[str], config: ScoringConfig, *,
     estimate = estimate_items(judge, answers, verdicts)
     lines = [
         f"dry run with {judge.model_name} (prompt {judge.prompt_version}): {rows} rows, {len(answers)} answers"
-        + (f" ({sampled} rows in the sample at sample_rate {config.sample_rate:g})" if config.sample_rate < 1 else ""),
+        + (f" ({sampled} rows in the sample)" if sampled < rows else ""),
         f"  requests: {estimate.requests}",
         f"  already in the result store: {estimate.cached_items} step results (free)",
         f"  prompt tokens: {estimate.prompt_tokens}",

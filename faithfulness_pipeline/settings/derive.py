@@ -24,7 +24,7 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, NamedTuple, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Final, Literal, NamedTuple, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -90,6 +90,8 @@ def _kind(annotation: Any) -> tuple[type, tuple[str, ...] | None, bool]:
     optional = get_origin(annotation) in (Union, types.UnionType) and len(args) < len(get_args(annotation))
     if optional and len(args) == 1:
         annotation = args[0]
+    if get_origin(annotation) is Annotated:  # a constrained type inside an optional one: ``Annotated[int, ...] | None``
+        annotation = get_args(annotation)[0]
     if get_origin(annotation) is Literal:
         return str, tuple(str(v) for v in get_args(annotation)), optional
     if annotation in (str, int, float, bool):

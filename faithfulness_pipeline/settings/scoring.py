@@ -10,6 +10,7 @@ from faithfulness_pipeline.core.config import (
     ChunkRows,
     ColumnMap,
     ContextHook,
+    SampleMaxRows,
     SampleRate,
     Scale,
     ScoringConfig,
@@ -40,7 +41,8 @@ class ScoringSettings(BaseModel):
                              json_schema_extra=flag("--turn-col"))
     key_column: str | None = Field(default=_COLUMNS.key, description="unique key column instead of id (+ turn)",
                                    json_schema_extra=flag("--key-col"))
-    model_column: str = Field(default="model", description="column naming the answering model, for per-model totals",
+    model_column: str = Field(default=_COLUMNS.model, description="column naming the answering model, for per-model "
+                              "totals and the strata of a sample",
                               json_schema_extra=flag("--model-col"))
     all_turns: bool = Field(default=_SCORING.all_turns, description="score every assistant turn of a chat, not only "
                             "the last")
@@ -54,6 +56,11 @@ class ScoringSettings(BaseModel):
         default=_SCORING.sample_rate,
         description="share of rows judged, picked by row key (a re-run picks the same rows; a higher rate keeps "
         "them and adds others); the rest get status not_sampled and null scores and cost nothing",
+    )
+    sample_max_rows: SampleMaxRows = Field(
+        default=_SCORING.sample_max_rows,
+        description="most rows judged per answering model (per day x model in Dagster), those of the sample "
+        "with the smallest draws: a cap on each stratum of the sample; unset: no cap",
     )
     hallucination_threshold: float = Field(
         default=0.5, ge=0, allow_inf_nan=False,
@@ -74,7 +81,7 @@ class ScoringSettings(BaseModel):
         return ColumnMap(
             output=self.output_column, input=self.input_column, context=self.context_column,
             messages=self.messages_column, conversation_id=self.id_column, turn=self.turn_column,
-            key=self.key_column,
+            key=self.key_column, model=self.model_column,
         )
 
     def config(
@@ -84,5 +91,5 @@ class ScoringSettings(BaseModel):
         return ScoringConfig(
             columns=self.columns(), scale=self.scale, zero_claims=self.zero_claims, all_turns=self.all_turns,
             static_context=static_context, context_hook=context_hook, chunk_rows=self.chunk_rows,
-            sample_rate=self.sample_rate,
+            sample_rate=self.sample_rate, sample_max_rows=self.sample_max_rows,
         )

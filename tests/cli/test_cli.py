@@ -99,7 +99,16 @@ def test_a_sampled_run_says_what_it_judged_and_writes_every_row(
     reference = pl.read_parquet(full / "scored.parquet").filter(pl.col("row_key").is_in(judged.get_column("row_key").implode()))
     assert judged.select(keep).sort("row_key").equals(reference.select(keep).sort("row_key"))
     dry = run_cli("score", str(SAMPLE / "flat"), "-o", str(tmp_path / "d.parquet"), "--sample-rate", "0.5", "--dry-run")
-    assert f"({judged.height} rows in the sample at sample_rate 0.5)" in dry.stdout + dry.stderr
+    assert f"({judged.height} rows in the sample)" in dry.stdout + dry.stderr
+
+
+def test_a_capped_sample_judges_at_most_the_cap_per_model(tmp_path: Path) -> None:
+    result = run_cli("score", str(SAMPLE / "flat"), "-o", str(tmp_path / "o.parquet"), "--sample-max-rows", "3")
+    assert result.returncode == 0, result.stderr
+    scored = pl.read_parquet(tmp_path / "o.parquet")
+    judged = scored.filter(pl.col("status") != "not_sampled").group_by("model").len()
+    assert judged.get_column("len").to_list() == [3, 3], judged
+    assert "sample: judged 6 of 17 rows (sample_rate 1, at most 3 per model" in result.stderr
 
 
 @pytest.mark.parametrize("rate", ["0", "1.5"])

@@ -4,6 +4,7 @@ daily aggregates that cover the population's value as often as they say (issue 2
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import random
 
@@ -14,7 +15,8 @@ from faithfulness_pipeline import score_frame
 from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.core.sampling import in_sample
+from faithfulness_pipeline.core.pipeline import score_chunks
+from faithfulness_pipeline.core.sampling import in_sample, plan_sample
 from faithfulness_pipeline.testing.marker_judge import MarkerJudge
 
 ANSWERS = ["Paris is the capital of France. It has 40 million people.", "长城位于中国。长城建于1990年。",
@@ -90,6 +92,44 @@ def test_the_daily_aggregates_count_what_landed_and_what_was_judged() -> None:
         assert row["hallucination_mean_low"] == row["hallucination_mean"] == row["hallucination_mean_high"]
         assert row["faithfulness_mean_low"] == row["faithfulness_mean"] == row["faithfulness_mean_high"]
         assert row["over_threshold_share_low"] == row["over_threshold_share"] == row["over_threshold_share_high"]
+
+
+def test_a_cap_per_model_keeps_the_smallest_draws_and_nests() -> None:
+    sizes = {"big": 3000, "mid": 120, "small": 30}
+    rows = pl.DataFrame({
+        "row_key": [f"{model}-{i}" for model, n in sizes.items() for i in range(n)],
+        "model": [model for model, n in sizes.items() for _ in range(n)],
+    })
+    chunks = [rows.slice(offset, 700) for offset in range(0, rows.height, 700)]  # the plan reads it in pieces
+    capped = plan_sample(chunks, 0.5, 40, "model")
+    chosen = rows.filter(capped.selects(rows))
+    counts = dict(chosen.group_by("model").len().iter_rows())
+    below = dict(rows.filter(in_sample(rows.get_column("row_key"), 0.5)).group_by("model").len().iter_rows())
+    assert counts == {model: min(40, below[model]) for model in sizes}, (counts, below)
+    assert counts["big"] == counts["mid"] == 40 and counts["small"] < 40  # a small model keeps its whole sample
+    # nested: a higher cap or rate keeps every row a lower one picked, and so does no cap
+    keys = set(chosen.get_column("row_key"))
+    for bigger in (plan_sample(chunks, 0.5, 80, "model"), plan_sample(chunks, 0.9, 40, "model"),
+                   plan_sample(chunks, 0.5, None, "model")):
+        assert keys <= set(rows.filter(bigger.selects(rows)).get_column("row_key"))
+    # the order rows are read in changes nothing
+    assert plan_sample([rows.reverse()], 0.5, 40, "model") == capped
+
+
+def test_score_frame_caps_each_model_and_score_chunks_refuses_a_cap_it_cannot_plan() -> None:
+    rows = frame(300)
+    scored = score_frame(rows, judge=MarkerJudge(), config=ScoringConfig(sample_rate=0.5, sample_max_rows=25,
+                                                                         chunk_rows=64))
+    judged = scored.filter(pl.col("status") != "not_sampled")
+    assert dict(judged.group_by("model").len().iter_rows()) == {"model-a": 25, "model-b": 25}
+    assert scored.height == rows.height
+
+    async def stream() -> None:
+        async for _ in score_chunks(iter([rows]), MarkerJudge(), ScoringConfig(sample_max_rows=5)):
+            pass
+
+    with pytest.raises(ConfigError, match="sample_max_rows needs the run's rows"):
+        asyncio.run(stream())
 
 
 @pytest.mark.parametrize("rate", [0, -0.1, 1.5, float("nan")])

@@ -14,6 +14,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from faithfulness_pipeline.core.sampling import plan_sample
 from faithfulness_pipeline.defs import DefsSettings, build_defs
 from faithfulness_pipeline.judging.llm.prompts import PROMPT_VERSION
 from faithfulness_pipeline.testing.fakellm.selfhosted import ServedLimits
@@ -230,18 +231,20 @@ def test_a_day_judged_by_a_self_hosted_server_says_what_it_learnt_of_the_server(
 def test_a_sampled_day_judges_its_sample_only_keeps_every_row_and_a_higher_rate_pays_only_for_the_rest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instance: dg.DagsterInstance
 ) -> None:
-    """FP_SAMPLE_RATE through the Dagster resource, in two shards: the day's every row is in the scored table,
-    those outside the sample with status not_sampled and null scores, never sent; the daily table counts both;
-    the checks pass; and the same day at rate 1 asks only for the rows the sample left out (the store serves
-    the rest, the samples being nested)."""
+    """FP_SAMPLE_RATE and FP_SAMPLE_MAX_ROWS through the Dagster resource, in two shards: the day's every row
+    is in the scored table, those outside the sample with status not_sampled and null scores, never sent;
+    each model gets at most the cap, the same rows whichever shard reads them; the daily table counts both;
+    the checks pass; and the same day at rate 1 without a cap asks only for the rows the sample left out
+    (the store serves the rest, the samples being nested)."""
     monkeypatch.setenv(KEY_ENV, CANARY)
     warehouse = tmp_path / "warehouse"
     judge = ScriptedResponder()
     with FakeLLMServer(judge) as srv:
-        def day_at(rate: str) -> tuple[dg.ExecuteInProcessResult, pl.DataFrame, pl.DataFrame]:
+        def day_at(rate: str, cap: str = "") -> tuple[dg.ExecuteInProcessResult, pl.DataFrame, pl.DataFrame]:
             settings = DefsSettings.from_env({
                 "FP_JUDGE_MODEL": "openai/fake-judge", "FP_JUDGE_API_BASE": srv.base_url, "FP_JUDGE_API_KEY_ENV": KEY_ENV,
-                "FP_JUDGE_SHARDS": "2", "FP_SAMPLE_RATE": rate, "FP_LANDING": str(SAMPLE), "FP_WAREHOUSE": str(warehouse),
+                "FP_JUDGE_SHARDS": "2", "FP_SAMPLE_RATE": rate, "FP_SAMPLE_MAX_ROWS": cap, "FP_LANDING": str(SAMPLE),
+                "FP_WAREHOUSE": str(warehouse),
             })
             defs = build_defs(settings)
             run = dg.materialize([*(defs.assets or []), *(defs.asset_checks or [])], partition_key=DAY,  # type: ignore[arg-type]
@@ -251,11 +254,17 @@ def test_a_sampled_day_judges_its_sample_only_keeps_every_row_and_a_higher_rate_
             read = lambda table: pl.read_parquet(warehouse / table / f"ds={DAY}" / "data.parquet")  # noqa: E731
             return run, read("scored_conversations"), read("daily_answer_quality")
 
-        run, scored, daily = day_at("0.5")
-        landed = pl.read_parquet(warehouse / "raw_conversations" / f"ds={DAY}" / "data.parquet").height
+        run, scored, daily = day_at("0.8", cap="2")
+        raw = pl.read_parquet(warehouse / "raw_conversations" / f"ds={DAY}" / "data.parquet")
+        landed = raw.height
         outside = scored.filter(pl.col("status") == "not_sampled")
         inside = scored.filter(pl.col("status") != "not_sampled")
         assert scored.height == landed and 0 < outside.height < landed
+        # per model: the cap, or fewer where fewer rows drew below the rate; the rows the whole day's plan picks
+        expected = plan_sample([raw], 0.8, 2, "model").selects(raw)
+        assert set(inside.get_column("row_key")) == set(raw.filter(expected).get_column("row_key"))
+        per_model = inside.group_by("model").len()
+        assert per_model.get_column("len").max() == 2, per_model
         assert outside.select("hallucination_score", "faithfulness_score").null_count().row(0) == (outside.height,) * 2
         sent = {text for call in judge.calls if call.step == "extract" for text in call.texts}
         judged = {a for a in inside.get_column("output").to_list() if a and a.strip()}
