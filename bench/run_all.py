@@ -35,6 +35,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("cold_start.py", ["--runs", "3"]),
     ("bytecode.py", ["--runs", "3"]),
     ("report_size.py", []),
+    ("sampling.py", ["--rows", "2000"]),
     # The longest by far (a million typical rows to build, a cold 100,000-answer day against the fake server,
     # every day through dg launch and the CLI: expect well over an hour here). Its section comes last.
     ("dagster_day.py", ["--rows", "100000", "1000000"]),

@@ -37,7 +37,7 @@ def main() -> None:
         pl.lit(dt.date(2026, 12, 1)).alias("day"),
     )
     results = []
-    with FakeLLMServer(ScriptedJudge()) as server:
+    with FakeLLMServer(ScriptedJudge(grounded=True)) as server:  # verdicts from the passages: real variance
         for rate in RATES:
             server.reset_stats()
             scored = score(rows, litellm_judge(server.base_url), ScoringConfig(sample_rate=rate))

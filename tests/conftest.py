@@ -96,3 +96,38 @@ def s3(s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return S3Bucket(s3_server, s3_server.new_bucket(), env)
+
+
+#: Test files that take minutes, longest first (from the CI's ``--durations``). Workers take whole files
+#: (``--dist loadfile``) in collection order, so these go first: handed out last, as xdist's default order
+#: (most tests first) would, the longest of them kept one worker busy for minutes after the other was done.
+_LONGEST_FIRST = (
+    "tests/reliability/test_two_machines.py",
+    "tests/reliability/test_crash_resume.py",
+    "tests/cli/test_llm_cli.py",
+    "tests/reliability/test_fault_soak.py",
+    "tests/defs/test_warehouse_s3.py",
+    "tests/defs/test_dev_server.py",
+    "tests/defs/test_demo.py",
+    "tests/reliability/test_concurrent_store.py",
+    "tests/reliability/test_secrets.py",
+    "tests/reliability/test_batch_resume.py",
+    "tests/defs/test_materialize.py",
+    "tests/defs/test_cli.py",
+    "tests/reliability/test_locked_store.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of :data:`_LONGEST_FIRST` first, in that order, then the rest with the most tests first;
+    the order within a file is kept."""
+    rank = {path: k for k, path in enumerate(_LONGEST_FIRST)}
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.nodeid.split("::")[0]] = counts.get(item.nodeid.split("::")[0], 0) + 1
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.split("::")[0]
+        return (rank[path], 0) if path in rank else (len(rank), -counts[path])
+
+    items.sort(key=key)
