@@ -99,8 +99,9 @@ def s3(s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 #: Test files that take minutes, longest first (from the CI's ``--durations``). Workers take whole files
-#: (``--dist loadfile``) in collection order, so these go first: handed out last, as xdist's default order
-#: (most tests first) would, the longest of them kept one worker busy for minutes after the other was done.
+#: (``--dist loadfile``) in collection order, so these go first. xdist's default order puts the files with
+#: the most tests first, which handed these out last: the longest then kept one worker busy for minutes
+#: after the other was done.
 _LONGEST_FIRST = (
     "tests/reliability/test_two_machines.py",
     "tests/reliability/test_crash_resume.py",
