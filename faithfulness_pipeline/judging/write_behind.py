@@ -54,15 +54,27 @@ class WriteBehind:
             return bool(self._queue) or self._writing > 0
 
     def add(self, rows: Sequence[Row]) -> None:
+        """Queues ``rows`` for the writer thread. Once closed (a run ending, or cancelled while replies still
+        come in), the rows are written here instead, waiting for the store if they must: paid results are
+        kept either way, and a late reply is no failure."""
         with self._cond:
-            if self._closed:
-                raise RuntimeError("the store's writer is closed")
-            self._queue.extend(rows)
-            self._pending.update((key, value) for key, _, value in rows)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._write, name="result-store-writer", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
+            closed = self._closed
+            if not closed:
+                self._enqueue(rows)
+        if closed:
+            try:
+                self._put(rows)
+            except Exception as exc:  # as on the writer thread: it costs money, never results
+                self._failed(exc)
+
+    def _enqueue(self, rows: Sequence[Row]) -> None:
+        """Hands ``rows`` to the writer thread (started on first use); the caller holds ``_cond``."""
+        self._queue.extend(rows)
+        self._pending.update((key, value) for key, _, value in rows)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._write, name="result-store-writer", daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
 
     def get(self, key: bytes) -> Value | None:
         """The value of ``key`` if it is waiting to be written."""
