@@ -53,6 +53,9 @@ from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 
+#: A run whose spend cap left rows unjudged (status skipped): its outputs are written, and complete but for them.
+SKIPPED_EXIT = 3
+
 
 def _load_hook(spec: str) -> ContextHook:
     module_name, _, attr = spec.partition(":")
@@ -218,7 +221,8 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             if dry_run:  # a dry run sends nothing, so it needs no key and writes nothing
                 judge = make_judge(judge_settings, need_key=False)
                 freeze_loaded_objects()
-                click.echo(estimate_cost(judge, paths, config, batch=judge_settings.mode == "batch"))
+                click.echo(estimate_cost(judge, paths, config, batch=judge_settings.mode == "batch",
+                                         max_cost_usd=judge_settings.max_cost_usd))
                 asyncio.run(judge.aclose())
                 return
             check_key(judge_settings)
@@ -259,3 +263,5 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             written = [output] + [p for p in (claims_out, mastra_out) if p]
             click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate,
                                       scoring.max_zero_claim_share), err=True)
+        if summary.skipped:  # the outputs are written: a scheduler still hears the run is not complete
+            sys.exit(SKIPPED_EXIT)

@@ -27,6 +27,7 @@ class Summary:
     ok: int = 0
     errors: int = 0
     not_sampled: int = 0
+    skipped: int = 0  # left unjudged by the spend cap
     zero_claim_rows: int = 0
     hallucination_sum: float = 0.0
     faithfulness_sum: float = 0.0
@@ -50,6 +51,7 @@ class Summary:
         self.ok += ok.height
         self.errors += scored.filter(pl.col("status") == S.STATUS_ERROR).height
         self.not_sampled += scored.filter(pl.col("status") == S.STATUS_NOT_SAMPLED).height
+        self.skipped += scored.filter(pl.col("status") == S.STATUS_SKIPPED).height
         self.zero_claim_rows += ok.filter(pl.col("n_claims") == 0).height
         self.claimless += count_claimless(scored, self.answer_column)
         with_scores = ok.filter(pl.col("hallucination_score").is_not_null())
@@ -98,7 +100,8 @@ class Summary:
         lines = [
             f"scored {self.rows} rows in {elapsed:.1f}s with {judge.model_name} (prompt {judge.prompt_version})",
             f"  ok: {self.ok}   errors: {self.errors}   no claims: {self.zero_claim_rows}"
-            + (f"   not sampled: {self.not_sampled}" if self.not_sampled else ""),
+            + (f"   not sampled: {self.not_sampled}" if self.not_sampled else "")
+            + (f"   skipped (spend cap): {self.skipped}" if self.skipped else ""),
             f"  mean hallucination: {mean(self.hallucination_sum)}   mean faithfulness: {mean(self.faithfulness_sum)}",
             f"  hallucination above {self.threshold:g}: {self.over_threshold} of {self.scored_rows} scored answers",
             f"  results: {sources or 'none'}",
@@ -117,9 +120,14 @@ class Summary:
         lines += [f"  note: {note}" for note in stats.notes]
         if judge.model_name == OFFLINE_MODEL_NAME:
             lines.append(f"  note: {OFFLINE_FALLBACK_NOTE}")
-        if sampled and self.errors / sampled > max_error_rate:
-            lines.append(f"  warning: {self.errors / sampled:.1%} of the judged rows are errors, more than "
+        judged = sampled - self.skipped
+        if judged and self.errors / judged > max_error_rate:
+            lines.append(f"  warning: {self.errors / judged:.1%} of the judged rows are errors, more than "
                          f"max_error_rate {max_error_rate:g}")
+        if self.skipped:
+            lines.append(f"  warning: {self.skipped} rows were not judged: the spend cap (max_cost_usd) was reached; "
+                         "they have status skipped and null scores; run again with a larger --max-cost-usd to judge "
+                         "them (stored results are not paid again)")
         if (claimless := self.claimless.warning(max_zero_claim_share)) is not None:
             lines.append(f"  warning: {claimless}")
         lines += [f"  error: {e}" for e in self.first_errors]
@@ -132,4 +140,5 @@ class Summary:
 _SOURCE_WORDS = {
     "llm": "asked of the LLM", "store": "served from the store", "duplicate": "copied from an identical answer",
     "offline": "by the offline judge", "none": "with nothing to judge", "not_sampled": "left out of the sample",
+    "skipped": "skipped at the spend cap",
 }

@@ -43,6 +43,7 @@ AGGREGATE_SCHEMA: dict[str, pl.DataType] = {
     "sample_share": pl.Float64(),
     "scored_answers": pl.Int64(),
     "error_answers": pl.Int64(),
+    "skipped_answers": pl.Int64(),
     "error_rate": pl.Float64(),
     "zero_claim_answers": pl.Int64(),
     "claims": pl.Int64(),
@@ -136,6 +137,7 @@ def daily_aggregates(
         (pl.col("status") != "not_sampled").sum().cast(pl.Int64).alias("sampled_answers"),
         ok.sum().cast(pl.Int64).alias("scored_answers"),
         (pl.col("status") == "error").sum().cast(pl.Int64).alias("error_answers"),
+        (pl.col("status") == "skipped").sum().cast(pl.Int64).alias("skipped_answers"),
         (ok & (pl.col("n_claims") == 0)).sum().cast(pl.Int64).alias("zero_claim_answers"),
         *[
             _ok(pl.col(src)).sum().cast(pl.Int64).alias(dst)
@@ -180,8 +182,8 @@ def daily_aggregates(
         pl.col("__day").alias("day"),
         pl.col("__model").alias("model"),
         pl.when(pl.col("answers") > 0).then(pl.col("sampled_answers") / pl.col("answers")).alias("sample_share"),
-        pl.when(pl.col("sampled_answers") > 0)
-        .then(pl.col("error_answers") / pl.col("sampled_answers"))
+        pl.when(pl.col("sampled_answers") > pl.col("skipped_answers"))
+        .then(pl.col("error_answers") / (pl.col("sampled_answers") - pl.col("skipped_answers")))
         .alias("error_rate"),
         *_mean_interval("hallucination", scale),
         *_mean_interval("faithfulness", scale),

@@ -25,8 +25,9 @@ _SCORED = {
     "hallucination_reason": "Why the hallucination score is what it is (quotes the bad claims).",
     "faithfulness_reason": "Why the faithfulness score is what it is.",
     "status": "ok; error when the judge could not handle the row after every retry; not_sampled when the row is "
-    "outside the run's sample (sample_rate): not judged, null scores.",
-    "error": "What went wrong for an error row; null otherwise.",
+    "outside the run's sample (sample_rate): not judged, null scores; skipped when the run's spend cap "
+    "(max_cost_usd) was reached before the row was judged: null scores, not an error.",
+    "error": "What went wrong for an error row; for a skipped row, the cap that stopped it; null otherwise.",
     "context_truncated": "True when the context alone exceeded the model's window and was cut.",
     "judge_model": "The judge that produced the claims and verdicts (offline-lexical-v1 = the offline baseline).",
     "prompt_version": "Version of the judge's prompts.",
@@ -39,8 +40,8 @@ _SCORED = {
     "prompt_tokens": "This row's share of the prompt tokens that produced its result.",
     "completion_tokens": "This row's share of the completion tokens that produced its result.",
     "cost_usd": "What producing the row's result cost in USD (null: no price for the model).",
-    "result_source": "Where the result came from: llm, store, duplicate, offline, none, or not_sampled (outside "
-    "the run's sample: no result).",
+    "result_source": "Where the result came from: llm, store, duplicate, offline, none, not_sampled (outside "
+    "the run's sample: no result) or skipped (the spend cap was reached: no result).",
     "billed_llm_calls": "LLM requests this run paid for the row (0 for store hits and copies).",
     "billed_prompt_tokens": "Prompt tokens this run paid for the row.",
     "billed_completion_tokens": "Completion tokens this run paid for the row.",
@@ -72,7 +73,8 @@ _DAILY = {
     "sample_share": "sampled_answers / answers: the realised sample rate.",
     "scored_answers": "Rows with status ok.",
     "error_answers": "Rows the judge could not score (never averaged in as 0).",
-    "error_rate": "error_answers / sampled_answers.",
+    "skipped_answers": "Rows in the sample that the spend cap (max_cost_usd) left unjudged (status skipped).",
+    "error_rate": "error_answers / (sampled_answers - skipped_answers): over the rows judged.",
     "zero_claim_answers": "ok rows without any claim.",
     "claims": "Claims of the ok rows.",
     "supported_claims": "Supported claims.",

@@ -63,8 +63,9 @@ V_USAGE: Final = tuple(f"v_{c}" for c in S.USAGE_COLUMNS)
 RESULT_COLUMNS: Final = (
     INDEX, S.CLAIMS, S.ERROR, *X_USAGE, S.VERDICTS, S.CONTEXT_TRUNCATED, *V_USAGE, S.RESULT_SOURCE, *S.BILLED_COLUMNS,
 )
-#: The stronger source names the row: anything paid in this run makes it ``llm``.
-_SOURCE_RANK: Final[dict[str, int]] = {"none": 0, "store": 1, "duplicate": 2, "offline": 3, "llm": 4}
+#: The stronger source names the row: anything paid in this run makes it ``llm``, unless a step of it was
+#: skipped (the spend cap): then the row has no result, whatever its other step cost.
+_SOURCE_RANK: Final[dict[str, int]] = {"none": 0, "store": 1, "duplicate": 2, "offline": 3, "llm": 4, "skipped": 5}
 
 # Building nested columns through Arrow (flat values and offsets) is an order of magnitude faster than
 # polars building them from Python lists of lists or dicts.
@@ -325,6 +326,9 @@ async def judge_rows(
                 truncated[i] = result.context_truncated
                 account(i, result)
                 count = len(claims[i] or ())
+                if source_of(result) == "skipped":
+                    errors[i] = result.error  # the cap's own words: not a failure
+                    continue
                 if result.verdicts is None or len(result.verdicts) != count:
                     errors[i] = f"claim verdicts failed: {result.error or 'judge returned a wrong number of verdicts'}"
                     continue
@@ -337,7 +341,8 @@ async def judge_rows(
         _check_ids("extract_claims", [it.id for it in items], [r.id for r in results])
         for i, result in zip(batch, results, strict=True):
             claims[i] = list(result.claims) if result.claims is not None else None
-            errors[i] = f"claim extraction failed: {result.error}" if result.error is not None else None
+            errors[i] = (None if result.error is None else result.error if source_of(result) == "skipped"
+                         else f"claim extraction failed: {result.error}")
             x_usages[i] = result.usage
             account(i, result)
         await verdicts_of(batch)

@@ -49,15 +49,16 @@ def claim_table(scored: pl.DataFrame, carry: dict[str, pl.Expr] | None = None) -
 def mastra_records(scored: pl.DataFrame) -> Iterator[dict[str, Any]]:
     """Two records per row (one per scorer) shaped like Mastra's ``scorer.run()`` result.
 
-    Error rows are exported too, with ``score: null`` and the error in ``reason``, and rows outside the
-    sample with ``score: null`` and no reason, so nothing vanishes.
+    Error rows are exported too, with ``score: null`` and the error in ``reason``, rows the spend cap skipped
+    with ``score: null`` and the cap in ``reason``, and rows outside the sample with ``score: null`` and no
+    reason, so nothing vanishes.
     """
     columns = [S.ROW_KEY, "claims", "verdicts", "hallucination_score", "faithfulness_score",
                "hallucination_reason", "faithfulness_reason", "status", "error"]
     for row in scored.select(columns).iter_rows(named=True):
         claims = row["claims"] or []
         verdicts = row["verdicts"] or []
-        failed = row["status"] == S.STATUS_ERROR
+        failed = row["status"] in (S.STATUS_ERROR, S.STATUS_SKIPPED)
         yield {
             "runId": row[S.ROW_KEY],
             "scorerId": HALLUCINATION_SCORER_ID,

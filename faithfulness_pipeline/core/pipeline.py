@@ -47,6 +47,7 @@ def score_step(
     df = df.with_columns(
         pl.col(S.CLAIMS).alias("claims"),
         pl.when(pl.col(S.RESULT_SOURCE) == S.SOURCE_NOT_SAMPLED).then(pl.lit(S.STATUS_NOT_SAMPLED))
+        .when(pl.col(S.RESULT_SOURCE) == S.SOURCE_SKIPPED).then(pl.lit(S.STATUS_SKIPPED))
         .when(pl.col(S.ERROR).is_null()).then(pl.lit(S.STATUS_OK)).otherwise(pl.lit(S.STATUS_ERROR)).alias("status"),
         pl.col(S.ERROR).alias("error"),
         pl.lit(judge_model, dtype=pl.String).alias("judge_model"),

@@ -35,9 +35,10 @@ Verdict = Literal["supported", "contradicted", "unsupported"]
 VERDICTS: tuple[Verdict, ...] = ("supported", "contradicted", "unsupported")
 
 #: Where a result came from: sent to an LLM in this run, read from the result store, copied from an
-#: identical item of this run, made by the offline judge, needing no judge at all (nothing to judge), or
-#: none because the row is outside the run's sample (``core.sampling``).
-ResultSource = Literal["llm", "store", "duplicate", "offline", "none", "not_sampled"]
+#: identical item of this run, made by the offline judge, needing no judge at all (nothing to judge), none
+#: because the row is outside the run's sample (``core.sampling``), or none because the run's spend cap was
+#: reached before its request could leave (``judging.budget``: such a result carries the reason as its error).
+ResultSource = Literal["llm", "store", "duplicate", "offline", "none", "not_sampled", "skipped"]
 
 #: Called with the number of items that just finished (successfully or not), for progress bars.
 ProgressCallback = Callable[[int], None]

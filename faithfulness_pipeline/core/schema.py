@@ -112,3 +112,9 @@ STATUS_ERROR = "error"
 STATUS_NOT_SAMPLED = "not_sampled"
 #: The ``result_source`` of such a row.
 SOURCE_NOT_SAMPLED = "not_sampled"
+#: A row left unjudged because the run's spend cap was reached (``judging.budget``): null scores, its
+#: ``error`` names the cap; never an error row. Its ``result_source`` is the same word.
+STATUS_SKIPPED = "skipped"
+SOURCE_SKIPPED = "skipped"
+#: Rows that were not judged, on purpose: scored tables keep them with null scores.
+UNJUDGED_STATUSES = (STATUS_NOT_SAMPLED, STATUS_SKIPPED)

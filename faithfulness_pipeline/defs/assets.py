@@ -51,4 +51,5 @@ def build_checks(partitions: dg.PartitionsDefinition[str]) -> list[dg.AssetCheck
             checks.error_rate_check(SCORED, partitions),
             checks.claims_found_check(SCORED, partitions),
             checks.offline_fallback_check(SCORED, partitions),
+            checks.spend_cap_check(SCORED, partitions),
         ]

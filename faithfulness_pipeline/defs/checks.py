@@ -6,7 +6,8 @@
 - every later asset: ``no_rows_lost`` compares its rows with its upstream partition.
 - ``scored_conversations``: ``scores_in_range``, ``error_rate``, ``llm_judge_used`` (a WARN when the rows were
   scored by the offline baseline because no model is set) and ``claims_found`` (a WARN when too many answers of
-  a sentence or more came back without a claim: their 0 scores read as perfect).
+  a sentence or more came back without a claim: their 0 scores read as perfect) and ``within_spend_cap`` (a
+  WARN naming how many rows the spend cap left unjudged).
 
 The later checks read the stored partitions (footers and lazy scans: no whole day in memory), so they can be
 re-run on their own from the UI.
@@ -37,6 +38,7 @@ SCORES_IN_RANGE = "scores_in_range"
 ERROR_RATE = "error_rate"
 LLM_JUDGE_USED = "llm_judge_used"
 CLAIMS_FOUND = "claims_found"
+WITHIN_SPEND_CAP = "within_spend_cap"
 
 
 def input_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
@@ -284,8 +286,8 @@ def scores_in_range_check(asset: str, partitions: dg.PartitionsDefinition[str]) 
         asset=asset,
         name=SCORES_IN_RANGE,
         partitions_def=partitions,
-        description="Both scores lie in [0, scale]; ok rows with claims have scores; error rows and rows outside "
-        "the sample have none.",
+        description="Both scores lie in [0, scale]; ok rows with claims have scores; error rows, rows outside "
+        "the sample and rows the spend cap skipped have none.",
     )
     def _check(
         context: dg.AssetCheckExecutionContext, scoring: ScoringResource, warehouse: WarehouseResource
@@ -301,10 +303,10 @@ def scores_in_range_check(asset: str, partitions: dg.PartitionsDefinition[str]) 
                 (score.is_not_null() & ((score < 0) | (score > scale)) | score.is_nan(),
                  f"{column} = {{}} outside [0, {scale:g}]"),
                 (ok & (pl.col("n_claims") > 0) & score.is_null(), f"status ok with claims but {column} is null{{}}"),
-                (~ok & (pl.col("status") != S.STATUS_NOT_SAMPLED) & score.is_not_null(),
+                (~ok & ~pl.col("status").is_in(S.UNJUDGED_STATUSES) & score.is_not_null(),
                  f"status error but {column} = {{}}"),
-                ((pl.col("status") == S.STATUS_NOT_SAMPLED) & score.is_not_null(),
-                 f"status not_sampled but {column} = {{}}"),
+                *(((pl.col("status") == status) & score.is_not_null(), f"status {status} but {column} = {{}}")
+                  for status in S.UNJUDGED_STATUSES),
             )
             for rule, says in rules:
                 broken = table.filter(rule)
@@ -325,17 +327,22 @@ def error_rate_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg
         asset=asset,
         name=ERROR_RATE,
         partitions_def=partitions,
-        description="At most max_error_rate (scoring resource) of the sampled rows have status 'error'.",
+        description="At most max_error_rate (scoring resource) of the judged rows (not those outside the sample "
+        "or skipped at the spend cap) have status 'error'.",
     )
     def _check(
         context: dg.AssetCheckExecutionContext, scoring: ScoringResource, warehouse: WarehouseResource
     ) -> dg.AssetCheckResult:
         day = context.partition_key
         scan = warehouse.scan(asset, [day])
-        rows, sampled = scan.select(pl.len(), (pl.col("status") != S.STATUS_NOT_SAMPLED).sum()).collect().row(0)
+        rows, sampled, skipped = scan.select(
+            pl.len(), (pl.col("status") != S.STATUS_NOT_SAMPLED).sum().alias("sampled"),
+            (pl.col("status") == S.STATUS_SKIPPED).sum().alias("skipped"),
+        ).collect().row(0)
+        judged = sampled - skipped
         errors = scan.filter(pl.col("status") == S.STATUS_ERROR)
         failed = int(errors.select(pl.len()).collect().item())
-        rate = failed / sampled if sampled else 0.0
+        rate = failed / judged if judged else 0.0
         passed = rate <= scoring.max_error_rate
         examples = [f"`{k}`: {e}" for k, e in errors.select(S.ROW_KEY, "error").sort(S.ROW_KEY)
                     .head(_EXAMPLES).collect().rows()]
@@ -345,13 +352,15 @@ def error_rate_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg
                 "error_rows": failed,
                 "rows": rows,
                 "sampled_rows": sampled,
+                "skipped_rows": skipped,
                 "error_rate": rate,
                 "max_error_rate": scoring.max_error_rate,
                 "examples": _md_list(examples),
             },
             description=None
             if passed
-            else f"{failed} of {rows} rows failed ({rate:.1%} > {scoring.max_error_rate:.1%}), e.g. {examples[0]}",
+            else f"{failed} of {judged} judged rows failed ({rate:.1%} > {scoring.max_error_rate:.1%}), "
+            f"e.g. {examples[0]}",
         )
 
     return _check
@@ -410,6 +419,33 @@ def claims_found_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> 
                 "min_words": MIN_WORDS,
             },
             description=found.warning(limit),
+        )
+
+    return _check
+
+
+def spend_cap_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg.AssetChecksDefinition:
+    """A day the spend cap stopped short is written, but not all of it is judged: say how much is missing."""
+
+    @dg.asset_check(
+        asset=asset,
+        name=WITHIN_SPEND_CAP,
+        partitions_def=partitions,
+        description="No row of the day was left unjudged by the spend cap (max_cost_usd, per judging step). "
+        "Warns only: the skipped rows are in the table with null scores; materialise the day again with a "
+        "larger cap to judge them (stored results are not paid again).",
+    )
+    def _check(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        scan = warehouse.scan(asset, [context.partition_key])
+        rows, skipped = scan.select(pl.len(), (pl.col("status") == S.STATUS_SKIPPED).sum()).collect().row(0)
+        examples = [f"`{k}`" for (k,) in scan.filter(pl.col("status") == S.STATUS_SKIPPED).select(S.ROW_KEY)
+                    .sort(S.ROW_KEY).head(_EXAMPLES).collect().rows()]
+        return dg.AssetCheckResult(
+            passed=skipped == 0,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"skipped_rows": skipped, "rows": rows, "examples": _md_list(examples)},
+            description=f"{skipped} of {rows} rows were left unjudged: the spend cap (max_cost_usd) was reached; "
+            "they have status skipped and null scores" if skipped else None,
         )
 
     return _check

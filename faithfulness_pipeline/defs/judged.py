@@ -219,7 +219,7 @@ def combine_shards(
     chunk = 10_000
     rows = 0
     claims = 0
-    extraction_errors = row_errors = truncated = 0
+    extraction_errors = row_errors = truncated = skipped = 0
     with (warehouse.writer(CLAIMS, day, empty=CLAIMS_SCHEMA) as claim_out,
           warehouse.writer(VERDICTS, day, empty=VERDICTS_SCHEMA) as verdict_out):
         for part in _merged(warehouse, [r.path for r in results], chunk):
@@ -227,8 +227,10 @@ def combine_shards(
             verdict_out.write(_verdicts(part))
             rows += part.height
             claims += int(part.get_column(S.CLAIMS).list.len().sum() or 0)
-            extraction_errors += int(part.get_column("_x_error").is_not_null().sum())
-            row_errors += int(part.get_column(S.ERROR).is_not_null().sum())
+            capped = part.get_column(S.RESULT_SOURCE) == S.SOURCE_SKIPPED  # not errors: the spend cap
+            skipped += int(capped.sum())
+            extraction_errors += int((part.get_column("_x_error").is_not_null() & ~capped).sum())
+            row_errors += int((part.get_column(S.ERROR).is_not_null() & ~capped).sum())
             truncated += int(part.get_column(S.CONTEXT_TRUNCATED).sum() or 0)
     expected = warehouse.rows(RAW, day)
     if rows != expected:  # a shard that lost or invented rows is a bug, never a row outcome
@@ -244,6 +246,7 @@ def combine_shards(
         "prompt_version": prompt,
         "claims": claims,
         "error_rows": extraction_errors,
+        "skipped_rows": skipped,
         "shards": len(results),
         **{f"extraction_{k}": v for k, v in usage_totals(warehouse.scan(CLAIMS, [day])).items()},
     })
@@ -252,6 +255,7 @@ def combine_shards(
         "path": dg.MetadataValue.path(warehouse.partition(VERDICTS, day).uri),
         **judge_metadata(stats, model, prompt),
         "error_rows": row_errors,
+        "skipped_rows": skipped,
         "context_truncated_rows": truncated,
         "shards": len(results),
     })

@@ -95,6 +95,7 @@ def score_distribution_md(scored: pl.DataFrame, scale: float) -> str:
     halluc, faith = counts("hallucination_score"), counts("faithfulness_score")
     errors = scored.filter(pl.col("status") == S.STATUS_ERROR).height
     unsampled = scored.filter(pl.col("status") == S.STATUS_NOT_SAMPLED).height
+    skipped = scored.filter(pl.col("status") == S.STATUS_SKIPPED).height
     no_score = scored.filter((pl.col("status") == "ok") & pl.col("hallucination_score").is_null()).height
     lines = ["| score | hallucination | faithfulness |", "|---|---:|---:|"]
     lines += [f"| {label} | {h} | {f} |" for label, h, f in zip(labels, halluc, faith, strict=True)]
@@ -102,6 +103,8 @@ def score_distribution_md(scored: pl.DataFrame, scale: float) -> str:
     lines.append(f"| error | {errors} | {errors} |")
     if unsampled:
         lines.append(f"| not sampled | {unsampled} | {unsampled} |")
+    if skipped:
+        lines.append(f"| skipped (spend cap) | {skipped} | {skipped} |")
     return "\n".join(lines)
 
 
@@ -163,6 +166,7 @@ def scored_metadata(scored: pl.DataFrame | pl.LazyFrame, *, scale: float, answer
         "prompt_version": ", ".join(prompts) or "-",
         "error_rows": errors,
         "sampled_rows": slim.height - unsampled,
+        "skipped_rows": slim.filter(pl.col("status") == S.STATUS_SKIPPED).height,
         **usage_totals(slim),
         **{f"billed_{k}": v for k, v in usage_totals(slim, "billed_").items()},
         "score_distribution": dg.MetadataValue.md(score_distribution_md(slim, scale)),

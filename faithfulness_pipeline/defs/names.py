@@ -22,7 +22,7 @@ CLAIMS_REVISION: Final = "claims-2"
 VERDICTS_REVISION: Final = "verdicts-3"  # 3: the judge_settings_hash column
 SCORED_REVISION: Final = "scored-3"  # 2: the scoring_run_id column; 3: judge_settings_hash
 CLAIM_TABLE_REVISION: Final = "claim-table-2"
-DAILY_REVISION: Final = "daily-2"  # 2: sampled answers and 95 % intervals
+DAILY_REVISION: Final = "daily-3"  # 2: sampled answers and 95 % intervals; 3: skipped answers
 DUCKDB_REVISION: Final = "duckdb-2"
 REPORT_REVISION: Final = "report-1"
 

@@ -109,6 +109,8 @@ class RecentKeys:
 
 def copy_of(result: R, item_id: str) -> R:
     """An identical item's result, for another item: no request was sent for it, nothing billed. A copy of
-    a store hit is served from the store; a copy of what this run produced is a duplicate."""
-    source: ResultSource = "store" if source_of(result) == "store" else "duplicate"
+    a store hit is served from the store; a copy of what this run produced is a duplicate; a copy of an item
+    the spend cap kept from being sent is skipped too."""
+    original = source_of(result)
+    source: ResultSource = original if original in ("store", "skipped") else "duplicate"
     return replace(result, id=item_id, cached=True, source=source, billed=NO_USAGE)

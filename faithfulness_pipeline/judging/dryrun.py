@@ -16,9 +16,11 @@ from faithfulness_pipeline.judging.llm.packing import rough_sentences
 from faithfulness_pipeline.judging.stack import JudgeStack
 
 
-def estimate_cost(judge: JudgeStack, paths: list[str], config: ScoringConfig, *, batch: bool = False) -> str:
+def estimate_cost(judge: JudgeStack, paths: list[str], config: ScoringConfig, *, batch: bool = False,
+                  max_cost_usd: float | None = None) -> str:
     """The dry-run report: what scoring ``paths`` would send, without sending anything; the cost both
-    interactively and as provider batches, ``batch`` marking the mode of this run."""
+    interactively and as provider batches, ``batch`` marking the mode of this run, and whether the run's
+    spend cap (``max_cost_usd``) is enough for it."""
     answers: list[ExtractItem] = []
     verdicts: list[VerdictItem] = []
     rows = sampled = 0
@@ -46,8 +48,23 @@ def estimate_cost(judge: JudgeStack, paths: list[str], config: ScoringConfig, *,
         f"  estimated cost, interactive: {dollars(estimate.cost_usd)}{'' if batch else '   <- this run'}",
         f"  estimated cost, batch (--batch): {dollars(estimate.batch_cost_usd)}{'   <- this run' if batch else ''}",
     ]
+    if max_cost_usd is not None:
+        lines.append(cap_line(max_cost_usd, estimate.batch_cost_usd if batch else estimate.cost_usd))
     lines += [f"  note: {note}" for note in estimate.notes]
     return "\n".join(lines)
+
+
+def cap_line(cap_usd: float, estimate_usd: float | None) -> str:
+    """Whether the spend cap is enough for the estimated cost of the run's mode."""
+    head = f"  spend cap (max_cost_usd): {dollars(cap_usd)}: "
+    if estimate_usd is None:  # a cap with an unpriced model is refused before this
+        return head + "the cost is unknown"
+    if estimate_usd <= cap_usd:
+        return head + (f"enough for the estimated {dollars(estimate_usd)} (requests in flight hold their worst "
+                       "cost, so a cap within a few requests of the estimate may still stop the last ones)")
+    share = cap_usd / estimate_usd if estimate_usd else 1.0
+    return head + (f"NOT enough for the estimated {dollars(estimate_usd)}: about {share:.0%} of the run would be "
+                   "judged, and the rows left would get status skipped (exit 3)")
 
 
 def estimate_items(judge: JudgeStack, extract: Sequence[ExtractItem], verdict: Sequence[VerdictItem]) -> CostEstimate:

@@ -48,9 +48,10 @@ from faithfulness_pipeline.judging.tally import Tally
 
 R = TypeVar("R", ExtractResult, VerdictResult)
 Item = ExtractItem | VerdictItem
-#: A bulk judge's prepay of one step: the items the store lacks, by content key, in; what this run paid
-#: for each result it stored, by key, out (``judging.llm.batch.judge.BatchJudge.prepay_step``).
-Bulk = Callable[[str, Mapping[bytes, Item]], Awaitable[Mapping[bytes, Usage]]]
+#: A bulk judge's prepay of one step: the items the store lacks, by content key, and the run's rows (for a
+#: spend cap to be shared between the steps) in; what this run paid for each result it stored, by key, out
+#: (``judging.llm.batch.judge.BatchJudge.prepay_step``).
+Bulk = Callable[[str, Mapping[bytes, Item], Rows], Awaitable[Mapping[bytes, Usage]]]
 
 
 class JudgeStack:
@@ -168,7 +169,7 @@ class JudgeStack:
             results[item_id] = copy_of(results[first[keys[item_id]]], item_id)
         copied = [results[i] for i in (*copies, *(first[k] for k in waits))]
         duplicates = sum(1 for r in copied if r.source == "duplicate")
-        self.tally.count(cached=len(copied) - duplicates, duplicates=duplicates)
+        self.tally.count(cached=sum(1 for r in copied if r.source == "store"), duplicates=duplicates)
         hooks.tick(len(items) - len(asked) - early)
         return [results[it.id] for it in items]
 
@@ -206,7 +207,7 @@ class JudgeStack:
             return
         for step in ("extract", "verdict"):
             wanted = await asyncio.to_thread(self._stored.missing, step, rows, self.keys)
-            self._stored.prepaid(step, await self._bulk(step, wanted))
+            self._stored.prepaid(step, await self._bulk(step, wanted, rows))
         self._memory = {step: RunMemory(memory.capacity) for step, memory in self._memory.items()}
 
     # ------------------------------------------------------------------------------ lifecycle

@@ -82,6 +82,13 @@ class JudgeSettings(BaseModel):
         default=None, ge=0, allow_inf_nan=False,
         description="USD per completion token (default: litellm's price map; unknown: null cost)"
     )
+    max_cost_usd: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False,
+        description="spend cap in USD: per run (CLI, Python), per partition step (Dagster). Each request's cost "
+        "is reserved before it leaves (its worst case; in batch mode its estimate, at batch prices); once the next "
+        "would cross the cap nothing more is sent, and the rows left get status skipped and null scores (the CLI "
+        "exits 3). Needs the model's price",
+    )
     temperature: float = Field(default=0.0, ge=0, le=2, allow_inf_nan=False, description="sampling temperature")
     seed: int | None = Field(default=0, description="sampling seed, where the provider supports one")
     use_json_schema: Literal["auto", "yes", "no"] = Field(

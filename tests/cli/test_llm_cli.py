@@ -132,6 +132,29 @@ def test_dry_run_estimates_within_15_percent_and_calls_nothing(server: FakeLLMSe
     assert abs(estimate["completion tokens"] - stats.completion_tokens) <= 0.15 * stats.completion_tokens
 
 
+def test_a_spend_cap_that_is_reached_writes_every_row_and_exits_3(server: FakeLLMServer, tmp_path: Path) -> None:
+    src = tmp_path / "in.parquet"
+    _rows(60, seed=4).write_parquet(src)
+    prices = ("--input-cost-per-token", "1e-6", "--output-cost-per-token", "4e-6", "--max-concurrency", "2",
+              "--pack-tokens", "3000", "--max-items-per-pack", "4")
+    dry = _run(_cli(server, src, tmp_path / "o.parquet", *prices, "--dry-run", "--max-cost-usd", "0.0001"))
+    assert dry.returncode == 0, dry.stderr
+    assert "spend cap (max_cost_usd): $0.0001: NOT enough" in dry.stdout
+    found = re.search(r"estimated cost, interactive: \$([0-9.]+)", dry.stdout)
+    assert found is not None, dry.stdout
+    cap = float(found.group(1)) * 0.4
+    out, claims = tmp_path / "o.parquet", tmp_path / "claims.parquet"
+    run = _run(_cli(server, src, out, *prices, "--max-cost-usd", f"{cap:.6f}", "--claims-out", str(claims)))
+    assert run.returncode == 3, run.stderr
+    scored = pl.read_parquet(out)
+    assert claims.exists() and scored.height == 60
+    skipped = scored.filter(pl.col("status") == S.STATUS_SKIPPED).height
+    assert 0 < skipped < 60 and set(scored.get_column("status")) == {S.STATUS_OK, S.STATUS_SKIPPED}
+    assert f"skipped (spend cap): {skipped}" in run.stderr
+    assert f"warning: {skipped} rows were not judged: the spend cap (max_cost_usd) was reached" in run.stderr
+    assert float(scored.get_column("billed_cost_usd").sum()) <= cap
+
+
 def test_the_key_appears_nowhere(server: FakeLLMServer, tmp_path: Path) -> None:
     src = tmp_path / "in.parquet"
     _rows(30, seed=4).write_parquet(src)

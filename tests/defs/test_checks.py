@@ -185,7 +185,7 @@ def test_error_rate_fails_and_names_the_failed_rows(tmp_path: Path, instance: dg
     check = evaluation(result, "scored_conversations", "error_rate")
     assert not check.passed
     assert check.metadata["error_rows"].value == 2 and check.metadata["rows"].value == 9
-    assert check.description is not None and "2 of 9 rows failed" in check.description
+    assert check.description is not None and "2 of 9 judged rows failed" in check.description
     examples = str(check.metadata["examples"].value)
     assert "`chat-004`: claim extraction failed: scripted failure" in examples and "`flat-001`" in examples
     scored = lake.read("scored_conversations", DAY)

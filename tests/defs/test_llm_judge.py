@@ -283,3 +283,47 @@ def test_a_sampled_day_judges_its_sample_only_keeps_every_row_and_a_higher_rate_
         assert set(was_sampled.get_column("result_source")) <= {"store", "none"}
         assert set(everything.filter(pl.col("result_source") == "llm").get_column("row_key")) <= set(outside.get_column("row_key"))
         assert srv.stats().requests > requests
+
+
+def test_a_day_the_spend_cap_stops_short_is_written_whole_with_a_warn_check_and_a_rerun_judges_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instance: dg.DagsterInstance
+) -> None:
+    """FP_JUDGE_MAX_COST_USD through the resource: the day's rows are all written, those past the cap with status
+    skipped and null scores; the within_spend_cap check warns naming how many (the run still succeeds and
+    error_rate, which does not count them, passes); the same day with a larger cap judges only the rest."""
+    monkeypatch.setenv(KEY_ENV, CANARY)
+    warehouse = tmp_path / "warehouse"
+    with FakeLLMServer(ScriptedResponder()) as srv:
+        def day_with(cap: str) -> tuple[dg.ExecuteInProcessResult, pl.DataFrame]:
+            settings = DefsSettings.from_env({
+                "FP_JUDGE_MODEL": "openai/fake-judge", "FP_JUDGE_API_BASE": srv.base_url, "FP_JUDGE_API_KEY_ENV": KEY_ENV,
+                "FP_JUDGE_INPUT_COST_PER_TOKEN": "1e-6", "FP_JUDGE_OUTPUT_COST_PER_TOKEN": "4e-6",
+                "FP_JUDGE_MAX_COST_USD": cap, "FP_JUDGE_MAX_CONCURRENCY": "1", "FP_JUDGE_MAX_ITEMS_PER_PACK": "2",
+                "FP_LANDING": str(SAMPLE), "FP_WAREHOUSE": str(warehouse),
+            })
+            defs = build_defs(settings)
+            run = dg.materialize([*(defs.assets or []), *(defs.asset_checks or [])], partition_key=DAY,  # type: ignore[arg-type]
+                                 instance=instance, resources=defs.resources,
+                                 selection=dg.AssetSelection.groups("answer_quality"))
+            assert run.success
+            return run, pl.read_parquet(warehouse / "scored_conversations" / f"ds={DAY}" / "data.parquet")
+
+        run, scored = day_with("0.002")
+        landed = pl.read_parquet(warehouse / "raw_conversations" / f"ds={DAY}" / "data.parquet").height
+        skipped = scored.filter(pl.col("status") == "skipped")
+        assert scored.height == landed and 0 < skipped.height < landed
+        assert skipped.select("hallucination_score", "faithfulness_score").null_count().row(0) == (skipped.height,) * 2
+        assert float(scored.get_column("billed_cost_usd").sum()) <= 0.002
+        checks = {e.check_name: e for e in run.get_asset_check_evaluations()
+                  if e.asset_key == dg.AssetKey("scored_conversations")}
+        cap_check = checks["within_spend_cap"]
+        assert not cap_check.passed and cap_check.severity == dg.AssetCheckSeverity.WARN
+        assert f"{skipped.height} of {landed} rows were left unjudged" in (cap_check.description or "")
+        assert checks["error_rate"].passed and checks["scores_in_range"].passed
+        assert _meta(run, "scored_conversations")["skipped_rows"] == skipped.height
+
+        run, rest = day_with("10")
+    assert set(rest.get_column("status")) == {"ok"}
+    was_judged = rest.filter(~pl.col("row_key").is_in(skipped.get_column("row_key").implode()))
+    assert float(was_judged.get_column("billed_cost_usd").sum()) == 0  # from the store
+    assert {e.check_name: e.passed for e in run.get_asset_check_evaluations()}["within_spend_cap"]

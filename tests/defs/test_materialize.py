@@ -28,7 +28,7 @@ def test_every_asset_and_check_succeeds_for_every_day(built: Built) -> None:
         }
         assert keys == ASSETS
         evaluations = result.get_asset_check_evaluations()
-        assert len(evaluations) == 12  # eleven rules, and whether an LLM judge scored the day
+        assert len(evaluations) == 13  # eleven rules, whether an LLM judge scored the day, the spend cap
         failed = [(e.asset_key.to_user_string(), e.check_name, e.severity) for e in evaluations if not e.passed]
         # only the WARN that these days were scored by the offline baseline (no model set)
         assert failed == [("scored_conversations", "llm_judge_used", dg.AssetCheckSeverity.WARN)]

@@ -55,6 +55,7 @@ from faithfulness_pipeline.core.port import (
     VerdictItem,
     VerdictResult,
 )
+from faithfulness_pipeline.judging.budget import Budget, need_price
 from faithfulness_pipeline.judging.llm import prompts
 from faithfulness_pipeline.judging.llm.card import import_litellm, model_card, token_counter
 from faithfulness_pipeline.judging.llm.limits import Clock, RequestLimiter, Sleep
@@ -134,6 +135,9 @@ class LiteLLMJudge:
             None if base is None else lambda: ask_server(base, self.model_name, api_key=api_key,
                                                          timeout_s=config.timeout_s),
         )
+        need_price(config.max_cost_usd, self.card.priced, self.model_name)
+        #: the run's spend cap (None: none); the batch judge holds its batches against the same one
+        self.budget = None if config.max_cost_usd is None else Budget(config.max_cost_usd)
         #: the structured output of the run's requests, stepped down (once per step) when the endpoint refuses
         self.output = OutputMode("schema" if self.card.json_schema else "prompt", fallback=self.card.schema_fallback)
         count_tokens = token_counter(self.model_name)
@@ -185,6 +189,7 @@ class LiteLLMJudge:
             redact=self.redact,
             max_concurrency=config.max_concurrency,
             max_retries=config.max_retries,
+            budget=self.budget,
         )
 
     # -------------------------------------------------------------------------------- the port
@@ -248,6 +253,8 @@ class LiteLLMJudge:
         if (repaired := self._runner.repairs.note()) is not None:
             notes.append(repaired)
         notes += self.output.notes
+        if self.budget is not None and (capped := self.budget.note()) is not None:
+            notes.append(capped)
         return JudgeStats(
             requests=s.requests,
             prompt_tokens=s.prompt_tokens,

@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from faithfulness_pipeline.core.port import ERROR_CHARS, Hooks, JudgeStats, billed_of
+from faithfulness_pipeline.judging.budget import Budget
 from faithfulness_pipeline.judging.llm.card import ModelCard
 from faithfulness_pipeline.judging.llm.limits import RequestLimiter
 from faithfulness_pipeline.judging.llm.packing import REPLY_SLACK_TOKENS, Entry, Pack, Packer, halves
@@ -68,8 +69,10 @@ class PackRunner:
         redact: Callable[[str], str],
         max_concurrency: int,
         max_retries: int,
+        budget: Budget | None = None,
     ) -> None:
         self.sizing = sizing
+        self.budget = budget
         self.card = card
         self.limiter = limiter
         self.sender = sender
@@ -194,12 +197,23 @@ class PackRunner:
                 remaining = self._not_done_elsewhere(plan, sending, hooks)
                 return remaining == sending
 
+            hold = self._worst_cost(estimate, max_tokens)
+            if self.budget is not None and not self.budget.hold(hold):
+                for i in indices:
+                    self._finish_skipped(plan, i, hooks)
+                return
             retry, before = tries.sent > 0, tries
             tries = tries.sending()
             try:
-                reply = await self.sender.send(
-                    messages, schema, max_tokens, estimate, still_needed, _head_start_s(plan.step, max_tokens)
-                )
+                try:
+                    reply = await self.sender.send(
+                        messages, schema, max_tokens, estimate, still_needed, _head_start_s(plan.step, max_tokens)
+                    )
+                finally:
+                    # Let go as soon as the request is done: what it cost is spent by ``_charge`` right after,
+                    # before anything else can await, so the budget never counts a request twice or not at all.
+                    if self.budget is not None:
+                        self.budget.release(hold)
             except RequestFailed as failure:
                 if failure.kind == "stale":  # nothing was sent: the rest goes as a smaller pack
                     tries = before
@@ -296,6 +310,18 @@ class PackRunner:
     async def _split(self, plan: Plan[R], groups: list[tuple[int, ...]], tries: Tries, hooks: Hooks[R]) -> None:
         await asyncio.gather(*(self._run_pack(plan, g, tries, hooks) for g in groups))
 
+    def _worst_cost(self, prompt_tokens: int, max_tokens: int) -> float:
+        """What a request can cost at most: its prompt as counted and a reply of ``max_tokens``."""
+        priced = self.card.cost(prompt_tokens, max_tokens)
+        return 0.0 if priced is None else priced[0] + priced[1]
+
+    def _finish_skipped(self, plan: Plan[R], i: int, hooks: Hooks[R]) -> None:
+        """The item is not sent: the spend cap was reached. What it already cost (a failed try) stays its own."""
+        if i in plan.results or self.budget is None:
+            return
+        plan.results[i] = replace(plan.error_result(i, self.budget.reason(), plan.usage[i]), source="skipped")
+        hooks.tick(1)
+
     def _finish_error(self, plan: Plan[R], i: int, reason: str, hooks: Hooks[R]) -> None:
         if i in plan.results:
             return
@@ -320,6 +346,8 @@ class PackRunner:
         self._stats.completion_tokens += completion
         if priced is not None and self._stats.cost_usd is not None:
             self._stats.cost_usd += priced[0] + priced[1]
+        if priced is not None and self.budget is not None:
+            self.budget.spend(priced[0] + priced[1])
 
 
 def _count_turn(plan: Plan[Any], order: Sequence[int], start: int) -> list[Entry | None]:

@@ -35,8 +35,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
+from faithfulness_pipeline.core.flow import Rows, extract_items, verdict_items
 from faithfulness_pipeline.core.port import (
     ERROR_CHARS,
+    NO_USAGE,
     CostEstimate,
     ExtractItem,
     ExtractResult,
@@ -61,7 +63,7 @@ from faithfulness_pipeline.judging.llm.batch.lines import (
     serialise,
 )
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
-from faithfulness_pipeline.judging.llm.packing import REPLY_SLACK_TOKENS, Limits, pack_entries
+from faithfulness_pipeline.judging.llm.packing import REPLY_SLACK_TOKENS, Limits, Pack, pack_entries, rough_sentences
 from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, VerdictPlan, repair_messages
 from faithfulness_pipeline.judging.llm.secrets import MissingAPIKeyError, resolve_api_key
 from faithfulness_pipeline.judging.store.keys import ContentKeys
@@ -77,6 +79,9 @@ class BatchLimits:
     max_lines: int = 50_000
     max_bytes: int = 190 * 1024 * 1024
 
+
+#: Answers of a run that estimate how a spend cap is shared between its claims and its verdicts.
+SHARE_ROWS: Final = 2_000
 
 #: The longest pause between two looks at running batches.
 MAX_POLL_S: Final = 600.0
@@ -136,6 +141,12 @@ class BatchJudge:
         self._failed: dict[tuple[str, bytes], Pending] = {}
         self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
         self._batches: dict[str, str] = {}  # batch id -> last status seen, in the order they were met
+        #: the run's spend cap, shared with the interactive judge (which holds at interactive prices)
+        self.budget = self.interactive.budget
+        self._held = 0.0  # what the batches submitted and not yet read hold of the budget
+        self._settled_cost = 0.0  # what the batches read so far cost, as spent from the budget
+        self._skipped: set[tuple[str, bytes]] = set()  # items the cap kept out of every batch
+        self._share = 1.0  # the part of what is left of the cap that the step being prepaid may hold
         self._read = Ingest(self.api, self.ledger, store, self.sizing, self.card, self._stats)
 
     def result_scope(self) -> ResultScope:
@@ -144,11 +155,19 @@ class BatchJudge:
 
     # --------------------------------------------------------------------------- before the run
 
-    async def prepay_step(self, step: str, wanted: Mapping[bytes, Item]) -> dict[bytes, Usage]:
+    async def prepay_step(
+        self, step: str, wanted: Mapping[bytes, Item], rows: Rows | None = None
+    ) -> dict[bytes, Usage]:
         """The stack's prepay of ``step``: ``wanted`` (content key -> item: the run's distinct items the store
         lacks) asked as batches; every result is stored as its batch is read. Returns what this run paid for
-        each result it stored, by key (a killed run's batches that this run picked up included)."""
+        each result it stored, by key (a killed run's batches that this run picked up included).
+
+        Under a spend cap the claims step may use only its part of what is left (``rows``, the run's rows,
+        estimate it), so that the claims it pays for still have money for their verdicts."""
         self._paid = {}
+        self._share = 1.0
+        if step == "extract" and self.budget is not None and rows is not None:
+            self._share = await asyncio.to_thread(self._claims_share, rows)
         await self._complete(step, {key: Pending(item) for key, item in wanted.items()})
         paid, self._paid = self._paid, {}
         return paid
@@ -164,6 +183,7 @@ class BatchJudge:
         records += await self._submit(step, fresh)
         while records:
             retry = await self._wait(step, records, wanted)
+            self._settle()
             budget = self.config.max_retries
             give_up = {k: p for k, p in retry.items()
                        if p.tries > budget or p.sent >= MAX_ROUNDS_FACTOR * (budget + 1)}
@@ -217,7 +237,7 @@ class BatchJudge:
         entries = await asyncio.to_thread(lambda: [e for e in (plan.add(i) for i in plan.order()) if e is not None])
         for i, why in plan.oversize.items():
             self._failed[(step, keys[i])] = replace(todo[keys[i]], reason=why)
-        packs = pack_entries(entries, self.sizing.frame_tokens[step], limits)
+        packs = self._within_budget(step, plan, keys, pack_entries(entries, self.sizing.frame_tokens[step], limits))
         files: list[tuple[list[bytes], list[LineRecord]]] = [([], [])]
         size = 0
         tags = [new_submission_tag()]
@@ -243,6 +263,47 @@ class BatchJudge:
                 records.append(await self._create(step, tag, b"".join(lines), line_records))
         self.report(f"batch: {len(packs)} {step} requests for {len(todo)} items sent as {len(records)} batches")
         return records
+
+    def _within_budget(self, step: str, plan: Plan[Any], keys: Sequence[bytes], packs: Sequence[Pack]) -> list[Pack]:
+        """The packs the spend cap lets go, in order, each holding its estimated cost at batch prices (its
+        prompt and a reply of the typical size, as the dry run prices it: a step's batches are all submitted
+        at once, so holding every reply's worst case would leave most of the cap unused); from the first
+        that would cross the cap (or the claims step's part of it) on, none: their items are skipped."""
+        if self.budget is None:
+            return list(packs)
+        for n, pack in enumerate(packs):
+            priced = self.card.cost(pack.prompt_tokens, sum(plan.expected_output(i) for i in pack.indices))
+            worst = 0.0 if priced is None else priced[0] + priced[1]
+            if not self.budget.hold(worst, self._share):
+                self._skipped.update((step, keys[i]) for later in packs[n:] for i in later.indices)
+                return list(packs[:n])
+            self._held += worst
+        return list(packs)
+
+    def _claims_share(self, rows: Rows) -> float:
+        """The claims step's part of the run's cost at batch prices, as the dry run estimates it (claims not
+        extracted yet guessed as the answers' sentences), from the run's first ``SHARE_ROWS`` answers."""
+        extract: list[ExtractItem] = []
+        verdict: list[VerdictItem] = []
+        for chunk in rows():
+            items = extract_items(chunk)
+            extract += items
+            verdict += verdict_items(items, [rough_sentences(it.answer) for it in items], chunk)
+            if len(extract) >= SHARE_ROWS:
+                break
+        claims = self.interactive.estimate(extract, []).batch_cost_usd or 0.0
+        verdicts = self.interactive.estimate([], verdict).batch_cost_usd or 0.0
+        return claims / (claims + verdicts) if claims + verdicts > 0 else 1.0
+
+    def _settle(self) -> None:
+        """The batches read so far: their holds given back, what they really cost spent."""
+        if self.budget is None:
+            return
+        self.budget.release(self._held)
+        self._held = 0.0
+        cost = self._stats.cost_usd or 0.0
+        self.budget.spend(cost - self._settled_cost)
+        self._settled_cost = cost
 
     def _body(self, plan: Plan[Any], indices: Sequence[int], pending: Sequence[Pending]) -> dict[str, Any]:
         messages, id_map, _ = plan.render(indices)
@@ -389,7 +450,9 @@ class BatchJudge:
         ask_now: list[int] = []
         for i in (i for i in range(len(items)) if i not in results):
             failed = self._failed.get((step, keys[items[i].id]))
-            if failed is not None:
+            if self.budget is not None and (step, keys[items[i].id]) in self._skipped:
+                results[i] = replace(error_result(step, items[i].id, self.budget.reason(), NO_USAGE), source="skipped")
+            elif failed is not None:
                 tries = f"gave up after {failed.tries} batch requests: " if failed.tries else ""
                 results[i] = error_result(step, items[i].id, f"{tries}{failed.reason}"[:ERROR_CHARS], failed.spent)
                 self._stats.failed_items += 1
@@ -416,6 +479,8 @@ class BatchJudge:
             notes.append(f"batches: {listed}{more}")
         if (repaired := self._read.repairs.note()) is not None:
             notes.append(repaired)
+        if self.budget is not None and (capped := self.budget.note()) is not None and capped not in notes:
+            notes.append(capped)
         return JudgeStats(
             requests=s.requests + fallback.requests,
             prompt_tokens=s.prompt_tokens + fallback.prompt_tokens,
