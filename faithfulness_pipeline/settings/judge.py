@@ -82,6 +82,11 @@ class JudgeSettings(BaseModel):
         default=None, ge=0, allow_inf_nan=False,
         description="USD per completion token (default: litellm's price map; unknown: null cost)"
     )
+    cached_input_cost_per_token: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False,
+        description="USD per prompt token the provider served from its prompt cache (default: litellm's price "
+        "map, unless input_cost_per_token is set; unknown: input_cost_per_token)"
+    )
     temperature: float = Field(default=0.0, ge=0, le=2, allow_inf_nan=False, description="sampling temperature")
     seed: int | None = Field(default=0, description="sampling seed, where the provider supports one")
     use_json_schema: Literal["auto", "yes", "no"] = Field(
