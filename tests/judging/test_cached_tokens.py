@@ -261,3 +261,34 @@ def test_the_batch_ledger_keeps_cached_tokens_and_reads_old_lines() -> None:
     assert deserialise("extract", line).spent == spent
     line["spent"] = [1.0, 2048, 40, 0.003]  # written before cached tokens were counted
     assert deserialise("extract", line).spent == Usage(1.0, 2048, 40, 0.003, 0)
+
+
+# -------------------------------------------------------------------------------------------- batches
+
+
+def test_a_batch_bills_cached_tokens_at_the_batch_cached_price(tmp_path: Path) -> None:
+    from faithfulness_pipeline.judging.factory import make_judge
+    from faithfulness_pipeline.testing.fakellm.batches import BatchTiming
+
+    model = "openai/gpt-5-mini"  # litellm prices its cached tokens in batches too
+    card = model_card(JudgeSettings(model=model), model).for_batches()
+    assert card.input_cost_per_token and card.output_cost_per_token and card.cached_input_cost_per_token
+    fast = BatchTiming(validating_s=0.01, per_line_s=0.001, finalizing_s=0.01, cancelling_s=0.01)
+    settings = JudgeSettings(model=model, api_base="http://127.0.0.1:1/v1", api_key_env=KEY_ENV, timeout_s=5,
+                             mode="batch", batch_poll_s=0.02)
+    frame = _frame(30)
+    with FakeLLMServer(ScriptedJudge(), prompt_cache=True, batch_timing=fast) as server:
+        settings = settings.model_copy(update={"api_base": server.base_url})
+        # two stores (batch mode needs one), so that the second run sends every line again
+        cold = _score(frame, make_judge(settings.model_copy(update={"store": str(tmp_path / "a.sqlite")})))
+        server.reset_stats()
+        warm = _score(frame, make_judge(settings.model_copy(update={"store": str(tmp_path / "b.sqlite")})))
+        sent = server.stats()
+    assert _totals(cold)["billed_cached_prompt_tokens"] == 0
+    totals = _totals(warm)
+    assert totals["billed_prompt_tokens"] == sent.batch_billed_prompt_tokens
+    assert totals["billed_cached_prompt_tokens"] == sent.batch_billed_cached_prompt_tokens > 0
+    bill = ((sent.batch_billed_prompt_tokens - sent.batch_billed_cached_prompt_tokens) * card.input_cost_per_token
+            + sent.batch_billed_cached_prompt_tokens * card.cached_input_cost_per_token
+            + sent.batch_billed_completion_tokens * card.output_cost_per_token)
+    assert math.isclose(totals["billed_cost_usd"], bill, rel_tol=1e-9)
