@@ -22,7 +22,7 @@ CLAIMS_REVISION: Final = "claims-3"  # 3: the cached_prompt_tokens column
 VERDICTS_REVISION: Final = "verdicts-4"  # 3: the judge_settings_hash column; 4: cached_prompt_tokens columns
 SCORED_REVISION: Final = "scored-4"  # 2: the scoring_run_id column; 3: judge_settings_hash; 4: cached_prompt_tokens
 CLAIM_TABLE_REVISION: Final = "claim-table-2"
-DAILY_REVISION: Final = "daily-2"  # 2: sampled answers and 95 % intervals
+DAILY_REVISION: Final = "daily-3"  # 2: sampled answers and 95 % intervals; 3: cached prompt tokens
 DUCKDB_REVISION: Final = "duckdb-2"
 REPORT_REVISION: Final = "report-1"
 

@@ -292,3 +292,22 @@ def test_a_batch_bills_cached_tokens_at_the_batch_cached_price(tmp_path: Path) -
             + sent.batch_billed_cached_prompt_tokens * card.cached_input_cost_per_token
             + sent.batch_billed_completion_tokens * card.output_cost_per_token)
     assert math.isclose(totals["billed_cost_usd"], bill, rel_tol=1e-9)
+
+
+def test_the_daily_aggregates_sum_cached_tokens_and_older_tables_count_none() -> None:
+    import datetime as dt
+
+    from faithfulness_pipeline.core.aggregates import daily_aggregates
+
+    day = {"day": [dt.date(2026, 12, 1)] * 2, "model": ["m", "m"], "status": ["ok", "ok"],
+           "hallucination_score": [0.0, 1.0], "faithfulness_score": [1.0, 0.0], "n_claims": [1, 1],
+           "n_supported": [1, 0], "n_contradicted": [0, 1], "n_unsupported": [0, 0], "n_speculative": [0, 0],
+           "llm_calls": [0.5, 0.5], "prompt_tokens": [1500, 1300], "completion_tokens": [5, 5],
+           "cost_usd": [0.1, 0.1], "result_source": ["llm", "store"], "billed_llm_calls": [0.5, 0.0],
+           "billed_prompt_tokens": [1500, 0], "billed_completion_tokens": [5, 0], "billed_cost_usd": [0.1, 0.0]}
+    now = daily_aggregates(pl.DataFrame({**day, "cached_prompt_tokens": [1024, 1152],
+                                         "billed_cached_prompt_tokens": [1024, 0]})).row(0, named=True)
+    assert (now["cached_prompt_tokens"], now["billed_cached_prompt_tokens"]) == (2176, 1024)
+    before = daily_aggregates(pl.DataFrame(day)).row(0, named=True)
+    assert (before["cached_prompt_tokens"], before["billed_cached_prompt_tokens"]) == (0, 0)
+    assert before["billed_prompt_tokens"] == 1500
