@@ -326,11 +326,14 @@ def share_usage(
         completion_weights = [by_index.get(i, 0.0) for i in indices]
     p_shares = largest_remainder(prompt, prompt_weights)
     c_shares = largest_remainder(completion, completion_weights)
-    # Weighted by the prompt shares, no item's cached share exceeds its prompt share (cached <= prompt).
-    if cached == prompt:
-        k_shares = p_shares
+    # Weighted by the prompt shares, no item's cached share exceeds its prompt share (cached <= prompt); a
+    # prompt cached whole is shared as the prompt is, with no float rounding in the way.
+    if not cached:
+        k_shares = [0] * n
+    elif cached == prompt:
+        k_shares = list(p_shares)
     else:
-        k_shares = largest_remainder(cached, [float(p) for p in p_shares]) if cached else [0] * n
+        k_shares = largest_remainder(cached, [float(p) for p in p_shares])
     priced = cost(prompt, completion, cached)
     for i, p, c, k in zip(indices, p_shares, c_shares, k_shares, strict=True):
         paid: float | None = None

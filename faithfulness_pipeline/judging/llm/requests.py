@@ -423,12 +423,12 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-
 def cached_prompt_tokens(usage: Any, prompt: int) -> int:
     """The prompt tokens a reply's ``usage`` says were served from the provider's prompt cache: OpenAI's
     ``prompt_tokens_details.cached_tokens``, where litellm also puts Anthropic's ``cache_read_input_tokens``
     and DeepSeek's ``prompt_cache_hit_tokens`` (a dict in a batch output line, an object from litellm).
     Never more than the ``prompt`` tokens billed, never negative: a count that cannot be is not believed."""
+
     def field(value: Any, name: str) -> Any:
         return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
 
