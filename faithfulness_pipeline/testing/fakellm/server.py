@@ -5,10 +5,10 @@ counts tokens with the real cl100k BPE, models latency with asyncio sleeps (no t
 caps server-side concurrency (extra requests queue) and injects faults (429, 5xx, malformed JSON,
 truncated JSON, hangs) chosen deterministically from the request body, so that runs are reproducible
 whatever the arrival order and a retry of the same body can succeed. With ``prompt_cache`` it reports the
-prompt tokens a provider's automatic prefix cache would have served (:class:`PromptCache`, OpenAI's rule).
-OpenAI's Files and Batches
-endpoints, answered by the same responder and faults, live in ``batches.py``; what it does as a
-self-hosted server (its own window and output cap, response formats it refuses) in ``selfhosted.py``.
+prompt tokens a provider's automatic prefix cache would have served (:class:`PromptCache`, OpenAI's rule;
+off by default, so that exact billed figures stay what they were). OpenAI's Files and Batches endpoints,
+answered by the same responder and faults, live in ``batches.py``; what it does as a self-hosted server
+(its own window and output cap, response formats it refuses) in ``selfhosted.py``.
 
 It never imports litellm: only the folder of litellm's bundled BPE files is looked up, so importing
 this module stays cheap.
