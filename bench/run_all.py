@@ -25,6 +25,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("request_counts.py", ["--rows", "300"]),
     ("dedup.py", []),
     ("batch_cost.py", ["--rows", "2000"]),
+    ("cached_tokens.py", ["--rows", "1000"]),
     ("store_backends.py", ["--rows", "5000"]),
     ("throughput.py", []),
     ("overhead.py", []),
@@ -44,7 +45,7 @@ SUITE: list[tuple[str, list[str]]] = [
 #: Benchmarks whose every figure is a count, a ratio of counts or a peak RSS, never a time: they may run
 #: alongside memory.py (peak RSS does not depend on how busy the cores are), which saves the suite their
 #: wall time. Every benchmark with a speed target runs alone.
-ALONGSIDE_MEMORY = ("request_counts.py", "dedup.py", "offline_agreement.py")
+ALONGSIDE_MEMORY = ("request_counts.py", "dedup.py", "offline_agreement.py", "cached_tokens.py")
 
 
 #: Benchmarks of judging quality rather than speed: a missed aim there is reported, not a suite failure.

@@ -39,6 +39,7 @@ class Summary:
     over_threshold: int = 0
     by_model: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # rows, scored, hallucination sum
     billed_prompt_tokens: int = 0
+    billed_cached_prompt_tokens: int = 0
     billed_completion_tokens: int = 0
     billed_cost_usd: float | None = 0.0
     by_source: dict[str, int] = field(default_factory=dict)
@@ -75,6 +76,7 @@ class Summary:
         if self.cost_usd is not None:
             self.cost_usd = None if cost.null_count() else self.cost_usd + float(cost.sum())
         self.billed_prompt_tokens += int(scored.get_column("billed_prompt_tokens").sum())
+        self.billed_cached_prompt_tokens += int(scored.get_column("billed_cached_prompt_tokens").sum())
         self.billed_completion_tokens += int(scored.get_column("billed_completion_tokens").sum())
         billed = scored.get_column("billed_cost_usd")
         if self.billed_cost_usd is not None:
@@ -96,6 +98,8 @@ class Summary:
             return f"{total / n:.3f}" if n else "n/a"
 
         stats = judge.stats()
+        # Said only where a provider reported some, so that the line reads as before everywhere else.
+        cached = f" ({self.billed_cached_prompt_tokens} cached)" if self.billed_cached_prompt_tokens else ""
         sources = ", ".join(f"{n} {_SOURCE_WORDS.get(s, s)}" for s, n in sorted(self.by_source.items()))
         lines = [
             f"scored {self.rows} rows in {elapsed:.1f}s with {judge.model_name} (prompt {judge.prompt_version})",
@@ -105,7 +109,7 @@ class Summary:
             f"  mean hallucination: {mean(self.hallucination_sum)}   mean faithfulness: {mean(self.faithfulness_sum)}",
             f"  hallucination above {self.threshold:g}: {self.over_threshold} of {self.scored_rows} scored answers",
             f"  results: {sources or 'none'}",
-            f"  billed this run: {stats.requests} requests, {self.billed_prompt_tokens} prompt + "
+            f"  billed this run: {stats.requests} requests, {self.billed_prompt_tokens} prompt{cached} + "
             f"{self.billed_completion_tokens} completion tokens, {dollars(self.billed_cost_usd)}",
             f"  what producing the results cost (usage columns): {self.prompt_tokens} prompt + "
             f"{self.completion_tokens} completion tokens, {dollars(self.cost_usd)}",

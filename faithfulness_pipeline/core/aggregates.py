@@ -23,6 +23,8 @@ Conventions (docs/report.md and docs/pipeline.md repeat them):
   (a model without a price), so an incomplete total is visible rather than silently low. It is what
   producing the day's results cost, in whichever run produced them (a result served from the store
   carries the cost of the request that first produced it).
+- ``cached_prompt_tokens`` and ``billed_cached_prompt_tokens`` are the part of the prompt tokens the provider
+  served from its prompt cache (priced at its cached price); 0 for rows scored before they were counted.
 - ``billed_*`` is what the run that scored the day paid: results served from the store or copied from an
   identical answer of the same run cost nothing there. ``billed_cost_usd`` is the provider's bill for
   scoring the day (null when a model has no price). ``store_share`` and ``duplicate_share`` are the shares
@@ -72,10 +74,12 @@ AGGREGATE_SCHEMA: dict[str, pl.DataType] = {
     "total_tokens": pl.Int64(),
     "cost_usd": pl.Float64(),
     "cost_unknown_answers": pl.Int64(),
+    "cached_prompt_tokens": pl.Int64(),
     "billed_llm_calls": pl.Float64(),
     "billed_prompt_tokens": pl.Int64(),
     "billed_completion_tokens": pl.Int64(),
     "billed_cost_usd": pl.Float64(),
+    "billed_cached_prompt_tokens": pl.Int64(),
     "store_answers": pl.Int64(),
     "duplicate_answers": pl.Int64(),
     "store_share": pl.Float64(),
@@ -86,6 +90,8 @@ _PERCENTILES = ("hallucination_p50", "hallucination_p90", "faithfulness_p50", "f
 #: The normal quantile of a two-sided 95 % interval.
 Z95 = 1.959963984540054
 _BILLED = ("billed_llm_calls", "billed_prompt_tokens", "billed_completion_tokens", "billed_cost_usd")
+#: Counted since issue 29: a table scored before has none, and what it was billed was billed uncached.
+_CACHED = ("cached_prompt_tokens", "billed_cached_prompt_tokens")
 
 
 def _ok(expr: pl.Expr) -> pl.Expr:
@@ -128,6 +134,7 @@ def daily_aggregates(
     frame = frame.with_columns(
         pl.lit(None, dtype=pl.String).alias("result_source") if "result_source" not in frame.columns else [],
         *[pl.lit(None, dtype=pl.Float64).alias(c) for c in _BILLED if c not in frame.columns],
+        *[pl.lit(0, dtype=pl.Int64).alias(c) for c in _CACHED if c not in frame.columns],
     )
     ok = pl.col("status") == "ok"
     halluc = _ok(pl.col("hallucination_score"))
@@ -164,6 +171,7 @@ def daily_aggregates(
         pl.col("completion_tokens").sum().cast(pl.Int64).alias("completion_tokens"),
         pl.col("cost_usd").sum().alias("cost_usd"),
         pl.col("cost_usd").is_null().sum().cast(pl.Int64).alias("cost_unknown_answers"),
+        *[pl.col(c).sum().cast(pl.Int64).alias(c) for c in _CACHED],
         # Unknown when any answer's bill is (a model without a price; a table from before billing).
         *[pl.when(pl.col(c).null_count() == 0).then(pl.col(c).sum()).alias(c) for c in _BILLED],
         (pl.col("result_source") == "store").sum().cast(pl.Int64).alias("store_answers"),

@@ -40,12 +40,16 @@ _SCORED = {
     "prompt_tokens": "This row's share of the prompt tokens that produced its result.",
     "completion_tokens": "This row's share of the completion tokens that produced its result.",
     "cost_usd": "What producing the row's result cost in USD (null: no price for the model).",
+    "cached_prompt_tokens": "Of prompt_tokens, those the provider served from its prompt cache (priced at its "
+    "cached-token price).",
     "result_source": "Where the result came from: llm, store, duplicate, offline, none, not_sampled (outside "
     "the run's sample: no result) or skipped (the spend cap was reached: no result).",
     "billed_llm_calls": "LLM requests this run paid for the row (0 for store hits and copies).",
     "billed_prompt_tokens": "Prompt tokens this run paid for the row.",
     "billed_completion_tokens": "Completion tokens this run paid for the row.",
     "billed_cost_usd": "What this run paid for the row in USD (null: no price for the model).",
+    "billed_cached_prompt_tokens": "Of billed_prompt_tokens, those the provider served from its prompt cache and "
+    "billed at its cached-token price (0 for store hits and copies).",
     "day": "The conversation's day (its timestamp's date in the pipeline's time zone).",
     "ds": "The partition day (DATE).",
 }
@@ -104,10 +108,12 @@ _DAILY = {
     "total_tokens": "prompt_tokens + completion_tokens.",
     "cost_usd": "What producing the day's results cost in USD (rows without a price left out).",
     "cost_unknown_answers": "Rows whose cost is unknown (a model without a price).",
+    "cached_prompt_tokens": "Of prompt_tokens, those the provider served from its prompt cache.",
     "billed_llm_calls": "LLM requests the run that scored the day paid for.",
     "billed_prompt_tokens": "Prompt tokens the run paid for.",
     "billed_completion_tokens": "Completion tokens the run paid for.",
     "billed_cost_usd": "The provider's bill for scoring the day in USD (null when a model has no price).",
+    "billed_cached_prompt_tokens": "Of billed_prompt_tokens, those the provider served from its prompt cache.",
     "store_answers": "Answers served from the result store.",
     "duplicate_answers": "Answers copied from an identical answer of the same run.",
     "store_share": "store_answers / sampled_answers.",

@@ -231,6 +231,7 @@ def _usage_columns(usages: list[Usage], names: Sequence[str]) -> list[pl.Series]
         pl.Series(names[1], [u.prompt_tokens for u in usages], dtype=pl.Int64),
         pl.Series(names[2], [u.completion_tokens for u in usages], dtype=pl.Int64),
         pl.Series(names[3], [u.cost_usd for u in usages], dtype=pl.Float64),
+        pl.Series(names[4], [u.cached_prompt_tokens for u in usages], dtype=pl.Int64),
     ]
 
 

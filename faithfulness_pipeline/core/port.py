@@ -50,12 +50,15 @@ class Usage:
 
     Token counts are integer shares (the shares of one request add up to the request's usage);
     ``llm_calls`` is a fractional share of requests. ``cost_usd`` is None when the price is unknown.
+    ``cached_prompt_tokens`` is the part of ``prompt_tokens`` the provider served from its prompt cache (and
+    charged at its cached price); last, so that the positional order of the older fields stays.
     """
 
     llm_calls: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float | None = 0.0
+    cached_prompt_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         cost = None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
@@ -64,6 +67,7 @@ class Usage:
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cost_usd=cost,
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
         )
 
 
@@ -150,6 +154,7 @@ class JudgeStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float | None = 0.0
+    cached_prompt_tokens: int = 0  # of prompt_tokens, served from the provider's prompt cache
     cached_items: int = 0  # results served from a result store
     duplicate_items: int = 0  # results copied from an identical item of the same run
     failed_items: int = 0

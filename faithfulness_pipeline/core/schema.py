@@ -21,7 +21,9 @@ INTERNAL_COLUMNS = (ANSWER, QUESTION, CONTEXT, CLAIMS, VERDICTS, ERROR)
 ROW_KEY = "row_key"
 ASSISTANT_TURN = "assistant_turn"
 CONTEXT_TRUNCATED = "context_truncated"
-USAGE_COLUMNS = ("llm_calls", "prompt_tokens", "completion_tokens", "cost_usd")
+#: ``cached_prompt_tokens`` (the part of ``prompt_tokens`` served from the provider's prompt cache) comes last:
+#: stored results keep their usage numbers in this order, and older ones end before it (they read as 0).
+USAGE_COLUMNS = ("llm_calls", "prompt_tokens", "completion_tokens", "cost_usd", "cached_prompt_tokens")
 
 VERDICT_STRUCT = pl.Struct(
     {
@@ -48,6 +50,7 @@ USAGE_SCHEMA: dict[str, pl.DataType] = {
     "prompt_tokens": pl.Int64(),
     "completion_tokens": pl.Int64(),
     "cost_usd": pl.Float64(),
+    "cached_prompt_tokens": pl.Int64(),
 }
 #: The run that scored a row (a Dagster run id, or the id a CLI run or a ``score_frame`` call made and the
 #: CLI prints), so a warehouse join can tell two scorings of one answer apart.

@@ -296,6 +296,7 @@ def _summed(stats: list[JudgeStats]) -> JudgeStats:
     return JudgeStats(
         requests=sum(s.requests for s in stats), prompt_tokens=sum(s.prompt_tokens for s in stats),
         completion_tokens=sum(s.completion_tokens for s in stats), cost_usd=cost,
+        cached_prompt_tokens=sum(s.cached_prompt_tokens for s in stats),
         cached_items=sum(s.cached_items for s in stats), duplicate_items=sum(s.duplicate_items for s in stats),
         failed_items=sum(s.failed_items for s in stats), retries=sum(s.retries for s in stats), notes=notes,
     )

@@ -18,11 +18,11 @@ REPORT: Final = "answer_quality_report"
 
 # Bump a revision when an asset's own code changes what it writes.
 RAW_REVISION: Final = "raw-1"
-CLAIMS_REVISION: Final = "claims-2"
-VERDICTS_REVISION: Final = "verdicts-3"  # 3: the judge_settings_hash column
-SCORED_REVISION: Final = "scored-3"  # 2: the scoring_run_id column; 3: judge_settings_hash
+CLAIMS_REVISION: Final = "claims-3"  # 3: the cached_prompt_tokens column
+VERDICTS_REVISION: Final = "verdicts-4"  # 3: the judge_settings_hash column; 4: cached_prompt_tokens columns
+SCORED_REVISION: Final = "scored-4"  # 2: the scoring_run_id column; 3: judge_settings_hash; 4: cached_prompt_tokens
 CLAIM_TABLE_REVISION: Final = "claim-table-2"
-DAILY_REVISION: Final = "daily-3"  # 2: sampled answers and 95 % intervals; 3: skipped answers
+DAILY_REVISION: Final = "daily-3"  # 2: sampled answers and 95 % intervals; 3: skipped answers, cached prompt tokens
 DUCKDB_REVISION: Final = "duckdb-2"
 REPORT_REVISION: Final = "report-1"
 

@@ -161,6 +161,7 @@ def _judged_chunks(warehouse: WarehouseResource, day: str, rows: int) -> Iterato
                                f"{CLAIMS} and {VERDICTS} again")
         # judged_claims of the former layout carried every column and both steps' usage summed already
         former = S.CLAIMS in v.columns
+        c, v = _with_cached_counts(c), _with_cached_counts(v)
         usage = [(v.get_column(n) if former else c.get_column(n) + v.get_column(n)).alias(n) for n in S.USAGE_COLUMNS]
         legacy = [n for n in LEGACY_JUDGE_COLUMNS if n in r.columns]
         # judged_claims written before the settings hash existed: the hash is unknown, never guessed
@@ -171,6 +172,17 @@ def _judged_chunks(warehouse: WarehouseResource, day: str, rows: int) -> Iterato
             v.get_column(S.CONTEXT_TRUNCATED), *usage, v.get_column(S.RESULT_SOURCE),
             *[v.get_column(n) for n in S.BILLED_COLUMNS], settings,
         )
+
+
+#: Columns that tables written before cached prompt tokens were counted lack.
+_CACHED_COUNTS = ("cached_prompt_tokens", "billed_cached_prompt_tokens")
+
+
+def _with_cached_counts(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with the cached prompt token counts a table judged before they existed lacks, as 0: none were
+    counted then, and the day's other rows must still score."""
+    missing = [n for n in _CACHED_COUNTS if n not in frame.columns]
+    return frame.with_columns(pl.lit(0, dtype=pl.Int64).alias(n) for n in missing) if missing else frame
 
 
 def write_scored(

@@ -57,6 +57,7 @@ class Tally:
             prompt_tokens=inner.prompt_tokens,
             completion_tokens=inner.completion_tokens,
             cost_usd=inner.cost_usd,
+            cached_prompt_tokens=inner.cached_prompt_tokens,
             cached_items=inner.cached_items + cached,
             duplicate_items=inner.duplicate_items + duplicates,
             failed_items=inner.failed_items,

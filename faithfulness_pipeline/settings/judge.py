@@ -82,6 +82,11 @@ class JudgeSettings(BaseModel):
         default=None, ge=0, allow_inf_nan=False,
         description="USD per completion token (default: litellm's price map; unknown: null cost)"
     )
+    cached_input_cost_per_token: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False,
+        description="USD per prompt token the provider served from its prompt cache (default: litellm's price "
+        "map, unless input_cost_per_token is set; unknown: input_cost_per_token)"
+    )
     max_cost_usd: float | None = Field(
         default=None, gt=0, allow_inf_nan=False,
         description="spend cap in USD: per run (CLI, Python), per partition step (Dagster). Each request's cost "

@@ -303,3 +303,22 @@ def test_a_day_judged_by_the_former_layout_is_scored_as_before(
     again = lake.materialize(day, instance, selection=dg.AssetSelection.assets("scored_conversations"))
     assert again.success
     assert lake.read("scored_conversations", day).drop("scored_at", "scoring_run_id").equals(expected)
+
+
+def test_a_day_judged_before_cached_prompt_tokens_were_counted_still_scores(
+    lake: Lake, instance: dg.DagsterInstance
+) -> None:
+    """extracted_claims and judged_claims written without the cached prompt token columns score as if they
+    held 0: none were counted then."""
+    day = DAYS[2]
+    assert lake.materialize(day, instance).success
+    expected = lake.read("scored_conversations", day).drop("scored_at", "scoring_run_id")
+    assert {"cached_prompt_tokens", "billed_cached_prompt_tokens"} <= set(expected.columns)
+    for table in ("extracted_claims", "judged_claims"):
+        frame = lake.read(table, day)
+        old = frame.drop([c for c in ("cached_prompt_tokens", "billed_cached_prompt_tokens") if c in frame.columns])
+        assert old.width < frame.width
+        old.write_parquet(lake.warehouse / table / f"ds={day}" / "data.parquet")
+    again = lake.materialize(day, instance, selection=dg.AssetSelection.assets("scored_conversations"))
+    assert again.success
+    assert lake.read("scored_conversations", day).drop("scored_at", "scoring_run_id").equals(expected)

@@ -89,8 +89,10 @@ def _results() -> pl.DataFrame:
         "x_cost_usd": [0.000123 / 7, None],
         "v_llm_calls": [1 / 7, 1.0], "v_prompt_tokens": [999, 3], "v_completion_tokens": [12, 4],
         "v_cost_usd": [0.1 + 0.2, 0.0],
+        "x_cached_prompt_tokens": [1152, 0], "v_cached_prompt_tokens": [0, 3],
     }, schema_overrides={"verdicts": pl.List(S.RAW_VERDICT_STRUCT), "x_prompt_tokens": pl.Int64,
-                         "x_completion_tokens": pl.Int64, "v_prompt_tokens": pl.Int64, "v_completion_tokens": pl.Int64})
+                         "x_completion_tokens": pl.Int64, "v_prompt_tokens": pl.Int64, "v_completion_tokens": pl.Int64,
+                         "x_cached_prompt_tokens": pl.Int64, "v_cached_prompt_tokens": pl.Int64})
 
 
 def test_values_decode_to_the_very_columns_that_were_encoded() -> None:

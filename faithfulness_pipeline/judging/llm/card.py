@@ -38,15 +38,28 @@ class ModelCard:
     #: whether a refused schema steps down to JSON mode, then to the prompt alone (``output_mode``): where
     #: ``use_json_schema`` is auto and litellm cannot vouch for the endpoint
     schema_fallback: bool = False
+    #: What a prompt token served from the provider's prompt cache costs (litellm's
+    #: ``cache_read_input_token_cost``); None: unknown, and such tokens cost ``input_cost_per_token``
+    cached_input_cost_per_token: float | None = None
+    batch_cached_input_cost_per_token: float | None = None
 
     @property
     def priced(self) -> bool:
         return self.input_cost_per_token is not None and self.output_cost_per_token is not None
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> tuple[float, float] | None:
+    def cost(
+        self, prompt_tokens: int, completion_tokens: int, cached_prompt_tokens: int = 0
+    ) -> tuple[float, float] | None:
+        """(prompt cost, completion cost); ``cached_prompt_tokens`` of the prompt tokens at the cached price.
+        None when the price is unknown."""
         if self.input_cost_per_token is None or self.output_cost_per_token is None:
             return None
-        return prompt_tokens * self.input_cost_per_token, completion_tokens * self.output_cost_per_token
+        cached_price = self.cached_input_cost_per_token
+        if cached_price is None:  # never a made-up discount: what is not known is paid in full
+            cached_price = self.input_cost_per_token
+        uncached = prompt_tokens - cached_prompt_tokens
+        return (uncached * self.input_cost_per_token + cached_prompt_tokens * cached_price,
+                completion_tokens * self.output_cost_per_token)
 
     def for_batches(self) -> ModelCard:
         """The card as the Batch API prices it: batch prices where known, else the interactive ones (noted)."""
@@ -54,8 +67,11 @@ class ModelCard:
             note = ("no batch price known for this model: batch usage is priced at the interactive prices "
                     "(set input_cost_per_token and output_cost_per_token to the batch prices)")
             return replace(self, notes=(*self.notes, note) if self.priced else self.notes)
+        # A cached batch price only where the provider names one: a batch's cached tokens otherwise cost what
+        # its other prompt tokens do.
         return replace(self, input_cost_per_token=self.batch_input_cost_per_token,
-                       output_cost_per_token=self.batch_output_cost_per_token)
+                       output_cost_per_token=self.batch_output_cost_per_token,
+                       cached_input_cost_per_token=self.batch_cached_input_cost_per_token)
 
 
 def lenient(fn: Callable[[], Any]) -> Any:
@@ -150,12 +166,17 @@ def model_card(
                 f"no price known for {model}: cost_usd is null "
                 "(set input_cost_per_token and output_cost_per_token to price it)"
             )
+    cached_cost = _cached_price(config, info, "cache_read_input_token_cost")
     if config.input_cost_per_token is not None and config.output_cost_per_token is not None:
         # Prices set by hand are what the user pays, in either mode.
         batch_in, batch_out = in_cost, out_cost
+        batch_cached = cached_cost if config.cached_input_cost_per_token is not None else None
     else:
         batch_in, batch_out = info.get("input_cost_per_token_batches"), info.get("output_cost_per_token_batches")
+        batch_cached = _cached_price(config, info, "cache_read_input_token_cost_batches")
     return ModelCard(
+        cached_input_cost_per_token=cached_cost,
+        batch_cached_input_cost_per_token=batch_cached,
         batch_input_cost_per_token=None if batch_in is None else float(batch_in),
         batch_output_cost_per_token=None if batch_out is None else float(batch_out),
         context_window=int(window),
@@ -166,6 +187,17 @@ def model_card(
         output_cost_per_token=out_cost,
         notes=tuple(notes),
     )
+
+
+def _cached_price(config: JudgeSettings, info: dict[str, Any], key: str) -> float | None:
+    """The price of a cached prompt token: the setting, else litellm's ``key``, only where the input price is
+    litellm's too (a hand-set input price with litellm's cached one would mix two price lists)."""
+    if config.cached_input_cost_per_token is not None:
+        return config.cached_input_cost_per_token
+    if config.input_cost_per_token is not None:
+        return None
+    known = info.get(key)
+    return None if known is None else float(known)
 
 
 #: The litellm version whose internal names :func:`token_counter` uses (litellm has no public way to get

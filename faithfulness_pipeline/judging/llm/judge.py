@@ -260,6 +260,7 @@ class LiteLLMJudge:
             prompt_tokens=s.prompt_tokens,
             completion_tokens=s.completion_tokens,
             cost_usd=s.cost_usd,
+            cached_prompt_tokens=s.cached_prompt_tokens,
             failed_items=s.failed_items,
             retries=s.retries,
             notes=notes,

@@ -310,12 +310,14 @@ def share_usage(
     completion: int,
     parsed: ParsedReply[Any] | None,
     id_map: Mapping[str, int],
-    cost: Callable[[int, int], tuple[float, float] | None],
+    cost: Callable[[int, int, int], tuple[float, float] | None],
+    cached: int = 0,
 ) -> tuple[float, float] | None:
     """Adds one request's usage to ``plan.usage`` of the items that rode in it: prompt tokens by the items'
-    prompt sizes, completion tokens by what the reply gave each (as parsed; else by prompt size), both by
-    largest remainder so that the shares add up to the request; cost pro rata; a fractional call each.
-    Returns the request's (prompt, completion) cost, None when the price is unknown."""
+    prompt sizes, completion tokens by what the reply gave each (as parsed; else by prompt size), cached
+    prompt tokens by the items' prompt shares, all by largest remainder so that the shares add up to the
+    request; each item's cost priced from its own shares; a fractional call each. Returns the request's
+    (prompt, completion) cost, None when the price is unknown."""
     n = len(indices)
     prompt_weights = [float(plan.entries[i].prompt_tokens) for i in indices]
     completion_weights = prompt_weights
@@ -324,12 +326,22 @@ def share_usage(
         completion_weights = [by_index.get(i, 0.0) for i in indices]
     p_shares = largest_remainder(prompt, prompt_weights)
     c_shares = largest_remainder(completion, completion_weights)
-    priced = cost(prompt, completion)
-    for i, p, c in zip(indices, p_shares, c_shares, strict=True):
+    # Weighted by the prompt shares, no item's cached share exceeds its prompt share (cached <= prompt); a
+    # prompt cached whole is shared as the prompt is, with no float rounding in the way.
+    if not cached:
+        k_shares = [0] * n
+    elif cached == prompt:
+        k_shares = list(p_shares)
+    else:
+        k_shares = largest_remainder(cached, [float(p) for p in p_shares])
+    priced = cost(prompt, completion, cached)
+    for i, p, c, k in zip(indices, p_shares, c_shares, k_shares, strict=True):
         paid: float | None = None
         if priced is not None:
-            paid = (priced[0] * p / prompt if prompt else 0.0) + (priced[1] * c / completion if completion else 0.0)
-        plan.usage[i] = plan.usage[i] + Usage(llm_calls=1.0 / n, prompt_tokens=p, completion_tokens=c, cost_usd=paid)
+            mine = cost(p, c, k)
+            paid = None if mine is None else mine[0] + mine[1]
+        plan.usage[i] = plan.usage[i] + Usage(llm_calls=1.0 / n, prompt_tokens=p, completion_tokens=c, cost_usd=paid,
+                                              cached_prompt_tokens=k)
     return priced
 
 

@@ -35,6 +35,8 @@ class Reply:
     #: why a reply that came back holds no answer to parse (the model refused, no choices, null content);
     #: None for a reply with content. Asking the same request again would get the same reply.
     unanswered: str | None = None
+    #: of ``prompt_tokens``, those the provider served from its prompt cache (and bills at its cached price)
+    cached_prompt_tokens: int = 0
 
 
 #: 429s are the server asking for patience, not a broken request: they get a larger retry budget.
@@ -234,11 +236,13 @@ class Sender:
             usage = getattr(response, "usage", None)
             prompt = _int(getattr(usage, "prompt_tokens", None)) or prompt_estimate
             completion = _int(getattr(usage, "completion_tokens", None)) or self.count_tokens(text)
+            cached = cached_prompt_tokens(usage, prompt)
             slot.settle(prompt + completion)
         self.limiter.on_success()
         self._replies += 1
         self._unreachable = 0
-        return Reply(text=text, prompt_tokens=prompt, completion_tokens=completion, unanswered=unanswered)
+        return Reply(text=text, prompt_tokens=prompt, completion_tokens=completion, unanswered=unanswered,
+                     cached_prompt_tokens=cached)
 
     def classify(self, exc: BaseException, mode: Mode = "prompt") -> RequestFailed:
         """What a failed request sent in ``mode`` means (``mode``: the response format it carried)."""
@@ -418,3 +422,15 @@ def _server_words(text: str) -> str:
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
+
+def cached_prompt_tokens(usage: Any, prompt: int) -> int:
+    """The prompt tokens a reply's ``usage`` says were served from the provider's prompt cache: OpenAI's
+    ``prompt_tokens_details.cached_tokens``, where litellm also puts Anthropic's ``cache_read_input_tokens``
+    and DeepSeek's ``prompt_cache_hit_tokens`` (a dict in a batch output line, an object from litellm).
+    Never more than the ``prompt`` tokens billed, never negative: a count that cannot be is not believed."""
+
+    def field(value: Any, name: str) -> Any:
+        return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+    cached = _int(field(field(usage, "prompt_tokens_details"), "cached_tokens")) or 0
+    return cached if 0 <= cached <= prompt else 0

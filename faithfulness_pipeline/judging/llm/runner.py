@@ -341,9 +341,11 @@ class PackRunner:
         """Shares one request's usage out over its items (``plans.share_usage``) and counts it."""
         prompt = reply.prompt_tokens if reply else 0
         completion = reply.completion_tokens if reply else 0
-        priced = share_usage(plan, indices, prompt, completion, parsed, id_map, self.card.cost)
+        cached = reply.cached_prompt_tokens if reply else 0
+        priced = share_usage(plan, indices, prompt, completion, parsed, id_map, self.card.cost, cached)
         self._stats.prompt_tokens += prompt
         self._stats.completion_tokens += completion
+        self._stats.cached_prompt_tokens += cached
         if priced is not None and self._stats.cost_usd is not None:
             self._stats.cost_usd += priced[0] + priced[1]
         if priced is not None and self.budget is not None:

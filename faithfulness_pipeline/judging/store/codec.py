@@ -4,6 +4,11 @@ Values are flat JSON arrays (fewer objects to parse than nested ones: decoding i
 re-run): claims ``[calls, prompt, completion, cost, claim, ...]``; verdicts ``[calls, prompt,
 completion, cost, truncated, letter, speculative, evidence, reason, letter, ...]``. The key prefix
 (``fp-result-v2``) changed with this layout, so values of the older layout are never looked up.
+
+Cached prompt tokens (``Usage.cached_prompt_tokens``) came later, without a new key prefix, so that results
+stored before them are still served: where a result had some, its prompt slot holds ``[prompt, cached]``
+instead of the prompt count alone. A value without cached tokens is byte for byte what it was, and reads
+(as every older value does) as 0 cached tokens.
 """
 
 from __future__ import annotations
@@ -37,17 +42,33 @@ def _decode(value: str) -> list[Any]:
     return data
 
 
+def _usage_head(usage: Usage) -> list[Any]:
+    prompt: int | list[int] = usage.prompt_tokens
+    if usage.cached_prompt_tokens:
+        prompt = [usage.prompt_tokens, usage.cached_prompt_tokens]
+    return [usage.llm_calls, prompt, usage.completion_tokens, usage.cost_usd]
+
+
+def _usage_of(data: list[Any]) -> Usage:
+    prompt, cached = data[1], 0
+    if isinstance(prompt, list):
+        prompt, cached = prompt
+    if not isinstance(prompt, int) or not isinstance(cached, int):
+        raise ValueError("not a stored usage")
+    return Usage(data[0], prompt, data[2], data[3], cached)
+
+
 def encode_claims(claims: Sequence[str], usage: Usage) -> str:
-    return _dumps([usage.llm_calls, usage.prompt_tokens, usage.completion_tokens, usage.cost_usd, *claims])
+    return _dumps([*_usage_head(usage), *claims])
 
 
 def decode_claims(value: str) -> tuple[tuple[str, ...], Usage]:
     data = _decode(value)
-    return tuple(data[4:]), Usage(data[0], data[1], data[2], data[3])
+    return tuple(data[4:]), _usage_of(data)
 
 
 def encode_verdicts(verdicts: Sequence[ClaimVerdict], usage: Usage, truncated: bool) -> str:
-    flat: list[Any] = [usage.llm_calls, usage.prompt_tokens, usage.completion_tokens, usage.cost_usd, int(truncated)]
+    flat: list[Any] = [*_usage_head(usage), int(truncated)]
     for v in verdicts:
         flat += (LETTER_OF_VERDICT[v.verdict], int(v.speculative), v.evidence, v.reason)
     return _dumps(flat)
@@ -75,7 +96,7 @@ def decode_verdicts(value: str) -> tuple[tuple[ClaimVerdict, ...], Usage, bool]:
         else:
             verdict = ClaimVerdict(VERDICT_OF_LETTER[letter], bool(spec), reason, evidence)
         verdicts.append(verdict)
-    return tuple(verdicts), Usage(data[0], data[1], data[2], data[3]), bool(data[4])
+    return tuple(verdicts), _usage_of(data), bool(data[4])
 
 
 # ------------------------------------------------------------------------------ column-wise decoding
@@ -83,6 +104,7 @@ def decode_verdicts(value: str) -> tuple[tuple[ClaimVerdict, ...], Usage, bool]:
 
 def usage_exprs(data: pl.Expr) -> list[pl.Expr]:
     """The usage columns from a stored list of usage numbers (as text): calls, prompt and completion
-    tokens, cost; null where a number is missing or unreadable."""
+    tokens, cost, cached prompt tokens; null where a number is missing or unreadable (the caller makes
+    the cached count of a list from before it 0)."""
     return [data.list.get(n, null_on_oob=True).cast(dtype, strict=False).alias(name)
             for n, (name, dtype) in enumerate(S.USAGE_SCHEMA.items())]

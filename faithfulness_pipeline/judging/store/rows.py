@@ -18,7 +18,9 @@ The lengths make the layout unambiguous whatever the texts contain.
 Value: UTF-8 bytes of a JSON object, one field per column so that polars parses it straight into typed columns:
 ``{"x": extraction usage, "v": verdict usage, "t": truncated, "c": claims, "l": "SCU..." (one letter
 per verdict), "s": "010..." (speculative flags), "e": evidence indexes, "r": reasons}``; usage numbers
-are kept as text, which casts back to the very same float.
+are kept as text, which casts back to the very same float. A usage list is in ``schema.USAGE_COLUMNS``
+order; one written before cached prompt tokens were counted ends before that last number, and reads as 0
+cached tokens (an older version reads a longer list as unreadable and serves the row the step-by-step way).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from faithfulness_pipeline.judging.store.protocol import Value
 
 #: A row's usage columns, each twice: prefixed ``x_`` (extraction) and ``v_`` (verdicts).
 USAGE: Final = S.USAGE_COLUMNS
+#: How many usage numbers a value stored before ``cached_prompt_tokens`` holds.
+_OLD_USAGE: Final = USAGE.index("cached_prompt_tokens")
 _TEXTS: Final = pl.List(pl.String)
 _VALUE: Final = pl.Struct({
     "x": _TEXTS, "v": _TEXTS, "t": pl.Int8, "c": _TEXTS, "l": pl.String, "s": pl.String,
@@ -102,9 +106,9 @@ def decode_rows(values: Sequence[Value | None]) -> pl.DataFrame | None:
         pl.col("l").str.len_bytes() == n, pl.col("s").str.len_bytes() == n,
         pl.col("e").list.len() == n, pl.col("r").list.len() == n,
         pl.col("l").str.contains("^[SCU]*$"), pl.col("s").str.contains("^[01]*$"),
-        pl.col("x").list.len() == len(USAGE), pl.col("v").list.len() == len(USAGE),
+        pl.col("x").list.len().is_in([_OLD_USAGE, len(USAGE)]), pl.col("v").list.len().is_in([_OLD_USAGE, len(USAGE)]),
         # the cost may be null (unknown price); calls and tokens may not
-        *[pl.col(f"{p}_{name}").is_not_null() for p in ("x", "v") for name in USAGE[:3]],
+        *[pl.col(f"{p}_{name}").is_not_null() for p in ("x", "v") for name in USAGE if name != "cost_usd"],
     ).fill_null(False)
     frame = frame.with_columns(fine.alias("fine"), pl.when(fine).then(n).otherwise(0).cast(pl.Int64).alias("n"))
     flat = frame.filter("fine").select(
@@ -123,4 +127,8 @@ def decode_rows(values: Sequence[Value | None]) -> pl.DataFrame | None:
 
 
 def _usage(prefix: str) -> list[pl.Expr]:
-    return [expr.name.prefix(f"{prefix}_") for expr in usage_exprs(pl.col(prefix))]
+    exprs = [expr.name.prefix(f"{prefix}_") for expr in usage_exprs(pl.col(prefix))]
+    # Out of bounds only in a value from before cached tokens were counted: none were then.
+    cached = f"{prefix}_cached_prompt_tokens"
+    old = pl.col(prefix).list.len() == _OLD_USAGE
+    return [pl.when(old).then(0).otherwise(e).alias(cached) if e.meta.output_name() == cached else e for e in exprs]

@@ -10,6 +10,9 @@
 llama.cpp (``/props``), vLLM (``max_model_len``) or Ollama (``/api/show``) publish theirs, and
 ``refuse_formats`` the ``response_format`` types it refuses with a 400 (``selfhosted.py``).
 
+``prompt_cache=True`` (``--prompt-cache``) reports ``prompt_tokens_details.cached_tokens`` by OpenAI's rule:
+a prompt sharing a prefix of 1,024 tokens or more with an earlier one has it cached, in steps of 128.
+
 The Files and Batches endpoints (``/v1/files``, ``/v1/batches``) answer each batch line the same way;
 ``BatchTiming`` sets how long a batch takes, ``BatchFaults`` its faults (see ``batches.py``).
 

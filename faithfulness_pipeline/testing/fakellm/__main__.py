@@ -82,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rate-partial", type=float, default=0.0)
     p.add_argument("--rate-hang", type=float, default=0.0)
     p.add_argument("--fault-seed", type=int, default=0)
+    p.add_argument("--prompt-cache", action="store_true",
+                   help="report cached prompt tokens for prompts sharing a 1,024-token prefix (OpenAI's rule)")
     default = BatchTiming()
     p.add_argument("--batch-validating-s", type=float, default=default.validating_s)
     p.add_argument("--batch-per-line-s", type=float, default=default.per_line_s)
@@ -145,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_timing=batch_timing,
         limits=limits,
         refuse_formats=args.refuse_format,
+        prompt_cache=args.prompt_cache,
     )
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if command:

@@ -108,6 +108,7 @@ class BatchCounters:
     batch_lines: int  # lines answered (200 or error), unanswered expired lines not included
     batch_billed_prompt_tokens: int  # usage of every 200 line
     batch_billed_completion_tokens: int
+    batch_billed_cached_prompt_tokens: int
     batches_by_status: dict[str, int]  # current status of the batches created since the last reset
 
 
@@ -224,6 +225,7 @@ class BatchService:
                 batch_lines=c["batch_lines"],
                 batch_billed_prompt_tokens=c["prompt_tokens"],
                 batch_billed_completion_tokens=c["completion_tokens"],
+                batch_billed_cached_prompt_tokens=c["cached_prompt_tokens"],
                 batches_by_status=dict(by_status),
             )
 
@@ -572,32 +574,35 @@ class BatchService:
                 counts["completed"] += 1
                 self._counts["prompt_tokens"] += usage[0]
                 self._counts["completion_tokens"] += usage[1]
+                self._counts["cached_prompt_tokens"] += usage[2]
             else:
                 batch.errors.append(row)
                 counts["failed"] += 1
 
     def _respond(
         self, body: dict[str, Any], key: bytes, nth: int, faults: FaultPlan
-    ) -> tuple[int, dict[str, Any], tuple[int, int]]:
-        """(status, body, (prompt, completion tokens)) of one line, as the chat endpoint would answer it."""
+    ) -> tuple[int, dict[str, Any], tuple[int, int, int]]:
+        """(status, body, (prompt, completion, cached prompt tokens)) of one line, as the chat endpoint would
+        answer it."""
         try:
             chat = _parse_chat_request(body)
         except (ValueError, TypeError, KeyError) as exc:
-            return 400, _error_body(f"invalid request: {exc}", "invalid_request_error", None), (0, 0)
+            return 400, _error_body(f"invalid request: {exc}", "invalid_request_error", None), (0, 0, 0)
         outcome = faults.decide(key, nth)
         if outcome in ("429", "429_no_retry_after"):
             message = "Rate limit reached for requests. Please try again later."
-            return 429, _error_body(message, "requests", "rate_limit_exceeded"), (0, 0)
+            return 429, _error_body(message, "requests", "rate_limit_exceeded"), (0, 0, 0)
         if outcome in ("5xx", "hang"):  # a line that never answers is a server error in a batch
             message = "The server had an error while processing your request."
-            return faults.status_5xx, _error_body(message, "server_error", None), (0, 0)
+            return faults.status_5xx, _error_body(message, "server_error", None), (0, 0, 0)
         try:
             reply = self._make_reply(chat, outcome)
         except Exception as exc:  # a broken responder is a test bug: make it loud
             traceback.print_exc(file=sys.stderr)
-            return 500, _error_body(f"responder raised {exc!r}", "server_error", "responder_error"), (0, 0)
+            return 500, _error_body(f"responder raised {exc!r}", "server_error", "responder_error"), (0, 0, 0)
         completion_id = f"chatcmpl-fake-{_short_hash(key)[:12]}-{nth}-batch"
-        return 200, _completion(completion_id, chat.model, reply), (reply.prompt_tokens, reply.completion_tokens)
+        usage = (reply.prompt_tokens, reply.completion_tokens, reply.cached_tokens or 0)
+        return 200, _completion(completion_id, chat.model, reply), usage
 
 
 def _counts(total: int, completed: int, failed: int) -> dict[str, int]:

@@ -4,9 +4,11 @@ It answers ``POST /v1/chat/completions`` (plain and SSE streaming) with content 
 counts tokens with the real cl100k BPE, models latency with asyncio sleeps (no thread per request),
 caps server-side concurrency (extra requests queue) and injects faults (429, 5xx, malformed JSON,
 truncated JSON, hangs) chosen deterministically from the request body, so that runs are reproducible
-whatever the arrival order and a retry of the same body can succeed. OpenAI's Files and Batches
-endpoints, answered by the same responder and faults, live in ``batches.py``; what it does as a
-self-hosted server (its own window and output cap, response formats it refuses) in ``selfhosted.py``.
+whatever the arrival order and a retry of the same body can succeed. With ``prompt_cache`` it reports the
+prompt tokens a provider's automatic prefix cache would have served (:class:`PromptCache`, OpenAI's rule;
+off by default, so that exact billed figures stay what they were). OpenAI's Files and Batches endpoints,
+answered by the same responder and faults, live in ``batches.py``; what it does as a self-hosted server
+(its own window and output cap, response formats it refuses) in ``selfhosted.py``.
 
 It never imports litellm: only the folder of litellm's bundled BPE files is looked up, so importing
 this module stays cheap.
@@ -14,6 +16,7 @@ this module stays cheap.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import collections
 import dataclasses
@@ -167,6 +170,7 @@ class ServerStats:
     # Tokens of every reply sent with a usage (ok, cut short, malformed): what a provider bills.
     billed_prompt_tokens: int = 0
     billed_completion_tokens: int = 0
+    billed_cached_prompt_tokens: int = 0  # of billed_prompt_tokens, reported as cached (``prompt_cache``)
     # The Files and Batches endpoints (testing/fakellm/batches.py); batch lines are not chat requests.
     files_uploaded: int = 0
     file_content_downloads: int = 0  # litellm's retrieve of a completed batch downloads its output file too
@@ -175,6 +179,7 @@ class ServerStats:
     batch_lines: int = 0  # batch lines answered (200 or error); unanswered expired lines not included
     batch_billed_prompt_tokens: int = 0  # usage of every 200 batch line
     batch_billed_completion_tokens: int = 0
+    batch_billed_cached_prompt_tokens: int = 0
     batches_by_status: dict[str, int] = field(default_factory=dict)  # batches created since the last reset
 
 
@@ -244,6 +249,60 @@ def count_prompt_tokens(messages: list[dict[str, Any]]) -> int:
     return total
 
 
+#: Stand-ins for the chat format's tokens around messages (3 a message, 1 a name, 3 priming the reply):
+#: outside cl100k's ids, so that they never equal a text token.
+_FRAME_TOKEN: Final = -1
+_NAME_TOKEN: Final = -2
+
+
+def prompt_token_ids(messages: list[dict[str, Any]]) -> list[int]:
+    """The prompt as a sequence of :func:`count_prompt_tokens` tokens, in order: what a prefix cache compares."""
+    ids: list[int] = []
+    for message in messages:
+        ids += (_FRAME_TOKEN,) * 3
+        for key, value in message.items():
+            ids += cl100k().encode(_content_text(value), disallowed_special=())
+            if key == "name":
+                ids.append(_NAME_TOKEN)
+    ids += (_FRAME_TOKEN,) * 3
+    return ids
+
+
+#: OpenAI's automatic prompt caching: a prompt that shares a prefix of 1,024 tokens or more with an earlier
+#: one has that prefix served from the cache, counted in steps of 128 tokens.
+PROMPT_CACHE_MIN_TOKENS: Final = 1024
+PROMPT_CACHE_STEP_TOKENS: Final = 128
+
+
+class PromptCache:
+    """The prefixes of every prompt seen, at each :data:`PROMPT_CACHE_STEP_TOKENS` step from
+    :data:`PROMPT_CACHE_MIN_TOKENS` on (as digests: a run's prompts would otherwise be held whole). It never
+    evicts: a provider keeps a prefix minutes, a test or benchmark run lasts less."""
+
+    def __init__(self) -> None:
+        self._seen: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def served(self, ids: list[int]) -> int:
+        """How many of ``ids``' first tokens an earlier prompt shared (0 below the minimum); then ``ids``'
+        prefixes are remembered, so the next prompt can share them."""
+        step, digest = PROMPT_CACHE_STEP_TOKENS, hashlib.blake2b(digest_size=16)
+        prefixes: list[tuple[int, bytes]] = []
+        for end in range(step, len(ids) + 1, step):
+            digest.update(array.array("i", ids[end - step : end]).tobytes())
+            if end >= PROMPT_CACHE_MIN_TOKENS:
+                prefixes.append((end, digest.copy().digest()))
+        with self._lock:
+            # Every step of a prompt is remembered, so the shared steps are the leading ones.
+            shared = 0
+            for end, key in prefixes:
+                if key not in self._seen:
+                    break
+                shared = end
+            self._seen.update(key for _, key in prefixes)
+        return shared
+
+
 def truncate_to_tokens(text: str, limit: int) -> str:
     # Decoding a token prefix can split a multi-byte character (CJK, Hangul): drop the broken tail.
     tokens = cl100k().encode(text, disallowed_special=())
@@ -262,12 +321,15 @@ def _cut_in_middle(content: str) -> str:
     return content[: len(content) // 2]
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
+def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict[str, Any]:
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+    if cached_tokens is not None:  # as OpenAI sends it: present (0 included) wherever caching applies
+        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return usage
 
 
 def _error_body(message: str, kind: str, code: str | None) -> dict[str, Any]:
@@ -291,6 +353,7 @@ class _Counters:
     no_retry_after_429: int = 0
     billed_prompt_tokens: int = 0
     billed_completion_tokens: int = 0
+    billed_cached_prompt_tokens: int = 0
     body_counts: dict[bytes, int] = field(default_factory=dict)
 
 
@@ -300,6 +363,11 @@ class _Reply:
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
+    #: of prompt_tokens, served from the prompt cache; None when the server keeps none (no details sent)
+    cached_tokens: int | None = None
+
+    def usage(self) -> dict[str, Any]:
+        return _usage(self.prompt_tokens, self.completion_tokens, self.cached_tokens)
 
 
 _STREAM_CHUNK_CHARS: Final = 16
@@ -326,6 +394,7 @@ class FakeLLMServer:
         batch_faults: BatchFaults | None = None,
         limits: ServedLimits | None = None,
         refuse_formats: Collection[str] = (),
+        prompt_cache: bool = False,
     ) -> None:
         # Imported here: batches.py builds on this module.
         from faithfulness_pipeline.testing.fakellm.batches import BatchFaults, BatchService, BatchTiming
@@ -338,6 +407,8 @@ class FakeLLMServer:
         self._capture = capture
         self._limits = limits
         self._refused = _formats(refuse_formats)
+        #: Off unless asked for: tests that assert exact billed figures know nothing of cached tokens.
+        self._prompt_cache = PromptCache() if prompt_cache else None
         #: GET and POST requests of the endpoints a client reads a server's limits from (``/props`` ...)
         self.probes_log: list[str] = []
         self.requests_log: list[ChatRequest] = []
@@ -480,6 +551,11 @@ class FakeLLMServer:
         """The ``response_format`` types answered with a 400 from now on ("json_schema", "json_object")."""
         self._refused = _formats(formats)
 
+    def set_prompt_cache(self, on: bool) -> None:
+        """Reports cached prompt tokens (OpenAI's rule, :class:`PromptCache`) from now on, or stops; turning it
+        on starts an empty cache."""
+        self._prompt_cache = PromptCache() if on else None
+
     def set_responder(self, responder: Responder) -> None:
         self._responder = responder
 
@@ -511,6 +587,7 @@ class FakeLLMServer:
                 no_retry_after_429=c.no_retry_after_429,
                 billed_prompt_tokens=c.billed_prompt_tokens,
                 billed_completion_tokens=c.billed_completion_tokens,
+                billed_cached_prompt_tokens=c.billed_cached_prompt_tokens,
                 **batch_counters,
             )
 
@@ -724,6 +801,7 @@ class FakeLLMServer:
             c.by_outcome[outcome] += 1
             c.billed_prompt_tokens += reply.prompt_tokens
             c.billed_completion_tokens += reply.completion_tokens
+            c.billed_cached_prompt_tokens += reply.cached_tokens or 0
             if outcome == "ok":
                 c.prompt_tokens += reply.prompt_tokens
                 c.completion_tokens += reply.completion_tokens
@@ -743,7 +821,12 @@ class FakeLLMServer:
         return web.json_response(body, status=429, headers=headers)
 
     def _make_reply(self, chat: ChatRequest, outcome: str) -> _Reply:
-        prompt_tokens = count_prompt_tokens(chat.messages)
+        cache, cached = self._prompt_cache, None
+        if cache is None:
+            prompt_tokens = count_prompt_tokens(chat.messages)
+        else:
+            ids = prompt_token_ids(chat.messages)
+            prompt_tokens, cached = len(ids), cache.served(ids)
         if outcome == "malformed":
             content, finish = MALFORMED_CONTENT, "stop"
         else:
@@ -758,7 +841,7 @@ class FakeLLMServer:
                 cap = chat.max_tokens if self._limits is None else self._limits.cap(chat.max_tokens, prompt_tokens)
                 if cap is not None and count_tokens(content) > cap:
                     content, finish = truncate_to_tokens(content, cap), "length"
-        return _Reply(content, finish, prompt_tokens, count_tokens(content))
+        return _Reply(content, finish, prompt_tokens, count_tokens(content), cached)
 
     async def _stream(
         self, request: web.Request, chat: ChatRequest, reply: _Reply, completion_id: str, service_s: float
@@ -808,7 +891,7 @@ class FakeLLMServer:
                         "model": chat.model,
                         "system_fingerprint": "fakellm",
                         "choices": [],
-                        "usage": _usage(reply.prompt_tokens, reply.completion_tokens),
+                        "usage": reply.usage(),
                     }
                 )
             )
@@ -836,7 +919,7 @@ def _completion(completion_id: str, model: str, reply: _Reply) -> dict[str, Any]
                 "finish_reason": reply.finish_reason,
             }
         ],
-        "usage": _usage(reply.prompt_tokens, reply.completion_tokens),
+        "usage": reply.usage(),
     }
 
 

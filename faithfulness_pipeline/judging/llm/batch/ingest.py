@@ -107,11 +107,13 @@ class Ingest:
                                          reason=f"invalid reply: {why}", repair=repair)
         return rows, retry
 
-    def _charge(self, plan: Any, indices: tuple[int, ...], usage: tuple[int, int], parsed: Any,
+    def _charge(self, plan: Any, indices: tuple[int, ...], usage: tuple[int, int, int], parsed: Any,
                 id_map: dict[str, int]) -> None:
-        """Shares a line's usage out over its items (``plan.usage``) and counts it into the judge's stats."""
-        priced = share_usage(plan, indices, usage[0], usage[1], parsed, id_map, self.card.cost)
+        """Shares a line's usage (prompt, completion, cached prompt tokens) out over its items (``plan.usage``)
+        and counts it into the judge's stats."""
+        priced = share_usage(plan, indices, usage[0], usage[1], parsed, id_map, self.card.cost, usage[2])
         self.stats.prompt_tokens += usage[0]
         self.stats.completion_tokens += usage[1]
+        self.stats.cached_prompt_tokens += usage[2]
         if priced is not None and self.stats.cost_usd is not None:
             self.stats.cost_usd += priced[0] + priced[1]

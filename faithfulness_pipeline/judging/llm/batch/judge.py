@@ -486,6 +486,7 @@ class BatchJudge:
             prompt_tokens=s.prompt_tokens + fallback.prompt_tokens,
             completion_tokens=s.completion_tokens + fallback.completion_tokens,
             cost_usd=cost,
+            cached_prompt_tokens=s.cached_prompt_tokens + fallback.cached_prompt_tokens,
             failed_items=s.failed_items + fallback.failed_items,
             retries=fallback.retries,
             notes=notes,

@@ -22,6 +22,7 @@ from faithfulness_pipeline.core.port import (
 )
 from faithfulness_pipeline.judging.llm.batch.api import BatchView
 from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, Sizing, VerdictPlan
+from faithfulness_pipeline.judging.llm.requests import cached_prompt_tokens
 from faithfulness_pipeline.judging.llm.valid_text import valid_text
 from faithfulness_pipeline.judging.store.codec import encode_claims, encode_verdicts
 
@@ -60,7 +61,8 @@ def serialise(key: bytes, pending: Pending) -> dict[str, Any]:
     out: dict[str, Any] = {"key": key.hex(), "id": item.id, "q": item.question, "tries": pending.tries,
                            "sent": pending.sent,
                            "spent": [pending.spent.llm_calls, pending.spent.prompt_tokens,
-                                     pending.spent.completion_tokens, pending.spent.cost_usd]}
+                                     pending.spent.completion_tokens, pending.spent.cost_usd,
+                                     pending.spent.cached_prompt_tokens]}
     if isinstance(item, ExtractItem):
         out["a"] = item.answer
     else:
@@ -83,12 +85,12 @@ def progress_line(step: str, views: list[BatchView], running: int) -> str:
             f"{running} running")
 
 
-def reply_of(entry: dict[str, Any] | None, view: BatchView) -> tuple[str | None, str, tuple[int, int], int]:
-    """(why the line has no usable reply or None, the reply text, (prompt, completion) tokens, 1 when the
+def reply_of(entry: dict[str, Any] | None, view: BatchView) -> tuple[str | None, str, tuple[int, int, int], int]:
+    """(why the line has no usable reply or None, the reply text, (prompt, completion, cached prompt) tokens, 1 when the
     failure counts as a failed try, 0 when the provider left the line unanswered: expired, cancelled or
     rate limited)."""
     if entry is None:
-        return f"no reply in batch {view.id} ({view.status})", "", (0, 0), 0
+        return f"no reply in batch {view.id} ({view.status})", "", (0, 0, 0), 0
     error = entry.get("error")
     response = entry.get("response") or {}
     body = response.get("body") or {}
@@ -98,14 +100,15 @@ def reply_of(entry: dict[str, Any] | None, view: BatchView) -> tuple[str | None,
         code = detail.get("code") if isinstance(detail, dict) else None
         text = detail.get("message") or code if isinstance(detail, dict) else detail
         unanswered = code == "batch_expired" or status == 429
-        return f"batch line failed: {valid_text(str(text))[:ERROR_CHARS]}", "", (0, 0), 0 if unanswered else 1
+        return f"batch line failed: {valid_text(str(text))[:ERROR_CHARS]}", "", (0, 0, 0), 0 if unanswered else 1
     try:
         message = body["choices"][0]["message"]
         content = message["content"]
     except (KeyError, IndexError, TypeError):
         message, content = None, None
     usage = body.get("usage") or {}
-    tokens = (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+    prompt = int(usage.get("prompt_tokens") or 0)
+    tokens = (prompt, int(usage.get("completion_tokens") or 0), cached_prompt_tokens(usage, prompt))
     refusal = message.get("refusal") if isinstance(message, dict) and content is None else None
     if isinstance(refusal, str) and refusal.strip():  # the model's words are the reason, not "not JSON"
         return f"the model refused: {valid_text(' '.join(refusal.split()))[:ERROR_CHARS]}", "", tokens, 1
@@ -119,9 +122,11 @@ def deserialise(step: str, data: dict[str, Any]) -> Pending:
         item = ExtractItem(data["id"], data["a"], data.get("q"))
     else:
         item = VerdictItem(data["id"], tuple(data["c"]), tuple(data["p"]), data.get("q"))
-    calls, prompt, completion, cost = data.get("spent") or [0.0, 0, 0, 0.0]
+    # Ledger lines written before cached prompt tokens were counted hold four numbers.
+    calls, prompt, completion, cost, *cached = data.get("spent") or [0.0, 0, 0, 0.0]
     repair = data.get("repair")
-    return Pending(item, int(data.get("tries", 0)), int(data.get("sent", 0)), Usage(calls, prompt, completion, cost),
+    spent = Usage(calls, prompt, completion, cost, int(cached[0]) if cached else 0)
+    return Pending(item, int(data.get("tries", 0)), int(data.get("sent", 0)), spent,
                     repair=None if repair is None else (repair[0], repair[1]))
 
 
