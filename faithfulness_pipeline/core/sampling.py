@@ -74,11 +74,9 @@ class Sample:
 
     def selects(self, rows: pl.DataFrame) -> pl.Series:
         """Whether each of ``rows`` (with the row key and, when cutoffs exist, the stratum column) is in."""
-        if self.everything:
-            return pl.Series("sampled", [True] * rows.height, dtype=pl.Boolean)
+        if self.everything or not self.cutoffs:
+            return in_sample(rows.get_column(S.ROW_KEY), self.rate)
         points = sample_points(rows.get_column(S.ROW_KEY))
-        if not self.cutoffs:
-            return (points < self.rate).alias("sampled")
         cutoff = strata(rows, self.stratum_column).replace_strict(dict(self.cutoffs), default=self.rate,
                                                                    return_dtype=pl.Float64)
         return (points < cutoff).alias("sampled")
