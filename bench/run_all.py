@@ -37,6 +37,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("bytecode.py", ["--runs", "3"]),
     ("report_size.py", []),
     ("sampling.py", ["--rows", "2000"]),
+    ("spend_cap.py", ["--rows", "1000"]),
     # The longest by far (a million typical rows to build, a cold 100,000-answer day against the fake server,
     # every day through dg launch and the CLI: expect well over an hour here). Its section comes last.
     ("dagster_day.py", ["--rows", "100000", "1000000"]),
