@@ -5,14 +5,15 @@ Polars in, polars out, no dagster and no litellm: the CLI's ``calibrate`` comman
 (language, source, model) are reported on their own rows besides the overall row.
 
 The judge's prediction is "hallucinated" when ``hallucination_score > threshold`` (the scoring setting
-``hallucination_threshold``, in score units), the rule the BI aggregates use. Point estimates come from
-scikit-learn; the bootstrap recomputes the same definitions on all resamples at once with numpy (a
-resample loop through scikit-learn would cost seconds per group), and a test holds the two equal.
+``hallucination_threshold``, in score units), the rule the BI aggregates use. Point estimates and the
+bootstrap share one vectorised numpy definition of each statistic (:func:`_batch`, the point estimate being
+the batch of one unresampled row); the tests hold it equal to scikit-learn's on every resample. scikit-learn
+and scipy stay out of the import: together they cost about 2 s of CPU, more than the whole calibration of
+the sample's labelled rows.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,14 +22,6 @@ from typing import Final
 import numpy as np
 import polars as pl
 from numpy.typing import NDArray
-from scipy.stats import rankdata
-from sklearn.metrics import (
-    balanced_accuracy_score,
-    cohen_kappa_score,
-    confusion_matrix,
-    precision_recall_fscore_support,
-    roc_auc_score,
-)
 
 from faithfulness_pipeline.core.labels import (
     JUDGE,
@@ -54,6 +47,23 @@ class CalibrationConfig:
 # --- the statistics --------------------------------------------------------------------------------------
 
 
+def _average_ranks(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    """1-based ranks along each row of a 2-D array, tied values sharing the mean of their ranks."""
+    rows, n = values.shape
+    order = np.argsort(values, axis=1, kind="stable")
+    ordered = np.take_along_axis(values, order, axis=1)
+    position = np.broadcast_to(np.arange(n), (rows, n))
+    starts = np.ones((rows, n), dtype=bool)  # where a run of equal values begins, in sorted order
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    ends = np.ones((rows, n), dtype=bool)
+    ends[:, :-1] = starts[:, 1:]
+    first = np.maximum.accumulate(np.where(starts, position, 0), axis=1)
+    last = np.minimum.accumulate(np.where(ends, position, n - 1)[:, ::-1], axis=1)[:, ::-1]
+    ranks = np.empty((rows, n))
+    np.put_along_axis(ranks, order, (first + last) / 2 + 1, axis=1)
+    return ranks
+
+
 def _batch(y: NDArray[np.bool_], pred: NDArray[np.bool_], score: NDArray[np.float64]) -> dict[str, NDArray[np.float64]]:
     """Balanced accuracy, Cohen's kappa, F1 and ROC-AUC of every row of 2-D arrays (one resample a row), by
     the definitions scikit-learn uses; NaN where a resample lacks a class."""
@@ -69,9 +79,14 @@ def _batch(y: NDArray[np.bool_], pred: NDArray[np.bool_], score: NDArray[np.floa
         expected = ((tp + fp) * pos + (tn + fn) * neg) / (n * n)
         kappa = np.where((pos > 0) & (neg > 0) & (expected < 1), (observed - expected) / (1 - expected), np.nan)
         f1 = np.where(2 * tp + fp + fn > 0, 2 * tp / (2 * tp + fp + fn), 0.0)
-        ranks = rankdata(score, axis=1)  # ties get their average rank, as the Mann-Whitney form of AUC needs
+        ranks = _average_ranks(score)  # ties get their average rank, as the Mann-Whitney form of AUC needs
         auc = np.where((pos > 0) & (neg > 0), ((ranks * y).sum(1) - pos * (pos + 1) / 2) / (pos * neg), np.nan)
     return {"balanced_accuracy": ba, "kappa": kappa, "f1": f1, "roc_auc_hallucination": auc}
+
+
+def _point(y: NDArray[np.bool_], pred: NDArray[np.bool_], score: NDArray[np.float64]) -> dict[str, float]:
+    """The statistics of :func:`_batch` on the rows as they are (NaN where a class is missing)."""
+    return {name: float(values[0]) for name, values in _batch(y[None, :], pred[None, :], score[None, :]).items()}
 
 
 def best_threshold(y: NDArray[np.bool_], score: NDArray[np.float64]) -> tuple[float | None, float | None]:
@@ -114,18 +129,17 @@ def _metrics(group: pl.DataFrame, config: CalibrationConfig, rng: np.random.Gene
     both = bool(y.any() and not y.all())
     out["hallucinated"] = int(y.sum())
     if scored.height:
-        tn, fp, fn, tp = (int(v) for v in confusion_matrix(y, pred, labels=[False, True]).ravel())
-        precision, recall, f1, _ = precision_recall_fscore_support(
-            y, pred, labels=[True], average="binary", pos_label=True, zero_division=0.0
-        )
-        out.update(tp=tp, fp=fp, fn=fn, tn=tn, precision=float(precision), recall=float(recall), f1=float(f1))
+        tp, fn = int((y & pred).sum()), int((y & ~pred).sum())
+        fp, tn = int((~y & pred).sum()), int((~y & ~pred).sum())
+        point = _point(y, pred, h)
+        out.update(tp=tp, fp=fp, fn=fn, tn=tn, precision=tp / (tp + fp) if tp + fp else 0.0,
+                   recall=tp / (tp + fn) if tp + fn else 0.0, f1=point["f1"])
     if both:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # kappa of a constant prediction is 0 with a RuntimeWarning
-            out["balanced_accuracy"] = float(balanced_accuracy_score(y, pred))
-            out["kappa"] = _opt(float(cohen_kappa_score(y, pred)))
-        out["roc_auc_hallucination"] = float(roc_auc_score(y, h))
-        out["roc_auc_faithfulness"] = float(roc_auc_score(y, -f))  # low faithfulness should mean hallucinated
+        out["balanced_accuracy"] = point["balanced_accuracy"]
+        out["kappa"] = _opt(point["kappa"])
+        out["roc_auc_hallucination"] = point["roc_auc_hallucination"]
+        # low faithfulness should mean hallucinated
+        out["roc_auc_faithfulness"] = _point(y, pred, -f)["roc_auc_hallucination"]
         t, ba = best_threshold(y, h)
         out.update(best_threshold=t, best_balanced_accuracy=ba)
     if LABEL_FAITHFULNESS in scored.columns:
@@ -200,7 +214,8 @@ def _claim_metrics(claims: pl.DataFrame) -> dict[str, object]:
         out["claim_verdict_accuracy"] = float((truth == given).mean())
         bad_truth, bad_given = truth != "supported", given != "supported"
         if bad_truth.any() and not bad_truth.all():
-            out["claim_balanced_accuracy"] = float(balanced_accuracy_score(bad_truth, bad_given))
+            no_score = np.zeros(bad_truth.size)
+            out["claim_balanced_accuracy"] = _point(bad_truth, bad_given, no_score)["balanced_accuracy"]
     return out
 
 
@@ -300,8 +315,9 @@ def paired_differences(joined: pl.DataFrame, keys: Sequence[str], config: Calibr
         y = both.get_column(_Y).to_numpy().astype(bool)
         if y.any() and not y.all():
             p0, p1 = (both.get_column(f"__fp_p{i}").to_numpy().astype(bool) for i in (0, 1))
-            record["balanced_accuracy_difference"] = float(
-                balanced_accuracy_score(y, p1) - balanced_accuracy_score(y, p0))
+            no_score = np.zeros(y.size)
+            record["balanced_accuracy_difference"] = (
+                _point(y, p1, no_score)["balanced_accuracy"] - _point(y, p0, no_score)["balanced_accuracy"])
             if config.bootstrap:
                 rng = np.random.default_rng(config.seed)
                 idx = rng.integers(0, y.size, size=(config.bootstrap, y.size))

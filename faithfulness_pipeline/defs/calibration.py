@@ -98,8 +98,7 @@ def build_calibration_assets(judge_version: str, pool: str) -> list[dg.AssetsDef
         calibration: CalibrationResource,
         warehouse: WarehouseResource,
     ) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
-        # Imported here: scikit-learn loads only for a calibration (the code location and the daily scoring
-        # never pay for it, and its import-time settings stay out of their processes).
+        # Imported here: the calibration statistics load only for a calibration, not with the code location.
         from faithfulness_pipeline.api.calibration import read_claim_labels, run
         from faithfulness_pipeline.core.calibration import calibration_markdown, overall
 

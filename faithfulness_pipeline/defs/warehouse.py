@@ -17,7 +17,6 @@ from contextlib import contextmanager
 
 import dagster as dg
 import polars as pl
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import ConfigError
@@ -166,6 +165,8 @@ class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ig
                 )
         if not places[0].remote:
             return pl.scan_parquet([p.path for p in places])
+        import pyarrow.dataset as pads  # here: it imports pandas, which local warehouses never need
+
         dataset = pads.dataset([p.path for p in places], filesystem=places[0].fs, format="parquet")
         return pl.scan_pyarrow_dataset(dataset)
 

@@ -2,8 +2,10 @@
 
 Text stays text (``svg.fonttype = none``): the viewer's own fonts draw it, so Chinese and Korean labels
 need no font embedded and the file stays small. matplotlib escapes every string it writes into the SVG,
-so a model or language name holding markup is drawn as text. Settings are applied per figure with
-``rc_context`` and the figures are not registered with pyplot: nothing process-wide changes.
+so a model or language name holding markup is drawn as text. No layout engine: matplotlib's constrained
+layout measured every text several times, more than half of the drawing; each figure is instead cut to
+what it draws (``bbox_inches="tight"``, one measuring pass), so no label is clipped. Settings are applied
+per figure with ``rc_context`` and the figures are not registered with pyplot: nothing process-wide changes.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ def _svg(name: str, draw: Callable[[Any], None], height: float = _HEIGHT_IN) -> 
     with matplotlib.rc_context(settings), warnings.catch_warnings():
         # Layout measures CJK text with the bundled Latin font; the browser draws it with its own fonts.
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        figure = Figure(figsize=(_WIDTH_IN, height), layout="constrained")
+        figure = Figure(figsize=(_WIDTH_IN, height), layout=None)
         draw(figure)
         buffer = io.StringIO()
-        figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
+        figure.savefig(buffer, format="svg", bbox_inches="tight", pad_inches=0.05,
+                       metadata={"Date": None, "Creator": None})
     text = _METADATA.sub("", buffer.getvalue())  # an RDF block of namespaces: bytes no reader needs
     start = text.index("<svg")
     return text[start:].replace("<svg ", f'<svg data-chart="{name}" role="img" ', 1)
@@ -83,7 +86,7 @@ def trend_chart(daily: pl.DataFrame, threshold: float, scale: float) -> str:
     a shaded band is the 95 % interval of a mean or share measured on a sample (none for a census)."""
 
     def draw(figure: Any) -> None:
-        halluc, faith, share = figure.subplots(1, 3)
+        halluc, faith, share = figure.subplots(1, 3, gridspec_kw={"wspace": 0.3})  # room for the long titles
         for index, (model, part) in enumerate(_by_model(daily)):
             color = f"C{index % 10}"
             days = _days(part)

@@ -6,10 +6,19 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-from sklearn.metrics import balanced_accuracy_score, cohen_kappa_score, f1_score, roc_auc_score
+from scipy.stats import rankdata
+from sklearn.metrics import (
+    balanced_accuracy_score,
+    cohen_kappa_score,
+    f1_score,
+    precision_score,
+    recall_score,
+    roc_auc_score,
+)
 
 from faithfulness_pipeline.core.calibration import (
     CalibrationConfig,
+    _average_ranks,
     _batch,
     below_floor,
     best_threshold,
@@ -46,6 +55,48 @@ def test_the_vectorised_bootstrap_statistics_equal_scikit_learn_on_every_resampl
         assert got["kappa"][i] == pytest.approx(cohen_kappa_score(y[i], pred[i]))
         assert got["f1"][i] == pytest.approx(f1_score(y[i], pred[i], zero_division=0.0))
         assert got["roc_auc_hallucination"][i] == pytest.approx(roc_auc_score(y[i], score[i]))
+
+
+def test_average_ranks_equal_scipy_with_ties_and_negative_values() -> None:
+    rng = np.random.default_rng(3)
+    values = np.round(rng.normal(size=(25, 40)), 1)  # many ties, both signs
+    assert np.array_equal(_average_ranks(values), rankdata(values, axis=1))
+    assert np.array_equal(_average_ranks(np.zeros((2, 5))), np.full((2, 5), 3.0))  # one tie over the whole row
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_point_estimates_of_a_calibration_equal_scikit_learn(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 70
+    keys = [f"r{i}" for i in range(n)]
+    halluc = np.round(rng.random(n), 1)  # ties on purpose
+    labels = rng.random(n) < (0.2 + 0.6 * halluc)
+    joined = attach_labels(_scored(keys, halluc.tolist()),
+                           pl.DataFrame({"conversation_id": keys, "label_hallucinated": labels.tolist()}),
+                           ["conversation_id"])
+    row = calibrate(joined, CalibrationConfig(threshold=0.5, bootstrap=0)).row(0, named=True)
+    pred = halluc > 0.5
+    assert row["balanced_accuracy"] == pytest.approx(balanced_accuracy_score(labels, pred))
+    assert row["kappa"] == pytest.approx(cohen_kappa_score(labels, pred))
+    assert row["precision"] == pytest.approx(precision_score(labels, pred, zero_division=0.0))
+    assert row["recall"] == pytest.approx(recall_score(labels, pred, zero_division=0.0))
+    assert row["f1"] == pytest.approx(f1_score(labels, pred, zero_division=0.0))
+    assert row["roc_auc_hallucination"] == pytest.approx(roc_auc_score(labels, halluc))
+    assert row["roc_auc_faithfulness"] == pytest.approx(roc_auc_score(labels, -(1 - halluc)))
+
+
+def test_a_constant_prediction_has_kappa_zero_and_precision_zero_as_scikit_learn_says() -> None:
+    keys = [f"r{i}" for i in range(6)]
+    labels = [True, False, True, False, False, True]
+    joined = attach_labels(_scored(keys, [0.1] * 6), pl.DataFrame({"conversation_id": keys,
+                                                                   "label_hallucinated": labels}),
+                           ["conversation_id"])
+    row = calibrate(joined, CalibrationConfig(threshold=0.5, bootstrap=0)).row(0, named=True)
+    never = [False] * 6
+    assert row["kappa"] == pytest.approx(cohen_kappa_score(labels, never)) == 0.0
+    assert row["precision"] == precision_score(labels, never, zero_division=0.0) == 0.0
+    assert row["f1"] == 0.0 and row["balanced_accuracy"] == pytest.approx(0.5)
+    assert row["roc_auc_hallucination"] == pytest.approx(0.5)  # every score tied
 
 
 def test_a_small_table_gives_the_hand_counted_numbers_overall_and_per_group() -> None:
