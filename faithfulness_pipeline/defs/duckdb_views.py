@@ -124,12 +124,14 @@ def build_database(target: str | os.PathLike[str] | Place, root: str | os.PathLi
         try:
             if warehouse.remote:
                 con.register_filesystem(store_filesystem(warehouse))
+            con.execute("BEGIN TRANSACTION")  # one commit: each statement on its own was a commit and an fsync
             for table in present:
                 con.execute(view_sql(table, warehouse))
                 for statement in comment_sql(con, table):
                     con.execute(statement)
                 count = con.execute(f'SELECT count(*) FROM "{table}"').fetchone()
                 rows[table] = int(count[0]) if count else 0
+            con.execute("COMMIT")
             con.execute("CHECKPOINT")
         finally:
             con.close()
