@@ -34,6 +34,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("memory.py", []),
     ("offline_agreement.py", []),
     ("cold_start.py", ["--runs", "3"]),
+    ("demo.py", ["--runs", "3"]),
     ("bytecode.py", ["--runs", "3"]),
     ("report_size.py", []),
     ("sampling.py", ["--rows", "2000"]),
