@@ -127,6 +127,20 @@ def test_packs_follow_the_window_llama_cpp_reports_per_slot() -> None:
         assert srv.stats().by_outcome["context_exceeded"] > 0 and srv.probes_log == []
 
 
+def test_packs_refused_as_too_long_are_halved_however_often_without_using_up_retries() -> None:
+    """A window the judge overestimates 16 times (a wrong --context-window, or a model whose tokenizer counts
+    more than ours): the 32-item packs are halved four or five times before a slot holds them. Each halving
+    is a smaller request, not a failed try: with one retry allowed, every item still gets its result."""
+    rows = typical_rows(64, seed=12)
+    with FakeLLMServer(ScriptedJudge(), limits=ServedLimits("llama.cpp", 2048)) as srv:
+        judge = make_judge(srv, context_window=32_768, pack_tokens=32_000, max_retries=1)
+        results = run(judge, rows)
+        refused = srv.stats().by_outcome["context_exceeded"]
+    assert refused >= 8
+    assert_scripted(rows, *results)
+    assert judge.stats().failed_items == 0
+
+
 def test_an_older_llama_cpp_reporting_the_whole_context_is_shared_out_over_its_slots() -> None:
     limits = ServedLimits("llama.cpp", 2048, slots=4, whole_context=True)
     with FakeLLMServer(limits=limits) as srv:

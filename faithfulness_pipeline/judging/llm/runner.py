@@ -187,7 +187,7 @@ class PackRunner:
             estimate = self.sizing.frame_tokens[plan.step] + sum(e.prompt_tokens for e in entries)
             estimate += sum(self.sizing.count_tokens(m["content"]) for m in repair)
             # The schema goes to the sender whatever the run's mode: it knows which format a request carries.
-            schema = plan.response_format(list(id_map)) if self.card.json_schema else None
+            schema = plan.response_format(id_map, exact=self.card.exact_schema) if self.card.json_schema else None
             remaining = indices
 
             def still_needed(sending: tuple[int, ...] = indices) -> bool:
@@ -229,14 +229,19 @@ class PackRunner:
                     self._stats.retries += 1
                 if failure.sent:
                     self._charge(plan, indices, None, None, id_map)
-                tries = tries.failed(failure.kind == "rate_limit")
+                if failure.kind != "too_big":
+                    # A pack refused as too long is no failed try: it is halved, then an item alone has its
+                    # passages halved, and each step is smaller than the last, so the steps end by themselves.
+                    # Counted as tries, a 32-item pack over a slot's window ran out of them before it got
+                    # down to packs the slot holds.
+                    tries = tries.failed(failure.kind == "rate_limit")
                 alone = len(indices) == 1
                 if failure.kind in ("fatal", "give_up") or (failure.kind == "isolate" and alone):
                     for i in indices:
                         self._finish_error(plan, i, failure.reason, hooks)
                     return
                 too_big_alone = failure.kind == "too_big" and alone
-                if too_big_alone and not tries.exhausted(retries) and plan.shrink(indices[0]):
+                if too_big_alone and plan.shrink(indices[0]):
                     self._window_note()
                     continue  # the same item with half its passages: a different, smaller request
                 if tries.exhausted(retries) or too_big_alone:
