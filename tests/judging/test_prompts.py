@@ -107,12 +107,21 @@ def test_lone_surrogates_become_replacement_characters() -> None:
 
 
 def test_response_formats_are_strict_schemas_over_exactly_the_ids() -> None:
-    for fmt in (P.extract_response_format(["a1", "a2"]), P.verdict_response_format(["a1", "a2"])):
+    for fmt in (P.extract_response_format(["a1", "a2"]), P.verdict_response_format({"a1": 2, "a2": 1}),
+                P.verdict_response_format({"a1": 2, "a2": 1}, exact=True)):  # fmt: skip
         schema = fmt["json_schema"]["schema"]
         assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
         assert schema["required"] == ["a1", "a2"]
         assert set(schema["properties"]) == {"a1", "a2"}
         assert schema["additionalProperties"] is False
+
+
+def test_the_exact_verdict_schema_pins_each_ids_number_of_codes() -> None:
+    plain = P.verdict_response_format({"a1": 3, "a2": 1})["json_schema"]["schema"]["properties"]
+    assert plain["a1"] == {"type": "array", "items": {"type": "string"}}  # what vendors' strict modes all take
+    exact = P.verdict_response_format({"a1": 3, "a2": 1}, exact=True)["json_schema"]["schema"]["properties"]
+    assert exact["a1"] == {"type": "array", "items": {"type": "string"}, "minItems": 3, "maxItems": 3}
+    assert (exact["a2"]["minItems"], exact["a2"]["maxItems"]) == (1, 1)
 
 
 def test_frame_text_is_known_for_both_steps_only() -> None:

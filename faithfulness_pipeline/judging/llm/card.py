@@ -42,6 +42,9 @@ class ModelCard:
     #: ``cache_read_input_token_cost``); None: unknown, and such tokens cost ``input_cost_per_token``
     cached_input_cost_per_token: float | None = None
     batch_cached_input_cost_per_token: float | None = None
+    #: whether the schema pins each item's number of verdict codes (``prompts.verdict_response_format``):
+    #: where litellm cannot vouch for the endpoint, which is where servers compile schemas into grammars
+    exact_schema: bool = False
 
     @property
     def priced(self) -> bool:
@@ -183,6 +186,7 @@ def model_card(
         max_output_tokens=int(max_out),
         json_schema=schema,
         schema_fallback=fallback,
+        exact_schema=schema and not vouched,
         input_cost_per_token=in_cost,
         output_cost_per_token=out_cost,
         notes=tuple(notes),

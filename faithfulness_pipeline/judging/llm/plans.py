@@ -92,7 +92,9 @@ class Plan(Generic[R]):
         judge knows): cut what may be cut to about half and say so on its result; False when nothing can be."""
         return False
 
-    def response_format(self, ids: Sequence[str]) -> dict[str, Any]:
+    def response_format(self, id_map: Mapping[str, int], *, exact: bool = False) -> dict[str, Any]:
+        """The JSON schema of a reply to the request whose local ids map to items as ``id_map``; ``exact``:
+        spell out what parsing checks, for a server that enforces the schema as a grammar."""
         raise NotImplementedError
 
     def parse(self, text: str, context: Any) -> ParsedReply[Any]:
@@ -161,8 +163,8 @@ class ExtractPlan(Plan[ExtractResult]):
         sentences = {local: self.sentences[i] for local, i in zip(ids, indices, strict=True)}
         return prompts.extract_messages(lines, ids), dict(zip(ids, indices, strict=True)), sentences
 
-    def response_format(self, ids: Sequence[str]) -> dict[str, Any]:
-        return prompts.extract_response_format(ids)
+    def response_format(self, id_map: Mapping[str, int], *, exact: bool = False) -> dict[str, Any]:
+        return prompts.extract_response_format(list(id_map))
 
     def parse(self, text: str, context: Any) -> ParsedReply[Any]:
         return parse_extract_reply(text, context)
@@ -288,8 +290,9 @@ class VerdictPlan(Plan[VerdictResult]):
         counts = {local: n for local, (n, _) in expected.items()}
         return prompts.verdict_messages(lines, counts), dict(zip(ids, indices, strict=True)), expected
 
-    def response_format(self, ids: Sequence[str]) -> dict[str, Any]:
-        return prompts.verdict_response_format(ids)
+    def response_format(self, id_map: Mapping[str, int], *, exact: bool = False) -> dict[str, Any]:
+        counts = {local: len(self.items[i].claims) for local, i in id_map.items()}
+        return prompts.verdict_response_format(counts, exact=exact)
 
     def parse(self, text: str, context: Any) -> ParsedReply[Any]:
         return parse_verdict_reply(text, context)

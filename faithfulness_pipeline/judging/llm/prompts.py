@@ -261,8 +261,7 @@ def frame_text(step: str) -> str:
     raise ValueError(f"unknown step {step!r}")
 
 
-def _object_schema(name: str, ids: Sequence[str], item: dict[str, Any]) -> dict[str, Any]:
-    values = {"type": "array", "items": item}
+def _object_schema(name: str, values: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     return {
         "type": "json_schema",
         "json_schema": {
@@ -270,8 +269,8 @@ def _object_schema(name: str, ids: Sequence[str], item: dict[str, Any]) -> dict[
             "strict": True,
             "schema": {
                 "type": "object",
-                "properties": {i: values for i in ids},
-                "required": list(ids),
+                "properties": dict(values),
+                "required": list(values),
                 "additionalProperties": False,
             },
         },
@@ -280,9 +279,23 @@ def _object_schema(name: str, ids: Sequence[str], item: dict[str, Any]) -> dict[
 
 def extract_response_format(ids: Sequence[str]) -> dict[str, Any]:
     """A strict JSON schema for an extraction reply: exactly these ids, each a list of numbers or texts."""
-    return _object_schema("claims", ids, {"anyOf": [{"type": "integer"}, {"type": "string"}]})
+    item = {"anyOf": [{"type": "integer"}, {"type": "string"}]}
+    return _object_schema("claims", {i: {"type": "array", "items": item} for i in ids})
 
 
-def verdict_response_format(ids: Sequence[str]) -> dict[str, Any]:
-    """A strict JSON schema for a verdict reply (the code grammar and counts are checked in parsing)."""
-    return _object_schema("verdicts", ids, {"type": "string"})
+def verdict_response_format(claim_counts: Mapping[str, int], *, exact: bool = False) -> dict[str, Any]:
+    """A strict JSON schema for a verdict reply over exactly these ids (the code grammar is checked in parsing).
+
+    ``exact`` also pins each id's number of codes to its number of claims (``minItems`` = ``maxItems``). A
+    server that compiles the schema into a grammar (llama.cpp, vLLM, Ollama) then cannot reply with a code too
+    few or too many, which small models otherwise do often, or run on repeating codes until its token limit
+    cuts the reply. Vendors' endpoints get the plain schema: not every strict mode takes these keywords
+    (fine-tuned OpenAI models refuse them). The code grammar is not spelt as a ``pattern``: llama.cpp's
+    grammar lets a pattern's ``.`` produce an unescaped quote, and the server then fails the request (500,
+    "does not match the expected peg-native format")."""
+    if not exact:
+        return _object_schema("verdicts", {i: {"type": "array", "items": {"type": "string"}} for i in claim_counts})
+    return _object_schema("verdicts", {
+        i: {"type": "array", "items": {"type": "string"}, "minItems": n, "maxItems": n}
+        for i, n in claim_counts.items()
+    })  # fmt: skip

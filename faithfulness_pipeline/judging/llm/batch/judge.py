@@ -321,7 +321,8 @@ class BatchJudge:
             body["seed"] = self.config.seed
         if self.interactive.card.json_schema:
             # A batch line cannot step down on its own: it carries what the run's requests carry now.
-            response_format = self.interactive.output.response_format(plan.response_format(list(id_map)))
+            response_format = self.interactive.output.response_format(
+                plan.response_format(id_map, exact=self.interactive.card.exact_schema))
             if response_format is not None:
                 body["response_format"] = response_format
         return body
