@@ -35,6 +35,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("offline_agreement.py", []),
     ("cold_start.py", ["--runs", "3"]),
     ("demo.py", ["--runs", "3"]),
+    ("self_hosted.py", ["--rows", "200"]),
     ("bytecode.py", ["--runs", "3"]),
     ("report_size.py", []),
     ("sampling.py", ["--rows", "2000"]),

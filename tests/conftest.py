@@ -105,6 +105,7 @@ def s3(s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 _LONGEST_FIRST = (
     "tests/reliability/test_two_machines.py",
     "tests/reliability/test_crash_resume.py",
+    "tests/selfhosted/test_llama_server.py",
     "tests/cli/test_llm_cli.py",
     "tests/reliability/test_fault_soak.py",
     "tests/defs/test_warehouse_s3.py",

@@ -62,6 +62,9 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("docs/self-hosted.md", "bash", "--served-as llama.cpp"): (
         f"{THIS}::test_the_self_hosted_try_runs_as_printed",
     ),
+    ("docs/self-hosted.md", "bash", "llama_cpp serve"): (
+        "tests/selfhosted/test_llama_server.py::test_the_documented_llama_cpp_commands_run_as_printed",
+    ),
     ("docs/object-storage.md", "bash", "s3://bucket/in/rows.parquet"): (
         "tests/cli/test_object_store.py::test_the_documented_commands_run_against_a_bucket",
     ),

@@ -114,8 +114,18 @@ class BatchAPI:
         return BatchAPIError(f"{what} failed ({type(exc).__name__}): {detail}", fatal=fatal)
 
     async def upload(self, data: bytes, name: str) -> str:
+        import openai
+
         try:
             created = await self._litellm("create_file", file=(name, data), purpose="batch")
+        except openai.NotFoundError as exc:
+            # The first call of a batch run: a server without a files endpoint (llama.cpp, vLLM, Ollama, TGI:
+            # chat completions only) answers 404 here, and no later call could succeed.
+            detail = self._redact(" ".join(str(exc).split()))[:200]
+            where = self.api_base or f"provider {self.provider}"
+            raise BatchAPIError(f"{where} has no Batch API (uploading the batch input file: {detail}); "
+                                "self-hosted servers serve chat completions only: use --mode interactive",
+                                fatal=True) from None
         except Exception as exc:
             raise self._failure("uploading the batch input file", exc) from None
         return str(created.id)
