@@ -81,10 +81,34 @@ def test_demo_scores_every_sample_row_and_says_where_the_tables_are(demo: Demo, 
     monkeypatch.setenv("DAGSTER_HOME", str(demo.home))  # dagster.yaml puts the SQLite storage in $DAGSTER_HOME
     with dg.DagsterInstance.from_config(str(demo.home)) as instance:
         runs = instance.get_runs()
-    scoring_runs = [r for r in runs if r.job_name == "score_conversations"]
-    assert sorted(r.tags["dagster/partition"] for r in scoring_runs) == ["2026-11-24", "2026-11-25", "2026-11-26"]
+        scoring_runs = [r for r in runs if r.job_name == "score_conversations"]
+        checked = {r.tags["dagster/partition"]: _events(instance, r.run_id, dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+                   for r in scoring_runs}  # fmt: skip
+        made = {r.tags["dagster/partition"]: _events(instance, r.run_id, dg.DagsterEventType.ASSET_MATERIALIZATION)
+                for r in scoring_runs}  # fmt: skip
+    assert sorted(checked) == ["2026-11-24", "2026-11-25", "2026-11-26"]
     assert {r.job_name for r in runs} == {"score_conversations", "calibrate_judge"} and len(runs) == 4
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+    # every day's checks ran on every day; the all-days DuckDB views and report were built once, at the end
+    every_check = checked["2026-11-26"]
+    assert len(every_check) >= 13 and checked["2026-11-24"] == checked["2026-11-25"] == every_check
+    bi = {"answer_quality_duckdb", "answer_quality_report"}
+    assert bi <= made["2026-11-26"] and not bi & (made["2026-11-24"] | made["2026-11-25"])
+    assert made["2026-11-24"] == made["2026-11-25"] == made["2026-11-26"] - bi
+
+
+def _events(instance: dg.DagsterInstance, run_id: str, kind: dg.DagsterEventType) -> set[str]:
+    """The asset (and check) names of the run's events of ``kind``."""
+    names: set[str] = set()
+    for record in instance.get_records_for_run(run_id, of_type=kind).records:
+        event = record.event_log_entry.dagster_event
+        assert event is not None
+        data = event.event_specific_data
+        check = getattr(data, "check_name", None)
+        key = getattr(data, "asset_key", None) or event.asset_key
+        assert key is not None
+        names.add(f"{key.to_user_string()}.{check}" if check else key.to_user_string())
+    return names
 
 
 def _hint(out: str, label: str) -> str:
