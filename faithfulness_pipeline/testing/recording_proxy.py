@@ -73,11 +73,8 @@ class Recorder:
         app.router.add_route("*", "/{tail:.*}", self._forward)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None and server.sockets  # type: ignore[attr-defined]
-        self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = int(self._runner.addresses[0][1])
 
     async def _stop(self) -> None:
         if self._runner is not None:
