@@ -44,6 +44,10 @@ def test_auto_sends_the_json_schema_to_a_custom_endpoint() -> None:
         judge = make_judge(srv)
         assert_scripted(rows, *run(judge, rows))
         assert set(_formats(srv)) == {"json_schema"}
+        schemas = [r.response_format["json_schema"] for r in srv.requests_log if r.response_format is not None]
+    # each verdict request's schema pins every id's number of codes (what the grammar of such a server holds)
+    verdicts = [js["schema"]["properties"] for js in schemas if js["name"] == "verdicts"]
+    assert verdicts and all(v["minItems"] == v["maxItems"] >= 1 for props in verdicts for v in props.values())
     assert not [n for n in judge.stats().notes if "refused" in n]
 
 
@@ -98,6 +102,8 @@ def test_litellm_vouches_only_for_a_model_it_knows_at_its_own_endpoint() -> None
     assert unknown.json_schema and unknown.schema_fallback
     chosen = model_card(JudgeSettings(api_base="http://127.0.0.1:9/v1", use_json_schema="no"), "openai/x")
     assert not chosen.json_schema and not chosen.schema_fallback
+    # the verdict counts are pinned in the schema only where litellm cannot vouch (grammar-enforcing servers)
+    assert not known.exact_schema and proxied.exact_schema and unknown.exact_schema and not chosen.exact_schema
 
 
 # ----------------------------------------------------------------------------------- the server's window
