@@ -194,28 +194,13 @@ def model_file() -> Path:
 
 @dataclass(frozen=True)
 class Server:
-    """A running llama-server: its OpenAI-compatible base URL, its root (``/props``, ``/metrics``) and its log."""
+    """A running llama-server: its OpenAI-compatible base URL, its root (``/props``, ``/health``) and its log."""
 
     base_url: str
     root: str
     log_path: Path
     context_size: int
     parallel: int
-
-    def get_json(self, path: str) -> object:
-        with urllib.request.urlopen(self.root + path, timeout=30) as reply:
-            return json.load(reply)
-
-    def metrics(self) -> dict[str, float]:
-        """The server's own Prometheus counters (``llamacpp:prompt_tokens_total`` and the like)."""
-        with urllib.request.urlopen(self.root + "/metrics", timeout=30) as reply:
-            text = reply.read().decode()
-        values: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                values[name] = float(value)
-        return values
 
 
 def _free_port() -> int:

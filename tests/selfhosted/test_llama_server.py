@@ -30,6 +30,7 @@ from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.llama_cpp import MODEL_ALIAS, LlamaCppUnavailable, Server, serve
 from faithfulness_pipeline.testing.recording_proxy import Call, Recorder
 from faithfulness_pipeline.testing.scripted import typical_rows
+from tests.defs.conftest import free_port
 from tests.doc_blocks import block, run_shell, shell_env
 from tests.reliability.support import child_env
 
@@ -208,7 +209,7 @@ def test_verdict_packs_larger_than_a_slots_window_are_split_not_failed(
 def test_the_documented_llama_cpp_commands_run_as_printed(tmp_path: Path) -> None:
     """docs/self-hosted.md's try: a server of its own in the background, the CLI against it, the server
     stopped by ``kill %1`` (its port is the page's 8080, moved to a free one for the test)."""
-    port = _free_port()
+    port = free_port()
     code = block("docs/self-hosted.md", "bash", "llama_cpp serve").replace("8080", str(port))
     (tmp_path / "sample_data").symlink_to(SAMPLE)
     done = run_shell(code, tmp_path, shell_env(), timeout=600)
@@ -227,9 +228,3 @@ def test_the_documented_llama_cpp_commands_run_as_printed(tmp_path: Path) -> Non
 def _answers(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
