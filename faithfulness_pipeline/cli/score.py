@@ -35,7 +35,6 @@ from faithfulness_pipeline.core.pipeline import (
     sample_of,
     score_chunks,
     scored_schema,
-    spilled_rows,
 )
 from faithfulness_pipeline.core.sampling import Sample
 from faithfulness_pipeline.judging.dryrun import estimate_cost
@@ -45,6 +44,7 @@ from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.tables.read import count_rows, file_schema, iter_chunks, resolve_inputs
+from faithfulness_pipeline.tables.spill import spilled_rows
 from faithfulness_pipeline.tables.write import ParquetChunkWriter, input_arrow_types
 
 #: A run whose spend cap left rows unjudged (status skipped): its outputs are written, and complete but for them.
