@@ -9,7 +9,7 @@ import polars as pl
 
 from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.outputs import claim_table
-from faithfulness_pipeline.core.storage import Place
+from faithfulness_pipeline.tables.storage import Place
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "offline_sample" / "scored.parquet"
 DAYS = ("2026-11-24", "2026-11-25", "2026-11-26")

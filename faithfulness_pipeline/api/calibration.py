@@ -26,7 +26,6 @@ from faithfulness_pipeline.core.calibration import (
     paired_differences,
 )
 from faithfulness_pipeline.core.errors import ConfigError, InputError
-from faithfulness_pipeline.core.io import atomic_path, read_all
 from faithfulness_pipeline.core.labels import (
     JUDGE,
     LABEL_COLUMNS,
@@ -40,6 +39,8 @@ from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import from_env, settings
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.tables.read import read_all
+from faithfulness_pipeline.tables.write import atomic_path
 
 _SHOWN_DISAGREEMENTS = 10
 _SCORED_COLUMNS = ("hallucination_score", "faithfulness_score", "status", "judge_model", "prompt_version")

@@ -17,9 +17,9 @@ import click
 
 from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
-from faithfulness_pipeline.core.storage import StorageError, describe
 from faithfulness_pipeline.settings.derive import from_env, settings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.tables.storage import StorageError, describe
 
 #: The scoring settings the report uses (which columns hold what; the threshold and scale of the scores).
 REPORT_SETTINGS = ("model_column", "output_column", "input_column", "hallucination_threshold", "scale",

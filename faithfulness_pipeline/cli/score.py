@@ -27,15 +27,6 @@ from faithfulness_pipeline.cli.summary import Summary
 from faithfulness_pipeline.core.combine import conform
 from faithfulness_pipeline.core.config import ContextHook, ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
-from faithfulness_pipeline.core.io import (
-    ParquetChunkWriter,
-    count_rows,
-    file_schema,
-    input_arrow_types,
-    iter_chunks,
-    resolve_inputs,
-)
-from faithfulness_pipeline.core.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
 from faithfulness_pipeline.core.pipeline import (
     check_inputs,
@@ -44,7 +35,6 @@ from faithfulness_pipeline.core.pipeline import (
     sample_of,
     score_chunks,
     scored_schema,
-    spilled_rows,
 )
 from faithfulness_pipeline.core.sampling import Sample
 from faithfulness_pipeline.judging.dryrun import estimate_cost
@@ -52,6 +42,10 @@ from faithfulness_pipeline.judging.factory import check_key, make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.tables.output_files import OutputError, check_outputs, committed_together
+from faithfulness_pipeline.tables.read import count_rows, file_schema, iter_chunks, resolve_inputs
+from faithfulness_pipeline.tables.spill import spilled_rows
+from faithfulness_pipeline.tables.write import ParquetChunkWriter, input_arrow_types
 
 #: A run whose spend cap left rows unjudged (status skipped): its outputs are written, and complete but for them.
 SKIPPED_EXIT = 3

@@ -1,1 +1,2 @@
-"""The pure scoring core: polars in, polars out. Imports neither dagster nor litellm."""
+"""The pure scoring core: polars in, polars out. Reads and writes no file (``tables`` does); imports neither
+dagster nor litellm."""

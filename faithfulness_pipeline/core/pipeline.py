@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -209,35 +207,6 @@ def rows_of(
             yield row_frame(frame, sample)
 
     return rows
-
-
-@contextlib.contextmanager
-def spilled_rows(
-    chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig, sample: Sample = EVERY_ROW
-) -> Iterator[Rows]:
-    """:func:`rows_of` (the rows in ``sample``), the input read once however often the rows are: the first
-    pass keeps each chunk's rows in a temporary Parquet file, later passes read those files (a bulk judge
-    reads the rows once per step, and the scoring pass reads the input again: twice in all). The files go
-    when the block ends."""
-    with tempfile.TemporaryDirectory(prefix="fp-rows-") as folder:
-        parts: list[Path] = []
-        complete = False
-
-        def rows() -> Iterator[pl.DataFrame]:
-            nonlocal complete
-            if complete:
-                for part in parts:
-                    yield pl.read_parquet(part)
-                return
-            parts.clear()  # a pass that was left midway is no copy of the input: read it again
-            for frame in rows_of(chunks, config, sample)():
-                part = Path(folder) / f"rows-{len(parts):06d}.parquet"
-                frame.write_parquet(part, compression="lz4")
-                parts.append(part)
-                yield frame
-            complete = True
-
-        yield rows
 
 
 async def _in_order(

@@ -21,7 +21,6 @@ import polars as pl
 
 from faithfulness_pipeline.api import score_frame
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.core.io import read_all
 from faithfulness_pipeline.core.labels import LABEL_COLUMNS, check_labels
 from faithfulness_pipeline.defs.resources import (
     CalibrationResource,
@@ -29,6 +28,7 @@ from faithfulness_pipeline.defs.resources import (
     ScoringResource,
     WarehouseResource,
 )
+from faithfulness_pipeline.tables.read import read_all
 
 GROUP = "judge_calibration"
 JOB = "calibrate_judge"

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from faithfulness_pipeline.core.descriptions import TABLE_DESCRIPTIONS, describe
-from faithfulness_pipeline.core.storage import Place
+from faithfulness_pipeline.tables.storage import Place
 
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection

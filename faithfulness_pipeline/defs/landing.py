@@ -7,8 +7,8 @@ in that zone, like ingestion-time partitioning in a warehouse. ``undated_day`` p
 such rows to one fixed day instead (for a one-off import of an old, undated table).
 
 Files may have different schemas (flat and chat shapes side by side): each is read on its own, as the CLI
-reads them (``core.io``, ``core.combine``). The landing location may be in an object store
-(``s3://bucket/landing/``): listed and dated through ``core.storage`` (an object's modification time is
+reads them (``tables.read``, ``core.combine``). The landing location may be in an object store
+(``s3://bucket/landing/``): listed and dated through ``tables.storage`` (an object's modification time is
 when it was uploaded), its rows read by polars' scans, which take the URI as they take a path.
 """
 
@@ -24,7 +24,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.core.io import (
+from faithfulness_pipeline.tables.read import (
     PARQUET,
     READ_ERRORS,
     check_utf8,
@@ -35,7 +35,7 @@ from faithfulness_pipeline.core.io import (
     resolve_inputs,
     scan_input,
 )
-from faithfulness_pipeline.core.storage import Place, StorageError, is_remote
+from faithfulness_pipeline.tables.storage import Place, StorageError, is_remote
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import polars as pl
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.descriptions import describe
 from faithfulness_pipeline.core.port import JudgeStats
-from faithfulness_pipeline.core.storage import Place
+from faithfulness_pipeline.tables.storage import Place
 
 if TYPE_CHECKING:
     from faithfulness_pipeline.report import Headline

@@ -16,7 +16,6 @@ import polars as pl
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.core.io import file_schema
 from faithfulness_pipeline.core.normalize import KeyRegistry, derives_flat, key_hashes, prepare, without_internals
 from faithfulness_pipeline.defs import checks
 from faithfulness_pipeline.defs.landing import LandingFile, day_batches, list_landing, rows_before
@@ -24,6 +23,7 @@ from faithfulness_pipeline.defs.metadata import table_metadata
 from faithfulness_pipeline.defs.names import GROUP, RAW, RAW_REVISION
 from faithfulness_pipeline.defs.resources import LandingResource, ScoringResource
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
+from faithfulness_pipeline.tables.read import file_schema
 
 
 def raw_asset(partitions: dg.PartitionsDefinition[str]) -> dg.AssetsDefinition:

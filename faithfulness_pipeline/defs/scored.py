@@ -16,7 +16,6 @@ import polars as pl
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.aggregates import daily_aggregates
-from faithfulness_pipeline.core.io import rechunked
 from faithfulness_pipeline.core.normalize import with_internals
 from faithfulness_pipeline.core.outputs import claim_table as build_claim_table
 from faithfulness_pipeline.core.pipeline import score_step
@@ -37,6 +36,7 @@ from faithfulness_pipeline.defs.names import (
 )
 from faithfulness_pipeline.defs.resources import JudgeResource, ScoringResource
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
+from faithfulness_pipeline.tables.read import rechunked
 
 #: What the daily aggregates read of the scored table (the rest stays on disk).
 _AGGREGATED = ("status", "n_claims", "n_supported", "n_contradicted", "n_unsupported", "n_speculative",

@@ -1,5 +1,5 @@
 """The warehouse: ``<root>/<table>/ds=YYYY-MM-DD/data.parquet``, one file per table and day, on a local disk
-or in an object store (``core.storage``).
+or in an object store (``tables.storage``).
 
 Assets stream through it: :meth:`WarehouseResource.writer` takes a day's rows chunk by chunk (a row group
 each) and the file appears whole, atomically, when the day is complete; :meth:`~WarehouseResource.batches`
@@ -20,9 +20,10 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.core.io import ParquetChunkWriter, parquet_batches
-from faithfulness_pipeline.core.storage import Place
 from faithfulness_pipeline.settings.landing import WarehouseSettings
+from faithfulness_pipeline.tables.read import parquet_batches
+from faithfulness_pipeline.tables.storage import Place
+from faithfulness_pipeline.tables.write import ParquetChunkWriter
 
 #: The file of one table partition.
 DATA_FILE = "data.parquet"

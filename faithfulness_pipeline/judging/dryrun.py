@@ -8,12 +8,12 @@ from typing import Any
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.flow import row_frame
-from faithfulness_pipeline.core.io import iter_chunks
 from faithfulness_pipeline.core.money import dollars
 from faithfulness_pipeline.core.pipeline import prepared_chunks, sample_of
 from faithfulness_pipeline.core.port import CostEstimate, Estimating, ExtractItem, VerdictItem
 from faithfulness_pipeline.judging.llm.packing import rough_sentences
 from faithfulness_pipeline.judging.stack import JudgeStack
+from faithfulness_pipeline.tables.read import iter_chunks
 
 
 def estimate_cost(judge: JudgeStack, paths: list[str], config: ScoringConfig, *, batch: bool = False,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from faithfulness_pipeline.core.storage import Place, is_remote
 from faithfulness_pipeline.report.data import (
     ReportData,
     is_warehouse,
@@ -22,6 +21,7 @@ from faithfulness_pipeline.report.data import (
 )
 from faithfulness_pipeline.report.render import Headline, headline, render_html, write_report
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.tables.storage import Place, is_remote
 
 _DEFAULT_SCORING = ScoringSettings()
 

@@ -1,7 +1,7 @@
 """What the answer-quality report shows, computed from a scored table (pure polars, no I/O but reading).
 
 The report reads either a warehouse (``<root>/scored_conversations/ds=*/data.parquet``; the day is the
-partition; local or in an object store, ``core.storage``) or a scored table written by
+partition; local or in an object store, ``tables.storage``) or a scored table written by
 ``faithfulness-pipeline score`` (a file, folder or glob, local or a URI; the day is the date of
 ``timestamp_column`` in ``timezone``, else of ``scored_at``). Everything else — the per day × model table,
 the distributions, the verdict mix, the worst answers — is derived from the scored rows themselves, so a
@@ -20,9 +20,16 @@ import polars as pl
 from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.claimless import Claimless, answer_words, count_claimless
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.core.io import PARQUET, READ_ERRORS, input_format, parquet_schema, read_error, resolve_inputs
-from faithfulness_pipeline.core.storage import Place
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.tables.read import (
+    PARQUET,
+    READ_ERRORS,
+    input_format,
+    parquet_schema,
+    read_error,
+    resolve_inputs,
+)
+from faithfulness_pipeline.tables.storage import Place
 
 #: Folder names a calibration table may have in a warehouse (issue 16 builds it; the report only shows it).
 CALIBRATION_TABLES = ("judge_calibration", "calibration")

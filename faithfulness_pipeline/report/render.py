@@ -16,9 +16,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from faithfulness_pipeline.core.storage import Place
 from faithfulness_pipeline.report import charts
 from faithfulness_pipeline.report.data import ReportData
+from faithfulness_pipeline.tables.storage import Place
 
 #: Longest text (answer, question, claim, reason, passage) shown in full; longer ones are cut.
 TEXT_LIMIT = 1200

@@ -16,8 +16,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field
 
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.core.storage import Place
 from faithfulness_pipeline.settings.fields import flag, variable
+from faithfulness_pipeline.tables.storage import Place
 
 #: The sample data's first day.
 DEFAULT_PARTITIONS_START: Final = "2026-11-24"

@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from faithfulness_pipeline.core.storage import Place
+from faithfulness_pipeline.tables.storage import Place
 from tests.conftest import S3Bucket
 from tests.doc_blocks import activated, block, run_shell
 from tests.reliability.support import child_env, short_rows

@@ -18,8 +18,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from faithfulness_pipeline.core import output_files
-from faithfulness_pipeline.core.output_files import OutputError, committed_together
+from faithfulness_pipeline.tables import output_files
+from faithfulness_pipeline.tables.output_files import OutputError, committed_together
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.reliability.support import child_env, short_rows

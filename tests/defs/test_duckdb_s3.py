@@ -10,9 +10,9 @@ import duckdb
 import pytest
 
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.core.storage import Place
 from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database, store_filesystem
 from faithfulness_pipeline.settings.landing import WarehouseSettings
+from faithfulness_pipeline.tables.storage import Place
 from tests.conftest import S3Bucket
 from tests.warehouse_files import upload, write_warehouse
 

@@ -13,10 +13,10 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from faithfulness_pipeline.core.storage import Place
 from faithfulness_pipeline.defs import DefsSettings, build_defs
 from faithfulness_pipeline.defs.resources import LandingResource
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
+from faithfulness_pipeline.tables.storage import Place
 from tests.conftest import S3Bucket
 from tests.defs.conftest import DAYS, SAMPLE, TABLES, make_lake
 from tests.reliability.support import REPO, child_env, dg_launch, kill_group, make_home, wait_for

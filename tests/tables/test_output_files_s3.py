@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from faithfulness_pipeline.core import output_files
-from faithfulness_pipeline.core.output_files import OutputError, committed_together
-from faithfulness_pipeline.core.storage import Place
+from faithfulness_pipeline.tables import output_files
+from faithfulness_pipeline.tables.output_files import OutputError, committed_together
+from faithfulness_pipeline.tables.storage import Place
 from tests.conftest import S3Bucket
 
 

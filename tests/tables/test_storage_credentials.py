@@ -16,8 +16,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from faithfulness_pipeline.core.io import scan_input
-from faithfulness_pipeline.core.storage import Place, describe
+from faithfulness_pipeline.tables.read import scan_input
+from faithfulness_pipeline.tables.storage import Place, describe
 from tests.conftest import S3Bucket
 from tests.reliability.support import child_env
 from tests.s3_server import REGION

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.core.storage import Place, StorageError, is_remote
+from faithfulness_pipeline.tables.storage import Place, StorageError, is_remote
 
 JSON_LINES: Final = "JSON Lines"
 CSV: Final = "CSV"

@@ -1,35 +1,30 @@
-"""Reading inputs in bounded chunks and writing outputs atomically.
+"""Reading input tables in bounded chunks.
 
 Inputs: a file, a directory (every ``*.parquet``, ``*.jsonl`` / ``*.ndjson`` and ``*.csv`` below it) or a glob,
-local or an object-store URI (``core.storage``). The format follows the file's suffix (anything else is read
+local or an object-store URI (``tables.storage``). The format follows the file's suffix (anything else is read
 as Parquet). Each file is read on its own, so files may differ in their columns (``core.combine`` unites them).
 Parquet is read through pyarrow's filesystems (footers, row groups: only what is needed), JSON Lines and CSV
 through polars' scans, which read object-store URIs themselves (same environment and profile chain).
-Outputs appear only when complete: a temporary file in the target directory, then ``os.replace``.
+Outputs are written by ``tables.write``.
 """
 
 from __future__ import annotations
 
 import glob
-import itertools
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Final
+from typing import Final
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from faithfulness_pipeline.core.combine import conform, union_schema
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.core.storage import Place, StorageError, describe, is_remote
-from faithfulness_pipeline.core.text_inputs import ReadPlan, plan, scan
-
-# Distinguishes temporaries of one process (threads may write several outputs at once).
-_TMP_COUNTER = itertools.count()
-
+from faithfulness_pipeline.tables.storage import Place, StorageError, describe, is_remote
+from faithfulness_pipeline.tables.text_inputs import ReadPlan, plan, scan
 
 #: Input formats by file suffix; a file named explicitly with another suffix is read as Parquet.
 FORMATS: Final = {".parquet": "Parquet", ".jsonl": "JSON Lines", ".ndjson": "JSON Lines", ".csv": "CSV"}
@@ -153,7 +148,7 @@ def _open(path: str) -> pq.ParquetFile:
 
 def scan_input(path: str, text: frozenset[str] = frozenset()) -> pl.LazyFrame:
     """A lazy frame over one input file, in the format its suffix names. Text formats are read by their
-    plan (``core.text_inputs``): types inferred from every row, and values never bent to fit them; ``text``
+    plan (``tables.text_inputs``): types inferred from every row, and values never bent to fit them; ``text``
     names CSV columns read as text (the row key's)."""
     fmt = input_format(path)
     if fmt == PARQUET:
@@ -330,152 +325,6 @@ def rechunked(frames: Iterable[pl.DataFrame], rows: int) -> Iterator[pl.DataFram
 def read_all(spec: str, text: frozenset[str] = frozenset()) -> pl.DataFrame:
     """Every row of an input file, folder or glob at once, as one table (a column must have one type in
     every file that has it): for small tables such as labelled rows."""
-    from faithfulness_pipeline.core.combine import conform, union_schema
-
     paths = resolve_inputs(spec)
     schema = union_schema([(p, file_schema(p, text)) for p in paths])
     return pl.concat([conform(chunk, schema) for chunk in iter_chunks(paths, 1_000_000, text)], how="vertical")
-
-
-def _process_is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        # Someone else's process (or a platform without signal 0): assume alive, leave its file be.
-        return True
-    return True
-
-
-def sweep_orphans(final: Path) -> None:
-    """Removes temporaries of ``final`` left by processes that died mid-write (SIGKILL skips cleanup)."""
-    pattern = re.compile(rf"^\.{re.escape(final.name)}\.(\d+)-\d+\..*tmp$")
-    for sibling in final.parent.glob(f".{glob.escape(final.name)}.*.tmp"):
-        match = pattern.match(sibling.name)
-        if match and int(match.group(1)) != os.getpid() and not _process_is_alive(int(match.group(1))):
-            sibling.unlink(missing_ok=True)
-
-
-@contextmanager
-def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
-    """A temporary path beside ``target`` that replaces it only when the block finishes without error.
-
-    The temporary name carries the writer's pid, so a later writer can tell an orphan (its process is gone)
-    from a file another live process is still writing, and remove only the orphan.
-    """
-    final = Path(target)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    sweep_orphans(final)
-    tmp = final.parent / f".{final.name}.{os.getpid()}-{next(_TMP_COUNTER)}{suffix}.tmp"
-    tmp.touch(exist_ok=False)
-    try:
-        yield tmp
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _wide(dtype: pa.DataType) -> pa.DataType:
-    """``dtype`` with the offsets polars always writes wide (large strings, binaries and lists): a column
-    that differs from polars' type only in those holds the same values."""
-    if pa.types.is_string(dtype):
-        return pa.large_string()
-    if pa.types.is_binary(dtype):
-        return pa.large_binary()
-    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
-        return pa.large_list(_wide(dtype.value_type))
-    if pa.types.is_struct(dtype):
-        return pa.struct([dtype.field(i).with_type(_wide(dtype.field(i).type)) for i in range(dtype.num_fields)])
-    return dtype
-
-
-def _through_polars(dtype: pa.DataType) -> pa.DataType | None:
-    """The arrow type polars writes for a column it read as ``dtype`` (None: polars cannot hold it)."""
-    try:
-        frame = pl.from_arrow(pa.table({"c": pa.array([], dtype)}))
-        assert isinstance(frame, pl.DataFrame)
-        out = frame.to_arrow().schema.field(0).type
-        pa.array([], out).cast(dtype)  # pyarrow can put it back
-    except (pa.ArrowException, pl.exceptions.PolarsError, TypeError, ValueError):
-        return None
-    return out
-
-
-def input_arrow_types(paths: list[str]) -> dict[str, pa.DataType]:
-    """The Parquet input columns polars would write as another type (a 16-byte fixed binary as a binary, a
-    time64[us] as time64[ns], a timestamp[s] as timestamp[ms]), with their input types: the scored table
-    gets them back (:class:`ParquetChunkWriter`). A column whose files disagree on its arrow type, or that
-    a JSON Lines or CSV file has too, keeps polars' type."""
-    found: dict[str, pa.DataType] = {}
-    mixed: set[str] = set()
-    for path in paths:
-        if input_format(path) != PARQUET:
-            mixed.update(file_schema(path).names())
-            continue
-        for field in parquet_schema(path):
-            before = found.setdefault(field.name, field.type)
-            if before != field.type:
-                mixed.add(field.name)
-    restore = {}
-    for name, dtype in found.items():
-        out = _through_polars(dtype)
-        if name not in mixed and out is not None and out != _wide(dtype):
-            restore[name] = dtype
-    return restore
-
-
-class ParquetChunkWriter:
-    """Appends polars chunks to one Parquet file (a path, or a stream such as ``core.storage.Place.replace``
-    gives), each chunk a row group, all cast to the first chunk's schema; ``empty`` is the schema written
-    when no chunk comes (an empty table still has its columns). ``arrow_types`` are the types columns are
-    written as where polars would write another (:func:`input_arrow_types`: passthrough columns keep the
-    input's types)."""
-
-    def __init__(self, sink: Path | pa.NativeFile, empty: pl.Schema | None = None,
-                 arrow_types: Mapping[str, pa.DataType] | None = None) -> None:
-        self._sink = sink
-        self._empty = empty
-        self._arrow_types = dict(arrow_types or {})
-        self._writer: pq.ParquetWriter | None = None
-        self._schema: pa.Schema | None = None
-        self.rows = 0
-
-    def _restored(self, table: pa.Table) -> pa.Table:
-        for name, dtype in self._arrow_types.items():
-            if name not in table.column_names:
-                continue
-            at = table.column_names.index(name)
-            try:
-                column = table.column(at).cast(dtype)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                continue  # values the input type cannot hold came in: polars' type keeps them whole
-            table = table.set_column(at, table.schema.field(at).with_type(dtype), column)
-        return table
-
-    def write(self, frame: pl.DataFrame) -> None:
-        table = frame.to_arrow()
-        if self._writer is None:
-            table = self._restored(table)
-            self._schema = table.schema
-            self._writer = pq.ParquetWriter(self._sink, self._schema, compression="zstd")
-        else:
-            assert self._schema is not None
-            table = table.cast(self._schema)
-        self._writer.write_table(table)
-        self.rows += frame.height
-
-    def close(self) -> None:
-        if self._writer is None and self._empty is not None:
-            self.write(pl.DataFrame(schema=self._empty))
-        if self._writer is not None:
-            self._writer.close()
-
-
-@contextmanager
-def open_text_atomic(target: str | os.PathLike[str]) -> Iterator[IO[str]]:
-    with atomic_path(target) as tmp, open(tmp, "w", encoding="utf-8") as handle:
-        yield handle

@@ -1,4 +1,4 @@
-"""Parquet files read in bounded memory: one reader per row group (``core.io.parquet_batches``).
+"""Parquet files read in bounded memory: one reader per row group (``tables.read.parquet_batches``).
 
 pyarrow's one ``iter_batches`` reader over a whole file keeps the column chunks of every row group it has
 read until it is done, so a run's memory grew with the rows of its input (by the file's compressed size).
@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import faithfulness_pipeline
-from faithfulness_pipeline.core import io as core_io
-from faithfulness_pipeline.core.io import iter_chunks, parquet_batches
+from faithfulness_pipeline.tables import read as tables_read
+from faithfulness_pipeline.tables.read import iter_chunks, parquet_batches
 
 
 def _file(tmp_path: Path, rows: int, row_group: int) -> Path:
@@ -68,7 +68,7 @@ def test_iter_chunks_reads_each_row_group_with_a_reader_of_its_own(
 ) -> None:
     path = _file(tmp_path, 2_500, 1_000)
     _Recording.readers = []
-    monkeypatch.setattr(core_io.pq, "ParquetFile", _Recording)
+    monkeypatch.setattr(tables_read.pq, "ParquetFile", _Recording)
     chunks = list(iter_chunks([str(path)], 400))
     # one reader per row group, in file order: none holds what it read past its own row group
     assert _Recording.readers == [[0], [1], [2]]
@@ -80,7 +80,7 @@ def test_no_module_reads_a_whole_file_with_one_reader() -> None:
     """Every Parquet read of rows goes through ``parquet_batches``: a new ``iter_batches`` over a whole file
     would bring the growth back."""
     root = Path(faithfulness_pipeline.__file__).parent
-    helper = Path(core_io.__file__)
+    helper = Path(tables_read.__file__)
     offenders = [
         f"{path.relative_to(root)}:{n}"
         for path in sorted(root.rglob("*.py"))

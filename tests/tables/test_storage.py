@@ -1,4 +1,4 @@
-"""``core.storage.Place`` on a local disk and on a real S3 endpoint (moto's server on 127.0.0.1).
+"""``tables.storage.Place`` on a local disk and on a real S3 endpoint (moto's server on 127.0.0.1).
 
 What a reader may see while a file is replaced (the previous version or the new one, whole), what a writer
 killed with SIGKILL in the middle of a large write leaves (the previous version, and nothing a reader or a
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from faithfulness_pipeline.core.storage import Place, StorageError, describe, is_remote, scrub, sweep_staging
+from faithfulness_pipeline.tables.storage import Place, StorageError, describe, is_remote, scrub, sweep_staging
 from tests.conftest import S3Bucket
 from tests.reliability.support import child_env
 
@@ -200,7 +200,7 @@ def test_an_s3_reader_sees_the_previous_or_the_new_object_never_part_of_one(s3: 
 
 _KILLED_WRITER = """
 import sys, time
-from faithfulness_pipeline.core.storage import Place
+from faithfulness_pipeline.tables.storage import Place
 
 place = Place.of(sys.argv[1])
 with place.replace() as stream:

@@ -6,7 +6,7 @@ leave one table new and another old: outputs are fsynced first, then each existi
 the new files are moved in, and only when all are in are the old ones deleted. A failure in between puts
 the old files back.
 
-An output in an object store (``s3://...``, ``core.storage``) is written to a local temporary file, uploaded
+An output in an object store (``s3://...``, ``tables.storage``) is written to a local temporary file, uploaded
 whole to a hidden staging object beside its target once the run is complete, and only then copied into
 place server-side (an object appears whole); its previous version is first copied aside, so a failure of
 a later output puts it back. Before the run, its bucket must exist and take (and give up) a probe object.
@@ -22,8 +22,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError, InputError
-from faithfulness_pipeline.core.io import is_uri, sweep_orphans
-from faithfulness_pipeline.core.storage import COPY_CHUNK, Place, StorageError, describe, is_remote, scrub
+from faithfulness_pipeline.tables.read import is_uri
+from faithfulness_pipeline.tables.storage import COPY_CHUNK, Place, StorageError, describe, is_remote, scrub
+from faithfulness_pipeline.tables.write import sweep_orphans
 
 _COUNTER = itertools.count()
 
