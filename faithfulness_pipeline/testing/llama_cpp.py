@@ -180,9 +180,13 @@ def serve(*, model: str = MODEL_ALIAS, context_size: int = 8192, parallel: int =
     log_path = folder / f"llama-server-{port}.log"
     command = [sys.executable, "-m", __name__, "serve", "--model", model, "-c", str(context_size),
                "-np", str(parallel), "--port", str(port), "--threads", str(_threads(threads))]  # fmt: skip
+    # The wheel's threads wait for work in OpenMP, which spins by default: beside other processes on a small
+    # machine (a test worker, a benchmark) spinning threads take the cores from everything else, and a busy
+    # server was seen here at a fraction of a token a second. Passive waiting yields them.
+    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     with log_path.open("w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   preexec_fn=_death_signal())  # fmt: skip
+                                   env=env, preexec_fn=_death_signal())  # fmt: skip
     root = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(process, root, log_path)
