@@ -27,7 +27,14 @@ from pathlib import Path
 import polars as pl
 from common import ROOT, machine
 
-from faithfulness_pipeline.api.packing_study import SHAPES, markdown, run_study, stratified
+from faithfulness_pipeline.api.packing_study import (
+    SHAPES,
+    extraction_by_pack_size,
+    extraction_markdown,
+    markdown,
+    run_study,
+    stratified,
+)
 from faithfulness_pipeline.core.calibration import CalibrationConfig
 from faithfulness_pipeline.judging.factory import make_judge
 from faithfulness_pipeline.settings.judge import JudgeSettings
@@ -60,6 +67,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--bootstrap", type=int, default=2000)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--extraction-sizes", default=None,
+                        help="only extraction, at these answers per request (e.g. 1,4,8,32): claims per answer")
     args = parser.parse_args()
     if args.api_base and not args.model:
         parser.error("--api-base needs --model")
@@ -74,6 +83,16 @@ def main() -> int:
     with _endpoint(args) as (api_base, model, served):
         settings = JudgeSettings(model=model, api_base=api_base, api_key_env=KEY_ENV, timeout_s=args.timeout,
                                  max_concurrency=SLOTS)
+        if args.extraction_sizes:
+            sizes = [int(s) for s in args.extraction_sizes.split(",")]
+            frame, costs = asyncio.run(extraction_by_pack_size(labelled, settings, make_judge, sizes))
+            print("## Claim extraction by pack size on a real model (issue 38)\n")
+            print(f"`python bench/judge_quality.py --rows {args.rows} --extraction-sizes {args.extraction_sizes}` — "
+                  f"{served}; the answers of {labelled.height} dev rows, stratified as below.\n")
+            print(extraction_markdown(frame, costs))
+            print(f"\nWhole run {time.monotonic() - started:.0f} s. Machine: {machine()}; 1-minute load average at "
+                  f"the end {os.getloadavg()[0]:.1f}.")
+            return 0
         result = asyncio.run(run_study(
             labelled, settings, make_judge, calibration=calibration, shapes=tuple(args.shapes.split(",")),
             progress=lambda step: print(f"[{time.monotonic() - started:6.0f} s] {step}", file=sys.stderr, flush=True),

@@ -229,6 +229,44 @@ async def run_study(
     return StudyResult(joined, table, differences, _flips(per_row, shapes, calibration.threshold), extraction, costs)
 
 
+async def extraction_by_pack_size(labelled: pl.DataFrame, settings: JudgeSettings, factory: JudgeFactory,
+                                  sizes: Sequence[int], *, scoring: ScoringConfig | None = None,
+                                  ) -> tuple[pl.DataFrame, dict[int, ShapeCost]]:  # fmt: skip
+    """Claims per answer when ``sizes[k]`` answers share an extraction request, for each k: one column of claim
+    counts per size (null: an error row), and what each size cost. Extraction alone, no labels needed."""
+    items = extract_items(row_frame(prepare(labelled, scoring or ScoringConfig())))
+    counts: dict[str, list[int | None]] = {}
+    costs: dict[int, ShapeCost] = {}
+    opened: list[Judge] = []
+    try:
+        for size in sizes:
+            found, costs[size] = await _extract(factory, settings.model_copy(update={
+                "store": None, "refresh": False, "max_items_per_pack": size}), items, opened)  # fmt: skip
+            counts[f"claims_{size}"] = [_count(found[it.id]) for it in items]
+    finally:
+        for judge in opened:
+            close = getattr(judge, "aclose", None)
+            if close is not None:
+                await close()
+    frame = pl.DataFrame({S.ROW_KEY: [it.id for it in items], **counts},
+                         schema={S.ROW_KEY: pl.String, **dict.fromkeys(counts, pl.Int64)})  # fmt: skip
+    return frame, costs
+
+
+def extraction_markdown(frame: pl.DataFrame, costs: dict[int, ShapeCost]) -> str:
+    """The pack-size sweep as a markdown table, each size against the first (one answer per request)."""
+    sizes = list(costs)
+    reference = frame.get_column(f"claims_{sizes[0]}")
+    out = ["| answers per extraction request | claims per answer | same count as the first | error rows | "
+           "requests | prompt tokens | completion tokens | wall s |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for size in sizes:
+        column, cost = frame.get_column(f"claims_{size}"), costs[size]
+        same = int((column == reference).sum())
+        out.append(f"| {size} | {_pct(column.drop_nulls().mean())} | {same} of {frame.height} | {column.null_count()} "
+                   f"| {cost.requests:,} | {cost.prompt_tokens:,} | {cost.completion_tokens:,} | {cost.wall_s:.0f} |")
+    return "\n".join(out)
+
+
 def _per_row(items: Sequence[ExtractItem], extracted: dict[str, ExtractResult],
              verdicts: dict[str, dict[str, VerdictResult]], v_items: Sequence[VerdictItem],
              settings: JudgeSettings, shapes: Sequence[str]) -> pl.DataFrame:  # fmt: skip

@@ -13,7 +13,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from faithfulness_pipeline.api.packing_study import SHAPES, markdown, run_study, stratified
+from faithfulness_pipeline.api.packing_study import (
+    SHAPES,
+    extraction_by_pack_size,
+    extraction_markdown,
+    markdown,
+    run_study,
+    stratified,
+)
 from faithfulness_pipeline.core.calibration import CalibrationConfig
 from faithfulness_pipeline.core.port import (
     ClaimVerdict,
@@ -70,6 +77,19 @@ def test_every_shape_judges_the_same_claims_and_a_deterministic_judge_flips_noth
     assert result.differences.get_column("balanced_accuracy_difference").to_list() == [0.0] * (len(SHAPES) - 1)
     text = markdown(result)
     assert all(f"| {shape} |" in text for shape in SHAPES)
+
+
+def test_the_extraction_sweep_counts_claims_per_pack_size_and_what_each_size_sent() -> None:
+    labelled = pl.read_parquet(LABELLED)
+    with FakeLLMServer(ScriptedJudge()) as srv:
+        settings = JudgeSettings(model="openai/fake-judge", api_base=srv.base_url, api_key_env=KEY_ENV, timeout_s=5)
+        frame, costs = asyncio.run(extraction_by_pack_size(labelled, settings, make_judge, [1, 8]))
+    assert frame.height == labelled.height
+    # the scripted responder reads each answer alone: the pack size changes what is sent, not what is found
+    assert frame.get_column("claims_1").to_list() == frame.get_column("claims_8").to_list()
+    assert costs[1].requests == labelled.height and costs[8].requests == -(-labelled.height // 8)
+    assert f"| 1 | {frame.get_column('claims_1').mean():.3f} | {labelled.height} of {labelled.height} |" in \
+        extraction_markdown(frame, costs)
 
 
 class _PositionalJudge:
