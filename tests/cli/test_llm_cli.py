@@ -102,7 +102,8 @@ def test_faults_lose_no_row_and_change_no_ok_row(server: FakeLLMServer, tmp_path
     assert clean.returncode == 0, clean.stderr
     server.set_faults(FaultPlan(rate_429=0.3, retry_after_s=0.05, rate_5xx=0.1, rate_malformed=0.1, rate_hang=0.02,
                                 seed=5))
-    faulty = _run(_cli(server, src, tmp_path / "faulty.parquet", "--quiet", "--timeout", "0.5"))
+    # Streamed (auto: an api_base), a hang sends not even its first token: --stream-max cuts it.
+    faulty = _run(_cli(server, src, tmp_path / "faulty.parquet", "--quiet", "--timeout", "0.5", "--stream-max", "1"))
     assert faulty.returncode == 0, faulty.stderr
     a, b = _comparable(tmp_path / "clean.parquet"), _comparable(tmp_path / "faulty.parquet")
     assert b["row_key"].to_list() == a["row_key"].to_list()  # every input row, exactly once
