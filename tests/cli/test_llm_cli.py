@@ -119,6 +119,23 @@ def test_faults_lose_no_row_and_change_no_ok_row(server: FakeLLMServer, tmp_path
 USAGE = ("llm_calls", "prompt_tokens", "completion_tokens", "cost_usd")
 
 
+def test_a_slow_servers_replies_are_waited_for_and_progress_shows_their_tokens(tmp_path: Path) -> None:
+    """A server that takes seconds over each reply, a token every 40 ms, and --timeout 1: no flag for streaming.
+    Every reply is longer than the timeout and none is cut; the progress lines (stderr is no terminal here:
+    a line every 5 s) show the tokens arriving while the rows are not done."""
+    src = tmp_path / "in.parquet"
+    _rows(3, seed=3).write_parquet(src)
+    with FakeLLMServer(ScriptedJudge(), api_key=CANARY, latency=Latency(per_output_token_s=0.04)) as srv:
+        result = _run(_cli(srv, src, tmp_path / "out.parquet", "--timeout", "1"))
+        stats = srv.stats()
+    assert result.returncode == 0, result.stderr
+    assert stats.by_outcome == {"ok": stats.requests} and stats.modelled_latency_s > stats.requests * 1.0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("scoring: ")]
+    assert lines and all(re.fullmatch(r"scoring: \d+/3 rows \(\d+%\); receiving: [\d,]+ tokens \([\d.]+/s\)", line)
+                         for line in lines), result.stderr
+    assert (pl.read_parquet(tmp_path / "out.parquet")["status"] == "ok").all()
+
+
 def test_dry_run_estimates_within_15_percent_and_calls_nothing(server: FakeLLMServer, tmp_path: Path) -> None:
     src = tmp_path / "in.parquet"
     _rows(90, seed=3).write_parquet(src)
