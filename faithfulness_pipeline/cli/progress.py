@@ -39,6 +39,7 @@ class Progress:
             return
         self._started = True
         self._last = time.monotonic()
+        self._shown = (self._last, self.tokens)  # a rate from when the run began, not from when this was built
         if self.enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
