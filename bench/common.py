@@ -57,6 +57,9 @@ def litellm_judge(base_url: str, **overrides: Any) -> Judge:
     from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
     from faithfulness_pipeline.settings.judge import JudgeSettings
 
+    # Whole replies: the fake server stands in for a vendor's API, which --stream auto does not stream; behind
+    # an api_base auto would stream, and measure litellm's cost per piece instead.
+    overrides.setdefault("stream", "no")
     config = JudgeSettings(model="openai/bench-judge", api_base=base_url, api_key_env=FAKE_KEY_ENV,
                                 **overrides)
     judge: Judge = LiteLLMJudge(config)

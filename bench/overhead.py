@@ -41,7 +41,10 @@ def bench_judge(base_url: str, *, store_path: Path | None = None, **overrides: A
     from faithfulness_pipeline.judging.store.open import open_store
     from faithfulness_pipeline.settings.judge import JudgeSettings
 
-    settings: dict[str, Any] = {"model": BENCH_MODEL, "api_base": base_url, "api_key_env": FAKE_KEY_ENV}
+    # Whole replies, as gpt-4o-mini at OpenAI's own API gets them (--stream auto); behind the fake server's
+    # api_base auto would stream.
+    settings: dict[str, Any] = {"model": BENCH_MODEL, "api_base": base_url, "api_key_env": FAKE_KEY_ENV,
+                                "stream": "no"}
     settings.update(overrides)
     # The judge as the CLI builds it (the judge stack, with a store when one is given), and what the
     # CLI does for its own process once its judge is built (faithfulness_pipeline.cli.process).

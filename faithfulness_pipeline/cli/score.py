@@ -229,10 +229,12 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
                 check_inputs(iter_chunks(paths, config.chunk_rows, text), config)
             total = count_rows(paths, text)
             chunks = _read_ahead(iter_chunks(paths, config.chunk_rows, text))
-            judge = make_judge(judge_settings, check_connection=True,
-                               report=None if quiet else lambda line: click.echo(line, err=True))
-            freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
             progress = Progress(total, enabled=not quiet)
+            judge = make_judge(judge_settings, check_connection=True,
+                               report=None if quiet else lambda line: click.echo(line, err=True),
+                               receiving=None if quiet else progress.receiving)
+            freeze_loaded_objects()  # this process only scores: its loaded modules need no collecting
+            progress.start()
             summary = Summary(model_column=scoring.model_column, answer_column=scoring.output_column,
                               threshold=scoring.hallucination_threshold, run_id=new_run_id(),
                               sample_rate=scoring.sample_rate, sample_max_rows=scoring.sample_max_rows)

@@ -17,9 +17,10 @@ tables, each holding the row key and its own columns. Nothing holds a whole day.
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
 import asyncio
 import itertools
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import dagster as dg
 import polars as pl
@@ -155,7 +156,7 @@ def judge_one_shard(
     staging = warehouse.staging(context.run_id, day, f"shard-{shard}.parquet")
     # Batch mode reports the state of the step's batches while it waits.
     made = judge.make(warehouse.judge_store(), report=context.log.info,
-                      remote_warehouse=warehouse.place().remote)
+                      remote_warehouse=warehouse.place().remote, receiving=_receiving(context, shard))
     progress = _progress(context, total if shards == 1 else total / shards, shard)
     sample = day_sample(warehouse, day, config)
 
@@ -300,6 +301,26 @@ def _summed(stats: list[JudgeStats]) -> JudgeStats:
         cached_items=sum(s.cached_items for s in stats), duplicate_items=sum(s.duplicate_items for s in stats),
         failed_items=sum(s.failed_items for s in stats), retries=sum(s.retries for s in stats), notes=notes,
     )
+
+
+#: Seconds between two log lines of reply tokens arriving: a slow server's long pack shows in the run's log.
+RECEIVING_LOG_S: Final = 60.0
+
+
+def _receiving(context: dg.OpExecutionContext, shard: int) -> Callable[[int], None]:
+    """Logs, at most once a minute, the reply tokens that arrived on streamed requests (``stream``)."""
+    seen = [0, 0, time.monotonic()]  # tokens in all, tokens at the last log line, when it was written
+
+    def heard(tokens: int) -> None:
+        seen[0] += tokens
+        now = time.monotonic()
+        if now - seen[2] >= RECEIVING_LOG_S:
+            rate = (seen[0] - seen[1]) / (now - seen[2])
+            seen[1], seen[2] = seen[0], now
+            context.log.info(f"claims and verdicts, shard {shard}: receiving replies, {seen[0]:,} tokens so far "
+                             f"({rate:.1f} a second since the last such line)")
+
+    return heard
 
 
 def _progress(context: dg.OpExecutionContext, total: float, shard: int) -> RowProgress:

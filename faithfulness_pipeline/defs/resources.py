@@ -55,11 +55,12 @@ class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[typ
         return JudgeSettings(**values)
 
     def make(self, default_store: str | None = None, report: Callable[[str], None] | None = None, *,
-             remote_warehouse: bool = False) -> JudgeStack:
+             remote_warehouse: bool = False, receiving: Callable[[int], None] | None = None) -> JudgeStack:
         """A fresh judge for one step (close it with ``await judge.aclose()`` at the end of the step);
-        ``report`` hears how the judge's long jobs go (batch mode)."""
+        ``report`` hears how the judge's long jobs go (batch mode), ``receiving`` how many reply tokens just
+        arrived on a streamed request."""
         return make_judge(self.settings(default_store, remote_warehouse=remote_warehouse),
-                          api_key=self.api_key or None, check_connection=True, report=report)
+                          api_key=self.api_key or None, check_connection=True, report=report, receiving=receiving)
 
     def identity(self) -> tuple[str, str]:
         """(judge model, prompt version) of what this resource judges with, without building the judge."""

@@ -5,10 +5,14 @@ run memory, and the result store when one is set)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.settings.judge import JudgeSettings
+
+if TYPE_CHECKING:
+    from faithfulness_pipeline.judging.llm.requests import Receiving
 
 
 def make_judge(
@@ -18,6 +22,7 @@ def make_judge(
     need_key: bool = True,
     check_connection: bool = False,
     report: Callable[[str], None] | None = None,
+    receiving: Receiving | None = None,
 ) -> JudgeStack:
     """The offline judge when ``settings.model`` is unset; otherwise the litellm judge; either one in a judge
     stack (identical items asked once per run, and the result store when ``settings.store`` is set). A
@@ -25,7 +30,8 @@ def make_judge(
     environment variable the settings name. ``need_key=False`` builds a judge that only estimates (the dry
     run): a missing key is then no error. ``check_connection`` (a run that will send requests, not a dry
     run) also fails here when the endpoint accepts no connection. ``report`` hears how a judge's long jobs
-    of its own go (batch mode: the state of its batches)."""
+    of its own go (batch mode: the state of its batches); ``receiving`` how many reply tokens just arrived on
+    a streamed request (``stream``), so that a long request shows the server at work."""
     from faithfulness_pipeline.judging.store.open import open_store
 
     if settings.model is None:
@@ -39,7 +45,7 @@ def make_judge(
         return _batch_stack(settings, api_key, need_key, check_connection, report)
     from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
 
-    judge = LiteLLMJudge(settings, api_key=api_key, need_key=need_key)
+    judge = LiteLLMJudge(settings, api_key=api_key, need_key=need_key, receiving=receiving)
     if check_connection:
         from faithfulness_pipeline.judging.llm.reachability import check_reachable
 

@@ -25,6 +25,11 @@ DEFAULT_MAX_ITEMS_PER_PACK: Final = 32
 #: For models litellm has no card for and whose server tells none (proxies): a window most of them have.
 DEFAULT_CONTEXT_WINDOW: Final = 8192
 DEFAULT_MAX_OUTPUT_TOKENS: Final = 4096
+#: A streamed request's bound in all. Generous: a CPU server measured at 386 s for one pack's 652-token reply
+#: (Qwen2.5-Coder-1.5B on 2 cores, 4 slots shared by 16 requests in flight) keeps up to three packs queued
+#: ahead of a request, about 26 minutes before its reply is done; an hour leaves room for that and still
+#: frees a slot from a server that trickles a token now and then, or hangs before its first.
+DEFAULT_STREAM_MAX_S: Final = 3600.0
 
 
 class JudgeSettings(BaseModel):
@@ -45,9 +50,24 @@ class JudgeSettings(BaseModel):
     max_concurrency: int = Field(default=16, ge=1, description="requests in flight at most")
     rpm: int | None = Field(default=None, ge=1, description="requests per minute at most")
     tpm: int | None = Field(default=None, ge=1, description="tokens per minute at most (prompt + completion)")
-    timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False,
-                             description="seconds one request may take before it is retried",
-                             json_schema_extra=flag("--timeout"))
+    timeout_s: float = Field(
+        default=60.0, gt=0, allow_inf_nan=False,
+        description="seconds one request may take before it is retried; a streamed one (stream) may take longer "
+        "while its reply keeps coming: for it, the seconds without a new piece of the reply once it has begun",
+        json_schema_extra=flag("--timeout"),
+    )
+    stream: Literal["auto", "yes", "no"] = Field(
+        default="auto", description="whether replies are streamed, so that a slow server's reply is waited for as "
+        "long as it keeps coming and progress shows its tokens arriving. auto: streamed where litellm cannot vouch "
+        "for the endpoint (an api_base, or a model litellm does not know: a server of one's own such as llama.cpp, "
+        "vLLM or Ollama, or a proxy), whole at a vendor's own API",
+    )
+    stream_max_s: float = Field(
+        default=DEFAULT_STREAM_MAX_S, gt=0, allow_inf_nan=False,
+        description="seconds a streamed request may take in all, the wait for its first token (the server's "
+        "queue, its reading of the prompt) included, before it is retried like a timeout",
+        json_schema_extra=flag("--stream-max"),
+    )
     max_retries: int = Field(default=6, ge=0, description="re-sends of an item after a failed request or reply")
     backoff_base_s: float = Field(
         default=1.0, ge=0, allow_inf_nan=False,

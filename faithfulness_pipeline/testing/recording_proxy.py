@@ -1,7 +1,8 @@
 """A recording reverse proxy on 127.0.0.1 in front of a real OpenAI-compatible server (the self-hosted tier's
 llama-server): every request passes through unchanged, and each chat completion's status, response format,
 messages and the usage the server reported are kept, so a test or a benchmark can hold what the product
-billed to what the server said, and count the requests a run sent."""
+billed to what the server said, and count the requests a run sent. A streamed reply passes a piece at a time
+as the server sends it (the judge times out on silence), and its usage is read from its events."""
 
 from __future__ import annotations
 
@@ -90,27 +91,39 @@ class Recorder:
                                          headers=headers, allow_redirects=False) as reply:  # fmt: skip
             status = reply.status
             reply_headers = {k: v for k, v in reply.headers.items() if k.lower() not in _HOP}
-            # Passed on piece by piece as it arrives: a streamed reply must reach the client token by token,
-            # or a client that times out on silence would time out behind the proxy.
-            forward = web.StreamResponse(status=status, headers=reply_headers)
-            await forward.prepare(request)
-            pieces: list[bytes] = []
-            async for piece in reply.content.iter_any():
-                pieces.append(piece)
-                await forward.write(piece)
-        content = b"".join(pieces)
+            if reply.content_type == "text/event-stream":
+                return await self._relay(request, reply, status, reply_headers, body)
+            content = await reply.read()
         if request.path.endswith("/chat/completions"):
             self._record(status, body, content)
         else:
             with self._lock:
                 self.other_paths.append(f"{request.method} {request.path}")
-        await forward.write_eof()
-        return forward
+        return web.Response(status=status, body=content, headers=reply_headers)
 
-    def _record(self, status: int, body: bytes, content: bytes) -> None:
+    async def _relay(self, request: web.Request, reply: aiohttp.ClientResponse, status: int,
+                     headers: dict[str, str], body: bytes) -> web.StreamResponse:
+        """A streamed reply, passed on piece by piece; recorded from its events once it has ended (a reply the
+        client left is recorded as far as it came: without its usage, it was billed nothing)."""
+        relayed = web.StreamResponse(status=status, headers=headers)
+        await relayed.prepare(request)
+        seen = bytearray()
+        try:
+            async for piece in reply.content.iter_any():
+                seen += piece
+                await relayed.write(piece)
+            await relayed.write_eof()
+        finally:
+            self._record(status, body, bytes(seen), streamed=True)
+        return relayed
+
+    def _record(self, status: int, body: bytes, content: bytes, streamed: bool = False) -> None:
         sent: dict[str, Any] = json.loads(body or b"{}")
         fmt = (sent.get("response_format") or {}).get("type")
-        reply = _reply(content)
+        try:
+            reply: dict[str, Any] = _from_events(content) if streamed else json.loads(content)
+        except ValueError:
+            reply = {}
         usage = reply.get("usage") or {}
         choices = reply.get("choices") or [{}]
         error = reply.get("error")
@@ -128,30 +141,18 @@ class Recorder:
             self.calls.append(call)
 
 
-def _reply(content: bytes) -> dict[str, Any]:
-    """A chat completion's reply as one object: the JSON body, or a streamed reply's server-sent events folded
-    into one (the usage of the chunk that carries it, the last finish reason, an error event's error)."""
-    try:
-        whole = json.loads(content)
-    except ValueError:
-        whole = None
-    if isinstance(whole, dict):
-        return whole
-    folded: dict[str, Any] = {}
-    for line in content.decode("utf-8", "replace").splitlines():
-        if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+def _from_events(content: bytes) -> dict[str, Any]:
+    """A streamed reply's events as the one completion they make up, as far as the recorder reads one: the
+    finish_reason, the usage (its last event, when the client asked for it) and an error event's message."""
+    finish: str | None = None
+    whole: dict[str, Any] = {}
+    for line in content.decode("utf-8", errors="replace").splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
             continue
-        try:
-            event = json.loads(line[5:])
-        except ValueError:
-            continue
-        if not isinstance(event, dict):
-            continue
-        if event.get("usage"):
-            folded["usage"] = event["usage"]
-        if event.get("error"):
-            folded["error"] = event["error"]
+        event = json.loads(line[len("data: "):])
         for choice in event.get("choices") or ():
-            if choice.get("finish_reason"):
-                folded["choices"] = [{"finish_reason": choice["finish_reason"]}]
-    return folded
+            finish = choice.get("finish_reason") or finish
+        for key in ("usage", "error"):
+            if event.get(key):
+                whole[key] = event[key]
+    return {**whole, "choices": [{"finish_reason": finish}]}

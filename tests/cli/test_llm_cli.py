@@ -102,7 +102,8 @@ def test_faults_lose_no_row_and_change_no_ok_row(server: FakeLLMServer, tmp_path
     assert clean.returncode == 0, clean.stderr
     server.set_faults(FaultPlan(rate_429=0.3, retry_after_s=0.05, rate_5xx=0.1, rate_malformed=0.1, rate_hang=0.02,
                                 seed=5))
-    faulty = _run(_cli(server, src, tmp_path / "faulty.parquet", "--quiet", "--timeout", "0.5"))
+    # Streamed (auto: an api_base), a hang sends not even its first token: --stream-max cuts it.
+    faulty = _run(_cli(server, src, tmp_path / "faulty.parquet", "--quiet", "--timeout", "0.5", "--stream-max", "1"))
     assert faulty.returncode == 0, faulty.stderr
     a, b = _comparable(tmp_path / "clean.parquet"), _comparable(tmp_path / "faulty.parquet")
     assert b["row_key"].to_list() == a["row_key"].to_list()  # every input row, exactly once
@@ -116,6 +117,23 @@ def test_faults_lose_no_row_and_change_no_ok_row(server: FakeLLMServer, tmp_path
 
 
 USAGE = ("llm_calls", "prompt_tokens", "completion_tokens", "cost_usd")
+
+
+def test_a_slow_servers_replies_are_waited_for_and_progress_shows_their_tokens(tmp_path: Path) -> None:
+    """A server that takes seconds over each reply, a token every 40 ms, and --timeout 1: no flag for streaming.
+    Every reply is longer than the timeout and none is cut; the progress lines (stderr is no terminal here:
+    a line every 5 s) show the tokens arriving while the rows are not done."""
+    src = tmp_path / "in.parquet"
+    _rows(3, seed=3).write_parquet(src)
+    with FakeLLMServer(ScriptedJudge(), api_key=CANARY, latency=Latency(per_output_token_s=0.04)) as srv:
+        result = _run(_cli(srv, src, tmp_path / "out.parquet", "--timeout", "1"))
+        stats = srv.stats()
+    assert result.returncode == 0, result.stderr
+    assert stats.by_outcome == {"ok": stats.requests} and stats.modelled_latency_s > stats.requests * 1.0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("scoring: ")]
+    assert lines and all(re.fullmatch(r"scoring: \d+/3 rows \(\d+%\); receiving: [\d,]+ tokens \([\d.]+/s\)", line)
+                         for line in lines), result.stderr
+    assert (pl.read_parquet(tmp_path / "out.parquet")["status"] == "ok").all()
 
 
 def test_dry_run_estimates_within_15_percent_and_calls_nothing(server: FakeLLMServer, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ metadata, logs or tables; the result store under the warehouse makes a re-run fr
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -327,3 +328,28 @@ def test_a_day_the_spend_cap_stops_short_is_written_whole_with_a_warn_check_and_
     was_judged = rest.filter(~pl.col("row_key").is_in(skipped.get_column("row_key").implode()))
     assert float(was_judged.get_column("billed_cost_usd").sum()) == 0  # from the store
     assert {e.check_name: e.passed for e in run.get_asset_check_evaluations()}["within_spend_cap"]
+
+
+def test_a_judging_step_logs_the_tokens_of_a_slow_servers_replies_as_they_arrive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, instance: dg.DagsterInstance
+) -> None:
+    """A step that waits minutes on a self-hosted server's packs says in its log that replies are coming (a line
+    a minute; every half second here), where the rows' own lines come only as rows finish."""
+    from faithfulness_pipeline.testing.fakellm import Latency
+
+    monkeypatch.setenv(KEY_ENV, CANARY)
+    monkeypatch.setattr("faithfulness_pipeline.defs.judged.RECEIVING_LOG_S", 0.5)
+    with FakeLLMServer(ScriptedResponder(), latency=Latency(per_output_token_s=0.004)) as slow:
+        defs = build_defs(DefsSettings.from_env({
+            "FP_JUDGE_MODEL": "openai/fake-judge", "FP_JUDGE_API_BASE": slow.base_url, "FP_JUDGE_API_KEY_ENV": KEY_ENV,
+            "FP_JUDGE_TIMEOUT_S": "10", "FP_LANDING": str(SAMPLE), "FP_WAREHOUSE": str(tmp_path / "warehouse"),
+        }))
+        everything = [*(defs.assets or []), *(defs.asset_checks or [])]
+        result = dg.materialize(everything, partition_key=DAY, instance=instance, resources=defs.resources,  # type: ignore[arg-type]
+                                selection=dg.AssetSelection.groups("answer_quality"))
+        assert result.success
+        completion = slow.stats().completion_tokens
+    lines = [e.user_message for e in instance.all_logs(result.run_id) if "receiving replies" in e.user_message]
+    assert lines, "no line said replies were arriving"
+    counts = [int(n.replace(",", "")) for line in lines for n in re.findall(r"([\d,]+) tokens so far", line)]
+    assert counts == sorted(counts) and 0 < counts[-1] <= 1.5 * completion

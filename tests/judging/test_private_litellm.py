@@ -64,3 +64,17 @@ def test_litellm_selects_tiktoken_for_every_model_it_knows_no_hugging_face_token
     for model in ("openai/gpt-4o-mini", "gpt-4", "openai/a-local-name", "mistral/mistral-small", "gemini/gemini-pro"):
         assert huggingface_kind(model) is None
         assert select_tokenizer(model)["type"] == "openai_tokenizer", model
+
+
+def test_the_stream_errors_the_judge_reads_still_say_what_they_said() -> None:
+    # requests.REPEATING and requests.UNFINISHED are the words of two litellm errors that end a stream: one that
+    # repeats a piece (a model in a loop: the judge takes what came as a cut reply) and one that ended without
+    # a finish_reason (the judge takes what came as the reply). Other words would make both transient failures.
+    import inspect
+
+    from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
+
+    from faithfulness_pipeline.judging.llm.requests import REPEATING, UNFINISHED
+
+    assert REPEATING in inspect.getsource(CustomStreamWrapper.raise_on_model_repetition)
+    assert str(CustomStreamWrapper._stream_eof_error()) == UNFINISHED

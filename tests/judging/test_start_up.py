@@ -24,8 +24,10 @@ from faithfulness_pipeline.judging.factory import make_judge
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.scripted import typical_frame
 
+# Whole replies, as gpt-4o-mini at OpenAI's own endpoint gets them (--stream auto): a streamed request has
+# litellm count its prompt with its default encoding (docs/judges.md).
 judge = make_judge(JudgeSettings(model="openai/gpt-4o-mini", api_base=sys.argv[1], api_key_env="FP_PROBE_KEY",
-                                 timeout_s=10))
+                                 timeout_s=10, stream="no"))
 scored = score_frame(typical_frame(4, seed=2), judge)
 print(json.dumps({"rows": scored.height, "errors": scored.get_column("error").drop_nulls().to_list(),
                   "pandas": "pandas" in sys.modules, "encodings": sorted(tiktoken.registry.ENCODINGS)}))

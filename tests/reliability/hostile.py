@@ -3,7 +3,8 @@ a used-up quota, a daily limit's Retry-After, a proxy's HTML login page with sta
 choices, a body that trickles in a byte at a time, an error whose text is not valid Unicode.
 
 What each request gets is ``behave(n, body)`` (``n`` counts requests from 1); :func:`scripted` is the healthy
-answer (the scripted judge's reply), so a test can mix healthy and hostile answers.
+answer (the scripted judge's reply), so a test can mix healthy and hostile answers. A completion asked for
+as a stream goes as one (:func:`streamed`), the way the provider that sent it would have streamed it.
 """
 
 from __future__ import annotations
@@ -89,6 +90,29 @@ def scripted(body: dict[str, Any], *, trickle_s: float | None = None) -> Answer:
     return Answer(body=answer.body, trickle_s=trickle_s)
 
 
+def streamed(answer: Answer, body: dict[str, Any]) -> Answer:
+    """A 200 completion as OpenAI streams it: the role, the content (or the refusal) in pieces, the finish, then
+    the usage when asked for; anything else (errors, web pages) as it is."""
+    if not body.get("stream") or answer.status != 200 or answer.content_type != "application/json":
+        return answer
+    whole = json.loads(answer.body)
+    head = {"id": whole["id"], "object": "chat.completion.chunk", "created": whole["created"], "model": whole["model"]}
+    events: list[dict[str, Any]] = []
+    for choice in whole["choices"]:
+        message = choice.get("message") or {}
+        content, refusal = message.get("content"), message.get("refusal")
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": "" if content is not None else None,
+                                         "refusal": None}]
+        text, key = (content, "content") if content is not None else (refusal or "", "refusal")
+        deltas += [{key: text[i : i + 16]} for i in range(0, len(text), 16)]
+        events += [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+        events.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}]})
+    if (body.get("stream_options") or {}).get("include_usage"):
+        events.append({**head, "choices": [], "usage": whole["usage"]})
+    sse = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    return Answer(body=sse, content_type="text/event-stream", trickle_s=answer.trickle_s)
+
+
 Behaviour = Callable[[int, dict[str, Any]], Answer]
 
 
@@ -111,7 +135,7 @@ class HostileServer(LoopbackServer):
             self.requests += 1
             n = self.requests
             self.bodies.append(body)
-        answer = self.behave(n, body)
+        answer = streamed(self.behave(n, body), body)
         headers = {"Content-Type": answer.content_type, **answer.headers}
         if answer.trickle_s is None:
             return web.Response(status=answer.status, body=answer.body, headers=headers)

@@ -45,6 +45,9 @@ ROWS = 6_000  # 10,000 before: the CI is near its 30-minute bound, and 6,000 row
 CHUNK_ROWS = ROWS // 4  # four chunks, so that per-chunk growth would show across the soak
 KEY = "sk-soak-3b9f1c7d2e8a4f60"
 TIMEOUT_S = "0.4"  # every hang costs one timeout; the fake server answers in milliseconds
+#: Replies stream (--stream auto: an endpoint behind an api_base), and a hang sends not even its first token:
+#: the bound on the whole streamed request is the one that cuts it.
+STREAM_MAX_S = "0.8"
 BACKOFF = {"FP_JUDGE_BACKOFF_BASE_S": "0.01", "FP_JUDGE_BACKOFF_MAX_S": "0.2"}
 
 
@@ -109,11 +112,13 @@ def soak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Soak]:
         env = child_env(**{KEY_ENV: KEY})
         reference = _start(cli_command(clean, src, root / "reference.parquet", "--quiet"), env, root / "reference.log")
         faulty = _start(
-            cli_command(cli_server, src, root / "cli.parquet", "--timeout", TIMEOUT_S, "--chunk-rows", str(CHUNK_ROWS)),
+            cli_command(cli_server, src, root / "cli.parquet", "--timeout", TIMEOUT_S, "--stream-max", STREAM_MAX_S,
+                        "--chunk-rows", str(CHUNK_ROWS)),
             child_env(**{KEY_ENV: KEY}, **BACKOFF),
             root / "cli.log",
         )
-        dg_env = dagster_env(dg_server, home, landing, warehouse, KEY, FP_JUDGE_TIMEOUT_S=TIMEOUT_S, **BACKOFF)
+        dg_env = dagster_env(dg_server, home, landing, warehouse, KEY, FP_JUDGE_TIMEOUT_S=TIMEOUT_S,
+                             FP_JUDGE_STREAM_MAX_S=STREAM_MAX_S, **BACKOFF)
         dagster = _start(dg_launch(DAY), dg_env, root / "dagster.log", cwd=REPO)
         with (
             RssSampler(faulty.pid, lambda: cli_server.stats().requests) as cli_memory,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -187,6 +188,81 @@ def test_streaming_raw_sse_shape_and_usage_only_when_asked() -> None:
     usage_chunk = json.loads(with_usage[-2])
     assert usage_chunk["choices"] == []
     assert usage_chunk["usage"]["completion_tokens"] == count_tokens(CLAIMS_JSON)
+
+
+def test_a_slow_stream_comes_a_piece_at_a_time() -> None:
+    async def go() -> list[float]:
+        started = time.monotonic()
+        stream = await complete(server, stream=True)
+        arrivals = []
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                arrivals.append(time.monotonic() - started)
+        return arrivals
+
+    tokens = count_tokens(CLAIMS_JSON)
+    with FakeLLMServer(claims_responder, latency=Latency(per_output_token_s=0.6 / tokens)) as server:
+        arrivals = run(go())
+    # ~0.6 s in all, spread over its pieces: the first long before the last, no gap near the whole.
+    assert len(arrivals) >= 4
+    assert arrivals[0] < 0.3 and arrivals[-1] >= 0.5
+    assert max(b - a for a, b in itertools.pairwise(arrivals)) < 0.3
+
+
+def test_a_stall_sends_half_the_reply_then_nothing_until_the_client_leaves() -> None:
+    body = {"model": "m", "messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True}}
+
+    async def go() -> str:
+        received: list[bytes] = []
+
+        async def read() -> None:
+            # The pieces come at once (no latency): a read that waits a second is waiting on the stall.
+            url = f"{server.base_url}/chat/completions"
+            async with httpx.AsyncClient() as client, client.stream("POST", url, json=body, timeout=1) as reply:
+                async for piece in reply.aiter_bytes():
+                    received.append(piece)
+
+        with pytest.raises(httpx.ReadTimeout):
+            await read()
+        await wait_until(lambda: server.stats().open_requests == 0, "stalled handler ended after client left")
+        return b"".join(received).decode()
+
+    with FakeLLMServer(claims_responder, faults=FaultPlan(rate_stall=1.0)) as server:
+        text = run(go())
+        stats = server.stats()
+    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
+    content = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    assert 0 < len(content) < len(CLAIMS_JSON) and CLAIMS_JSON.startswith(content)
+    assert not any(e["choices"] and e["choices"][0]["finish_reason"] for e in events)  # it never finished
+    assert "[DONE]" not in text and not any("usage" in e and e["usage"] for e in events)
+    assert stats.by_outcome == {"stall": 1}  # counted once, not again as cancelled when the client left
+
+
+def test_a_stall_of_a_plain_request_hangs() -> None:
+    with FakeLLMServer(claims_responder, faults=FaultPlan(rate_stall=1.0)) as server:
+        with pytest.raises(Timeout):
+            run(complete(server, timeout=0.5))
+        run(wait_until(lambda: server.stats().open_requests == 0, "hung handler ended after client left"))
+        assert server.stats().by_outcome == {"stall": 1}
+
+
+def test_a_server_can_leave_the_usage_out_of_its_streams() -> None:
+    body = {"model": "m", "messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True}}
+    with FakeLLMServer(claims_responder, stream_usage=False) as server:
+        events = [line for line in raw_post(server, body).text.splitlines() if line.startswith("data: {")]
+        server.set_stream_usage(True)
+        with_usage = [line for line in raw_post(server, body).text.splitlines() if line.startswith("data: {")]
+    assert not any(json.loads(e[len("data: "):]).get("usage") for e in events)
+    assert json.loads(with_usage[-1][len("data: "):])["usage"]["completion_tokens"] == count_tokens(CLAIMS_JSON)
+
+
+def test_a_lone_surrogate_in_a_streamed_reply_goes_as_its_json_escape() -> None:
+    body = {"model": "m", "messages": MESSAGES, "stream": True}
+    with FakeLLMServer(lambda request: '{"claims": ["half an emoji \ud83d"]}') as server:
+        reply = raw_post(server, body)
+    assert reply.status_code == 200
+    events = [json.loads(line[len("data: "):]) for line in reply.text.splitlines() if line.startswith("data: {")]
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events) == '{"claims": ["half an emoji \ud83d"]}'
 
 
 def test_429_with_and_without_retry_after() -> None:

@@ -45,6 +45,9 @@ class ModelCard:
     #: whether the schema pins each item's number of verdict codes (``prompts.verdict_response_format``):
     #: where litellm cannot vouch for the endpoint, which is where servers compile schemas into grammars
     exact_schema: bool = False
+    #: whether requests stream their replies (``requests.Sender``): ``stream`` yes, or auto where litellm cannot
+    #: vouch for the endpoint, which is where a server of one's own may take minutes over a reply
+    stream: bool = False
 
     @property
     def priced(self) -> bool:
@@ -187,6 +190,7 @@ def model_card(
         json_schema=schema,
         schema_fallback=fallback,
         exact_schema=schema and not vouched,
+        stream=config.stream == "yes" or (config.stream == "auto" and not vouched),
         input_cost_per_token=in_cost,
         output_cost_per_token=out_cost,
         notes=tuple(notes),

@@ -62,7 +62,7 @@ from faithfulness_pipeline.judging.llm.limits import Clock, RequestLimiter, Slee
 from faithfulness_pipeline.judging.llm.output_mode import OutputMode
 from faithfulness_pipeline.judging.llm.packing import Limits
 from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, R, Sizing, VerdictPlan
-from faithfulness_pipeline.judging.llm.requests import Sender
+from faithfulness_pipeline.judging.llm.requests import Receiving, Sender
 from faithfulness_pipeline.judging.llm.runner import PackRunner
 from faithfulness_pipeline.judging.llm.secrets import (
     MissingAPIKeyError,
@@ -96,7 +96,8 @@ class LiteLLMJudge:
 
     The API key is read from the environment variable the settings name (or the provider's usual one)
     unless it is given as ``api_key``. ``store`` and ``refresh`` are not this judge's business: the
-    factory (``judging.factory``) puts a ``JudgeStack`` around it.
+    factory (``judging.factory``) puts a ``JudgeStack`` around it. ``receiving`` hears how many reply
+    tokens just arrived, as they arrive, where replies are streamed (``ModelCard.stream``).
     """
 
     def __init__(
@@ -107,6 +108,7 @@ class LiteLLMJudge:
         need_key: bool = True,
         clock: Clock | None = None,
         sleep: Sleep | None = None,
+        receiving: Receiving | None = None,
     ) -> None:
         if not config.model or not config.model.strip():
             raise ConfigError("the litellm judge needs a model name (e.g. --model openai/gpt-4o-mini)")
@@ -179,6 +181,8 @@ class LiteLLMJudge:
             redact=self.redact,
             stats=self._stats,
             output=self.output,
+            stream=self.card.stream,
+            receiving=receiving,
         )
         self._runner = PackRunner(
             sizing=self.sizing,

@@ -4,6 +4,9 @@
 :class:`RequestLimiter`, with litellm's own retries off, and the classification of its failure (rate
 limit, transient, timeout, too big, an item to isolate, fatal, a refused response format) that decides
 what the judge does next. Which response format a request carries is the run's :class:`OutputMode`'s.
+Where the model card says so (``ModelCard.stream``) the reply is streamed: a request is then given up on
+when its server goes silent, not when the reply is long in coming, and the tokens are reported as they
+arrive.
 It knows nothing of steps, plans or the store, so the judge's retry loop (``PackRunner._run_pack``)
 reads as policy while the litellm specifics stay here.
 """
@@ -11,9 +14,11 @@ reads as policy while the litellm specifics stay here.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from faithfulness_pipeline.core.port import JudgeStats
@@ -26,6 +31,9 @@ from faithfulness_pipeline.judging.llm.valid_text import valid_text
 
 if TYPE_CHECKING:
     from faithfulness_pipeline.settings.judge import JudgeSettings
+
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class Reply:
@@ -77,6 +85,18 @@ class Tries:
 
     def gave_up(self, reason: str) -> str:
         return f"gave up after {self.sent} requests: {reason}"
+
+
+class StreamTimeout(TimeoutError):
+    """A streamed request given up on by one of the judge's own bounds; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+#: Called with how many reply tokens just arrived on a streamed request (progress during a long request).
+Receiving = Callable[[int], None]
 
 
 class RequestFailed(Exception):
@@ -139,9 +159,13 @@ class Sender:
         redact: Callable[[str], str],
         stats: JudgeStats,
         output: OutputMode,
+        stream: bool = False,
+        receiving: Receiving | None = None,
     ) -> None:
         self.config = config
         self.output = output
+        self.stream = stream
+        self._receiving = receiving
         self.model = config.model or ""
         self.endpoint = shown(config.api_base) if config.api_base else None
         self.api_key_env = api_key_env
@@ -161,6 +185,7 @@ class Sender:
         )
         self._held_until = float("-inf")  # on the limiter's clock: until then requests fail unsent
         self._held_reason = ""
+        self._unmetered = 0  # streamed replies whose server sent no usage: their tokens are estimates
 
     async def send(
         self,
@@ -206,6 +231,13 @@ class Sender:
             "max_retries": 0,
             "drop_params": True,
         }
+        if self.stream:
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
+            # The client's timeout bounds each read: a server of one's own sends nothing while the request
+            # waits in its queue and while it reads the prompt, which can take minutes on a CPU. The judge's
+            # own bounds (``_streamed``) tell that from silence in the middle of a reply.
+            kwargs["timeout"] = cfg.stream_max_s
         if cfg.seed is not None:
             kwargs["seed"] = cfg.seed
         if cfg.api_base:
@@ -225,17 +257,20 @@ class Sender:
                 raise RequestFailed("stale", "stored by another process while waiting for a slot", sent=False)
             self._stats.requests += 1
             try:
-                # ``timeout`` bounds the whole request: the client's own timeout bounds each read, so a body
-                # trickling in a byte at a time would hold the request (and its slot) for as long as the
-                # server likes. A context manager, not wait_for: no extra task and loop hop per request.
-                async with asyncio.timeout(cfg.timeout_s):
-                    response = await litellm.acompletion(**kwargs)
+                if self.stream:
+                    answer = await self._streamed(litellm, kwargs)
+                else:
+                    # ``timeout`` bounds the whole request: the client's own timeout bounds each read, so a body
+                    # trickling in a byte at a time would hold the request (and its slot) for as long as the
+                    # server likes. A context manager, not wait_for: no extra task and loop hop per request.
+                    async with asyncio.timeout(cfg.timeout_s):
+                        answer = _Answer.of(await litellm.acompletion(**kwargs))
             except Exception as exc:
                 raise self.classify(exc, mode if response_format is not None else "prompt") from None
-            text, unanswered = _content(response)
-            usage = getattr(response, "usage", None)
-            prompt = _int(getattr(usage, "prompt_tokens", None)) or prompt_estimate
-            completion = _int(getattr(usage, "completion_tokens", None)) or self.count_tokens(text)
+            text, unanswered = answer.content()
+            usage = answer.usage
+            prompt = _int(_field(usage, "prompt_tokens")) or prompt_estimate
+            completion = _int(_field(usage, "completion_tokens")) or self.count_tokens(text)
             cached = cached_prompt_tokens(usage, prompt)
             slot.settle(prompt + completion)
         self.limiter.on_success()
@@ -243,6 +278,76 @@ class Sender:
         self._unreachable = 0
         return Reply(text=text, prompt_tokens=prompt, completion_tokens=completion, unanswered=unanswered,
                      cached_prompt_tokens=cached)
+
+    async def _streamed(self, litellm: Any, kwargs: dict[str, Any]) -> _Answer:
+        """One streamed request, read to its end. Two bounds of the judge's own: ``stream_max_s`` on the whole
+        request, the wait for its first piece included, and, once pieces come, ``timeout_s`` on the silence
+        after each. A request that breaks one is closed (the server stops generating) and raises
+        :class:`StreamTimeout`."""
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        answer = _Answer(choices=False)
+        whole, silence = asyncio.timeout(cfg.stream_max_s), asyncio.timeout(None)
+        stream: Any = None
+        try:
+            async with whole:
+                stream = await litellm.acompletion(**kwargs)
+                body = await _not_streamed(stream)
+                if body is not None:
+                    return _whole_answer(body)
+                async with silence:
+                    try:
+                        async for chunk in stream:
+                            # A new deadline per piece: a reply may take as long as it likes while pieces come.
+                            silence.reschedule(loop.time() + cfg.timeout_s)
+                            piece = answer.add(chunk)
+                            if piece and self._receiving is not None:
+                                self._heard(self.count_tokens(piece))
+                    except Exception as exc:
+                        if answer.pieces and _says(exc, REPEATING):
+                            # litellm ends a reply that repeats one piece over and over (a model in a loop). What
+                            # came is the reply, cut: sent again unchanged it would loop again; parsed, it is
+                            # re-asked in smaller packs or with a repair message.
+                            answer.finish_reason = "length"
+                        elif not _says(exc, UNFINISHED):
+                            raise
+                        # else the server ended the stream properly, if without a finish_reason: what came is the
+                        # reply (none at all: a reply without choices, never sent again unchanged)
+        except TimeoutError:
+            if silence.expired():
+                raise StreamTimeout(f"timed out: nothing came for {cfg.timeout_s:g} s in the middle of a streamed "
+                                    f"reply (--timeout)") from None
+            if whole.expired():
+                raise StreamTimeout(f"timed out: a streamed reply took over {cfg.stream_max_s:g} s in all, the wait "
+                                    f"for its first token included (--stream-max)") from None
+            raise
+        finally:
+            if stream is not None:  # the connection goes, so the server stops working on a reply given up
+                await stream.aclose()
+        kept = _kept_usage(stream)
+        if kept is not _UNKNOWN:
+            # The server's own usage, as litellm kept it: at the end of a stream litellm hands out a usage of its
+            # own counting when the server sent none, and none when the stream did not end normally.
+            answer.usage = kept
+        if answer.usage is None:
+            self._unmetered += 1
+            if self._unmetered == 1:
+                self._stats.notes.append(
+                    "a streamed reply came without its usage (the server sent none, or the reply was cut): its "
+                    "tokens and cost are the judge's estimates; --stream no asks for whole replies")
+        return answer
+
+    def _heard(self, tokens: int) -> None:
+        """Tells the listener of tokens that arrived; one that fails is dropped, never the request."""
+        listener = self._receiving
+        if listener is None:
+            return
+        try:
+            listener(tokens)
+        except Exception as exc:
+            self._receiving = None
+            log.warning("the receiving callback failed (%s: %s): requests go on without it", type(exc).__name__,
+                        str(exc)[:200])
 
     def classify(self, exc: BaseException, mode: Mode = "prompt") -> RequestFailed:
         """What a failed request sent in ``mode`` means (``mode``: the response format it carried)."""
@@ -278,6 +383,8 @@ class Sender:
             return RequestFailed("rate_limit", f"rate limited (429; paused {pause:.3g} s)")
         if isinstance(exc, litellm.ContextWindowExceededError):
             return RequestFailed("too_big", f"the request exceeds the model's context window: {detail}")
+        if isinstance(exc, StreamTimeout):
+            return RequestFailed("timeout", exc.reason)
         if isinstance(exc, litellm.Timeout | TimeoutError | asyncio.TimeoutError):
             return RequestFailed("timeout", f"timed out after {self.config.timeout_s:g} s")
         if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError):
@@ -366,22 +473,137 @@ _CONNECTION_ERRORS: Final = frozenset({
 })
 
 
-def _content(response: Any) -> tuple[str, str | None]:
-    """The reply's text, and why it holds no answer when it holds none (None when it has content)."""
-    choices = getattr(response, "choices", None)
-    if not choices:
-        return "", "no answer: the reply has no choices (a content filter, or a proxy that drops them)"
-    message = getattr(choices[0], "message", None)
-    content = getattr(message, "content", None)
-    if isinstance(content, str):
-        # Valid Unicode from here on: the reply is counted, quoted back in a repair message and parsed.
-        return valid_text(content), None
-    refusal = getattr(message, "refusal", None)
-    if isinstance(refusal, str) and refusal.strip():
-        return "", f"the model refused: {valid_text(' '.join(refusal.split()))}"
-    if getattr(choices[0], "finish_reason", None) == "content_filter":
-        return "", "no answer: the provider's content filter withheld it"
-    return "", "no answer: the reply's content is null"
+@dataclass(slots=True)
+class _Answer:
+    """What came back of one request, whole or streamed: enough to say what it holds and what it cost."""
+
+    #: whether the reply had any choice (a streamed one: whether any piece had one)
+    choices: bool
+    text: str | None = None
+    refusal: str | None = None
+    finish_reason: str | None = None
+    usage: Any = None
+    #: a streamed reply's pieces of text and of refusal, joined when it has ended
+    pieces: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def of(response: Any) -> _Answer:
+        """A whole reply: litellm's response, or the JSON of a completion (a dict)."""
+        choices = _field(response, "choices")
+        if not choices or not isinstance(choices, list):
+            return _Answer(choices=False, usage=_field(response, "usage"))
+        message = _field(choices[0], "message")
+        return _Answer(choices=True, text=_field(message, "content"), refusal=_field(message, "refusal"),
+                       finish_reason=_field(choices[0], "finish_reason"), usage=_field(response, "usage"))
+
+    def add(self, chunk: Any) -> str:
+        """Takes one streamed chunk in; returns the reply text it carried ("" for none)."""
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self.usage = usage
+        choices = getattr(chunk, "choices", None)
+        if not choices:
+            return ""
+        self.choices = True
+        choice = choices[0]
+        delta = getattr(choice, "delta", None)
+        text = getattr(delta, "content", None)
+        refusal = getattr(delta, "refusal", None)
+        if isinstance(refusal, str) and refusal:
+            self.refused.append(refusal)
+        finish = getattr(choice, "finish_reason", None)
+        if finish is not None:
+            self.finish_reason = finish
+        if not isinstance(text, str):
+            return ""
+        # Content, if only "" (a first piece that names the role): a reply whose content is "" is an empty
+        # answer, as a whole one would be, not a null one.
+        self.text = ""
+        self.pieces.append(text)
+        return text
+
+    def content(self) -> tuple[str, str | None]:
+        """The reply's text, and why it holds no answer when it holds none (None when it has content)."""
+        if not self.choices:
+            return "", "no answer: the reply has no choices (a content filter, or a proxy that drops them)"
+        content = "".join(self.pieces) if self.pieces else self.text
+        refusal = "".join(self.refused) if self.refused else self.refusal
+        refused = isinstance(refusal, str) and bool(refusal.strip())
+        # A refusal streams beside a content of "" at most (the piece naming the role): that is no answer.
+        if isinstance(content, str) and (content or not refused):
+            # Valid Unicode from here on: the reply is counted, quoted back in a repair message and parsed.
+            return valid_text(content), None
+        if refused and isinstance(refusal, str):
+            return "", f"the model refused: {valid_text(' '.join(refusal.split()))}"
+        if self.finish_reason == "content_filter":
+            return "", "no answer: the provider's content filter withheld it"
+        return "", "no answer: the reply's content is null"
+
+
+#: What litellm's errors say when it ends a stream that repeats one piece over and over
+#: (``CustomStreamWrapper.raise_on_model_repetition``), and when a stream ended without a finish_reason;
+#: tests/judging/test_private_litellm.py checks both.
+REPEATING: Final = "The model is repeating the same chunk"
+UNFINISHED: Final = "Stream ended before a finish_reason was received"
+
+
+def _says(exc: BaseException, words: str) -> bool:
+    """Whether ``exc``, or an error it was raised from, says ``words``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if words in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+#: Not known: litellm keeps no chunks where the judge can see them.
+_UNKNOWN: Final = object()
+
+
+def _kept_usage(stream: Any) -> Any:
+    """The usage the server sent in a stream, None when it sent none, :data:`_UNKNOWN` when litellm does not
+    say. litellm keeps the server's usage chunk among the stream's chunks (``CustomStreamWrapper.chunks``)."""
+    kept = getattr(stream, "chunks", None)
+    if not isinstance(kept, list):
+        return _UNKNOWN
+    usages = [usage for chunk in kept if (usage := getattr(chunk, "usage", None)) is not None]
+    return usages[-1] if usages else None
+
+
+async def _not_streamed(stream: Any) -> str | None:
+    """The body of a reply that came whole to a streamed request (a proxy's web page, a server that ignores
+    ``stream``), None when the reply is a stream. Told by its content type (litellm keeps the reply's
+    headers, ``llm_provider-`` before each name)."""
+    hidden = getattr(stream, "_hidden_params", None)
+    headers = hidden.get("additional_headers") if isinstance(hidden, dict) else None
+    kind = str(headers.get("llm_provider-content-type") or "") if isinstance(headers, dict) else ""
+    if not kind or "text/event-stream" in kind:
+        return None
+    response = getattr(getattr(stream, "completion_stream", None), "response", None)
+    read = getattr(response, "aread", None)
+    if read is None:
+        return ""
+    raw = await read()
+    return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+
+
+class NotAStream(Exception):
+    """A reply to a streamed request that is neither a stream nor a completion; its text is quoted."""
+
+
+def _whole_answer(body: str) -> _Answer:
+    """A completion that came whole to a streamed request, read as the unstreamed request would have been."""
+    try:
+        completion = json.loads(body)
+    except ValueError:
+        completion = None
+    if not isinstance(completion, dict) or "choices" not in completion:
+        raise NotAStream(f"the server answered a streamed request with no stream and no completion: {body[:2000]}")
+    return _Answer.of(completion)
 
 
 #: What a web page has and a JSON reply has not (tags, not the words: any language, any framework).
@@ -423,14 +645,16 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _field(value: Any, name: str) -> Any:
+    """``name`` of an object litellm made, or of the JSON it would have been made from."""
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
 def cached_prompt_tokens(usage: Any, prompt: int) -> int:
     """The prompt tokens a reply's ``usage`` says were served from the provider's prompt cache: OpenAI's
     ``prompt_tokens_details.cached_tokens``, where litellm also puts Anthropic's ``cache_read_input_tokens``
     and DeepSeek's ``prompt_cache_hit_tokens`` (a dict in a batch output line, an object from litellm).
     Never more than the ``prompt`` tokens billed, never negative: a count that cannot be is not believed."""
 
-    def field(value: Any, name: str) -> Any:
-        return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
-
-    cached = _int(field(field(usage, "prompt_tokens_details"), "cached_tokens")) or 0
+    cached = _int(_field(_field(usage, "prompt_tokens_details"), "cached_tokens")) or 0
     return cached if 0 <= cached <= prompt else 0

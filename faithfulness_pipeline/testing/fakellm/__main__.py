@@ -81,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rate-malformed", type=float, default=0.0)
     p.add_argument("--rate-partial", type=float, default=0.0)
     p.add_argument("--rate-hang", type=float, default=0.0)
+    p.add_argument("--rate-stall", type=float, default=0.0, help="streamed replies that go silent halfway")
     p.add_argument("--fault-seed", type=int, default=0)
     p.add_argument("--prompt-cache", action="store_true",
                    help="report cached prompt tokens for prompts sharing a 1,024-token prefix (OpenAI's rule)")
@@ -127,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rate_malformed=args.rate_malformed,
         rate_partial=args.rate_partial,
         rate_hang=args.rate_hang,
+        rate_stall=args.rate_stall,
         seed=args.fault_seed,
     )
     batch_timing = BatchTiming(

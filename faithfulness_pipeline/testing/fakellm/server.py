@@ -1,9 +1,10 @@
 """An OpenAI-compatible chat-completions server on 127.0.0.1 for tests and benchmarks.
 
 It answers ``POST /v1/chat/completions`` (plain and SSE streaming) with content from a *responder*,
-counts tokens with the real cl100k BPE, models latency with asyncio sleeps (no thread per request),
-caps server-side concurrency (extra requests queue) and injects faults (429, 5xx, malformed JSON,
-truncated JSON, hangs) chosen deterministically from the request body, so that runs are reproducible
+counts tokens with the real cl100k BPE, models latency with asyncio sleeps (no thread per request; a
+streamed reply comes a piece at a time, as slowly as ``Latency`` says), caps server-side concurrency (extra
+requests queue) and injects faults (429, 5xx, malformed JSON, truncated JSON, hangs, streamed replies that
+go silent halfway) chosen deterministically from the request body, so that runs are reproducible
 whatever the arrival order and a retry of the same body can succeed. With ``prompt_cache`` it reports the
 prompt tokens a provider's automatic prefix cache would have served (:class:`PromptCache`, OpenAI's rule;
 off by default, so that exact billed figures stay what they were). OpenAI's Files and Batches endpoints,
@@ -87,7 +88,7 @@ class Latency:
 
 
 #: Fault outcomes in the order their probability bands are laid on [0, 1).
-_FAULT_ORDER: Final = ("429", "429_no_retry_after", "5xx", "malformed", "partial", "hang")
+_FAULT_ORDER: Final = ("429", "429_no_retry_after", "5xx", "malformed", "partial", "hang", "stall")
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,9 @@ class FaultPlan:
     rate_malformed: float = 0.0  # 200 whose content is not JSON at all
     rate_partial: float = 0.0  # 200 whose content is the responder's reply cut in the middle
     rate_hang: float = 0.0  # never answers, until the client goes away or the server stops
+    #: A streamed reply whose first half is sent, then nothing, until the client goes away or the server stops
+    #: (a server that died mid-generation with the connection still open). A plain request just hangs.
+    rate_stall: float = 0.0
     seed: int = 0
     status_5xx: int = 500
 
@@ -128,6 +132,7 @@ class FaultPlan:
             self.rate_malformed,
             self.rate_partial,
             self.rate_hang,
+            self.rate_stall,
         )
 
     def decide(self, canonical_body: bytes, nth: int) -> str:
@@ -148,10 +153,11 @@ class ServerStats:
 
     requests: int  # every request received on the chat endpoint
     ok: int  # normal replies (outcome "ok")
-    # "ok", "429", "5xx", "malformed", "partial", "hang", "401", "400", "max_tokens", "responder_error",
+    # "ok", "429", "5xx", "malformed", "partial", "hang", "stall", "401", "400", "max_tokens", "responder_error",
     # "format_refused" and "context_exceeded" (400s of a self-hosted server: ``selfhosted.py``),
-    # "cancelled" (client left or server stopped while queued or sleeping). A reply is counted when it
-    # is sent, a hang when it starts: the values add up to ``requests`` once no request is open.
+    # "cancelled" (client left or server stopped while queued, sleeping or streaming). A reply is counted when
+    # it is sent, a hang when it starts, a stall when it goes silent: the values add up to ``requests`` once no
+    # request is open.
     by_outcome: dict[str, int]
     prompt_tokens: int  # of ok replies sent
     completion_tokens: int  # of ok replies sent
@@ -395,6 +401,7 @@ class FakeLLMServer:
         limits: ServedLimits | None = None,
         refuse_formats: Collection[str] = (),
         prompt_cache: bool = False,
+        stream_usage: bool = True,
     ) -> None:
         # Imported here: batches.py builds on this module.
         from faithfulness_pipeline.testing.fakellm.batches import BatchFaults, BatchService, BatchTiming
@@ -409,6 +416,9 @@ class FakeLLMServer:
         self._refused = _formats(refuse_formats)
         #: Off unless asked for: tests that assert exact billed figures know nothing of cached tokens.
         self._prompt_cache = PromptCache() if prompt_cache else None
+        #: Whether a streamed reply ends with its usage when the client asks (``stream_options.include_usage``);
+        #: off plays a server or proxy that sends none.
+        self._stream_usage = stream_usage
         #: GET and POST requests of the endpoints a client reads a server's limits from (``/props`` ...)
         self.probes_log: list[str] = []
         self.requests_log: list[ChatRequest] = []
@@ -555,6 +565,10 @@ class FakeLLMServer:
         """Reports cached prompt tokens (OpenAI's rule, :class:`PromptCache`) from now on, or stops; turning it
         on starts an empty cache."""
         self._prompt_cache = PromptCache() if on else None
+
+    def set_stream_usage(self, on: bool) -> None:
+        """Whether streamed replies asked for their usage end with it, from now on."""
+        self._stream_usage = on
 
     def set_responder(self, responder: Responder) -> None:
         self._responder = responder
@@ -734,8 +748,8 @@ class FakeLLMServer:
             self._record("5xx")
             body_5xx = _error_body("The server had an error while processing your request.", "server_error", None)
             return web.json_response(body_5xx, status=faults.status_5xx)
-        if outcome == "hang":
-            self._record("hang")
+        if outcome == "hang" or (outcome == "stall" and not chat.stream):
+            self._record(outcome)
             await asyncio.get_running_loop().create_future()  # only cancellation ends this
             raise AssertionError("unreachable")
 
@@ -761,14 +775,18 @@ class FakeLLMServer:
                 self._counters.modelled_latency_s += service_s
             try:
                 if chat.stream:
-                    response = await self._stream(request, chat, reply, completion_id, service_s)
+                    stall = outcome == "stall"
+                    if stall:  # counted as it starts, like a hang: only the client's leaving ends it
+                        self._record("stall")
+                    response = await self._stream(request, chat, reply, completion_id, stall)
                 else:
                     if service_s > 0:
                         await asyncio.sleep(service_s)
                     response = web.json_response(_completion(completion_id, chat.model, reply))
             except (asyncio.CancelledError, ConnectionResetError):
-                # The client left (or the server stops) before the reply went out.
-                self._record("cancelled")
+                # The client left (or the server stops) before the reply went out (a stall is counted already).
+                if outcome != "stall":
+                    self._record("cancelled")
                 raise
             with self._lock:  # for a streamed reply this includes writing its pieces
                 self._counters.served_latency_s += time.perf_counter() - read_at - queued_s
@@ -844,9 +862,11 @@ class FakeLLMServer:
         return _Reply(content, finish, prompt_tokens, count_tokens(content), cached)
 
     async def _stream(
-        self, request: web.Request, chat: ChatRequest, reply: _Reply, completion_id: str, service_s: float
+        self, request: web.Request, chat: ChatRequest, reply: _Reply, completion_id: str, stall: bool
     ) -> web.StreamResponse:
-        include_usage = bool((chat.raw.get("stream_options") or {}).get("include_usage"))
+        """The reply as server-sent events, a piece every ``per_output_token_s`` times its tokens; ``stall``:
+        only its first half, then silence until the client leaves or the server stops."""
+        include_usage = self._stream_usage and bool((chat.raw.get("stream_options") or {}).get("include_usage"))
         created = int(time.time())
         pieces = [
             reply.content[i : i + _STREAM_CHUNK_CHARS] for i in range(0, len(reply.content), _STREAM_CHUNK_CHARS)
@@ -876,7 +896,9 @@ class FakeLLMServer:
             await asyncio.sleep(latency.base_s)
         await response.prepare(request)
         await response.write(chunk({"role": "assistant", "content": ""}, None))
-        for piece in pieces:
+        for k, piece in enumerate(pieces):
+            if stall and k == len(pieces) // 2:
+                await asyncio.get_running_loop().create_future()  # only cancellation ends this
             if per_piece_s > 0:
                 await asyncio.sleep(per_piece_s)
             await response.write(chunk({"content": piece}, None))
@@ -901,7 +923,8 @@ class FakeLLMServer:
 
 
 def _sse(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
+    # Escaped: a reply may hold a lone surrogate (half an emoji), which has no UTF-8; its JSON escape is valid.
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
 def _completion(completion_id: str, model: str, reply: _Reply) -> dict[str, Any]:
