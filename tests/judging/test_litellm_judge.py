@@ -178,7 +178,7 @@ REWRITES = {
 }
 
 
-def test_claims_come_back_as_sentence_numbers_or_written_out_and_are_rebuilt_as_texts() -> None:
+def test_claims_come_back_as_sentences_kept_dropped_or_written_out_and_are_rebuilt_as_texts() -> None:
     answers = [
         "Hello! The bridge opened in 1998 and cost $3M. It is 2 km long. Can I help with anything else?",
         "你好！台北101於2004年完工，高508公尺。它很有名。這座塔可能會再整修 [S?]。",
@@ -194,7 +194,7 @@ def test_claims_come_back_as_sentence_numbers_or_written_out_and_are_rebuilt_as_
         extracted, verdicts = run(make_judge(srv), rows)
         sent = [r for r in srv.requests_log if '"sentences"' in r.messages[1]["content"]]
     assert_scripted(rows, extracted, verdicts)
-    # The prompt numbered the sentences; the judge named kept ones by number and wrote out the rest.
+    # The prompt numbered the sentences; the judge marked kept ones true, the rest false or written out.
     assert sent and '"sentences":{"1":"Hello!","2":"The bridge opened in 1998 and cost $3M."' in sent[0].messages[1]["content"]
 
 
@@ -663,7 +663,8 @@ def test_the_key_never_leaves_for_anywhere_but_the_provider(tmp_path: Path, capl
 
 @pytest.mark.parametrize("written", ["1990", "2"])
 def test_a_claim_written_out_as_digits_is_a_claim_in_one_request(written: str) -> None:
-    # "1990" is no sentence number of the answer, "2" is one: both are claims the judge wrote out.
+    # "1990" is no sentence number of the answer, "2" is one: both are claims the judge wrote out (a string
+    # in the sentence's list, never a number or ``true``).
     answer = "The bridge opened in 1990. It has two lanes."
     script = ScriptedJudge(rewrites={"The bridge opened in 1990.": [written]})
     with FakeLLMServer(script) as srv:
