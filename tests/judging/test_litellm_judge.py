@@ -661,6 +661,35 @@ def test_the_key_never_leaves_for_anywhere_but_the_provider(tmp_path: Path, capl
 # ------------------------------------------------------------------------------ reply format and repair
 
 
+def test_an_answer_whose_reply_skips_a_sentence_is_asked_again_never_read_as_having_no_claim() -> None:
+    # What a small model did with many answers packed into one request: it left sentences out. Every
+    # sentence must be named, so the answer whose reply skips one fails alone, is asked again alone, and
+    # comes back with all its claims; the answers packed with it are kept from the first reply.
+    answers = [f"Fact one about item {k}{' #skip' if k == 2 else ''}. Fact two about item {k}. Fact three, {k}."
+               for k in range(4)]
+    rows = [TypicalRow("en", "q?", a, (f"Passage {k}.",), tuple(script_claims(a))) for k, a in enumerate(answers)]
+    script = ScriptedJudge(misbehave={"#skip": "wrong_count"})  # the first reply drops the last sentence
+    with FakeLLMServer(script, capture=True) as srv:
+        judge = make_judge(srv)
+        extracted, _ = run(judge, rows)
+        extraction = [r for r in srv.requests_log if '"sentences"' in r.messages[1]["content"]]
+    assert [(e.error, e.claims) for e in extracted] == [(None, r.claims) for r in rows]
+    assert all(len(r.claims) == 3 for r in rows)
+    first, again = extraction  # the packed request, then the one answer alone
+    assert first.response_format is not None
+    schema = first.response_format["json_schema"]["schema"]
+    assert list(schema["properties"]) == ["a1", "a2", "a3", "a4"]
+    assert all(schema["properties"][i]["required"] == ["1", "2", "3"] for i in schema["properties"])
+    assert [json.loads(line)["id"] for line in _data_lines(again)] == ["a1"]
+    assert "#skip" in again.messages[1]["content"]
+    assert [c.texts for c in script.calls if c.step == "extract"][1] == (" ".join(script_sentences(answers[2])),)
+
+
+def _data_lines(request: Any) -> list[str]:
+    content = request.messages[1]["content"]
+    return content.split("<<<DATA>>>\n", 1)[1].split("\n<<<END DATA>>>", 1)[0].splitlines()
+
+
 @pytest.mark.parametrize("written", ["1990", "2"])
 def test_a_claim_written_out_as_digits_is_a_claim_in_one_request(written: str) -> None:
     # "1990" is no sentence number of the answer, "2" is one: both are claims the judge wrote out (a string
