@@ -221,8 +221,8 @@ def report(result: dict[str, Any]) -> str:
         f"({_met(completion <= targets['completion_tokens_per_answer'])}, {completion:.1f}).",
         "",
         f"Verdicts in the 16-in-flight run: {', '.join(f'{k} {v}' for k, v in sorted(mix.items()))} "
-        "(contradicted and unsupported claims each carry a one-sentence reason). The scripted judge names "
-        "every answer sentence by its number (each is one claim); a judge that writes claims out in full "
+        "(contradicted and unsupported claims each carry a one-sentence reason). The scripted judge marks "
+        "every answer sentence true (each is one claim as written); a judge that writes claims out in full "
         "pays about one completion token per claim token for each one it rewrites.",
         "",
         machine_line(result),

@@ -1,10 +1,10 @@
 """A scripted judge behind the fake server: it reads OUR prompts (both steps) and answers predictably.
 
 Script:
-* extraction: the prompt shows each answer as numbered sentences; by default every sentence is one
-  claim, given back by its number (what a model does with a RAG answer whose sentences are already
-  atomic). ``rewrites`` maps a sentence to the claims to write out for it instead (an empty list drops
-  it, like a question or a greeting);
+* extraction: the prompt shows each answer as numbered sentences, and the reply marks every one: by
+  default ``true``, the sentence is one claim as written (what a model does with a RAG answer whose
+  sentences are already atomic). ``rewrites`` maps a sentence to the claims to write out for it instead
+  (a list; an empty one makes it ``false``, no claim, like a question or a greeting);
 * the verdict code of a claim comes from ``codes`` (claim -> code) when given, else from markers in the
   claim: ``[C]`` contradicted, ``[U?]`` unsupported + speculative, ``[U]`` unsupported, ``[S?]``
   supported + speculative, otherwise supported; evidence is passage 0 for S and C.
@@ -17,13 +17,14 @@ Script:
 Misbehaviour on purpose, to test salvage: ``misbehave`` maps a marker to a mode; an item whose answer
 (extraction) or claims (verdicts) contain the marker is answered wrongly the first ``times`` times it is
 seen. Modes: ``drop`` (left out of the reply), ``invent`` (answered under an id nobody asked for),
-``wrong_count`` (one verdict too few; extraction: an empty claim), ``bad_code`` (an invalid code;
-extraction: a sentence number that does not exist). Two modes answer with text that is not valid
-Unicode, a lone UTF-16 surrogate (half an emoji, :data:`CUT_EMOJI`) at the end of every claim (written
-out) or verdict reason: ``surrogate`` writes it as the JSON escape ``\\ud83d`` inside the reply (what a
-model in JSON mode emits), ``raw_surrogate`` puts it in the reply's content itself (the provider's JSON
-then carries the escape). ``extracts_nothing=True`` answers every
-extraction with no claims, as a small model was seen to do for every answer.
+``wrong_count`` (one verdict too few; extraction: the last sentence left out, as small models skipped
+sentences), ``bad_code`` (an invalid code; extraction: a sentence number that does not exist). Two modes
+answer with text that is not valid Unicode, a lone UTF-16 surrogate (half an emoji, :data:`CUT_EMOJI`) at
+the end of every claim or verdict reason (extraction: every claim written out, none kept as ``true``):
+``surrogate`` writes it as the JSON escape ``\\ud83d`` inside the reply (what a model in JSON mode emits),
+``raw_surrogate`` puts it in the reply's content itself (the provider's JSON then carries the escape).
+``extracts_nothing=True`` answers every extraction with no claims (every sentence ``false``), as a small
+model was seen to do for every answer.
 
 Every request is recorded in ``calls`` (step and the items' texts) for assertions.
 """
@@ -100,7 +101,7 @@ class ScriptedJudge:
     """A Responder (``Callable[[ChatRequest], str]``) for ``FakeLLMServer``.
 
     ``write_out_rate`` (0..1) is the share of kept sentences the script writes out as text instead of
-    naming by number (same claim text, chosen by a hash of the sentence): it models the reply cost of
+    marking ``true`` (same claim text, chosen by a hash of the sentence): it models the reply cost of
     a judge that rewrites some claims, without changing any claim.
     """
 
@@ -133,7 +134,7 @@ class ScriptedJudge:
         texts: list[str] = []
         escaped = False
         for item in items:
-            value: list[Any]
+            value: Any  # extraction: sentence number -> true | false | claims; verdicts: the codes
             if step == "extract":
                 sentences = [str(s) for s in item["sentences"].values()]
                 text = " ".join(sentences)
@@ -154,15 +155,15 @@ class ScriptedJudge:
             if mode == "invent":
                 key = f"zz{key}"
             elif mode == "wrong_count":
-                value = value[:-1] if step == "verdict" else [*value, ""]
+                value = value[:-1] if step == "verdict" else dict(list(value.items())[:-1])
             elif mode == "bad_code":
-                value = ["X!" for _ in value] if step == "verdict" else [len(item["sentences"]) + 1]
+                value = ["X!" for _ in value] if step == "verdict" else {**value, str(len(value) + 1): True}
             elif mode in ("surrogate", "raw_surrogate"):
                 escaped = escaped or mode == "surrogate"
                 if step == "verdict":
                     value = [f"{c}{'|' if '|' not in c else ''} cut {CUT_EMOJI}" for c in value]
                 else:
-                    value = [f"{sentences[c - 1] if isinstance(c, int) else c} {CUT_EMOJI}" for c in value]
+                    value = {n: _cut(sentences[int(n) - 1], v) for n, v in value.items()}
             reply[key] = value
         with self._lock:
             self.calls.append(ScriptedCall(step, tuple(texts)))
@@ -170,17 +171,17 @@ class ScriptedJudge:
         # The escape in the reply's own JSON, as a model writes it (the raw character is the other mode).
         return text.replace(CUT_EMOJI, "\\ud83d") if escaped else text
 
-    def _claims(self, sentences: list[str]) -> list[Any]:
-        out: list[Any] = []
-        if self.extracts_nothing:
-            return out
+    def _claims(self, sentences: list[str]) -> dict[str, bool | list[str]]:
+        out: dict[str, bool | list[str]] = {}
         for n, sentence in enumerate(sentences, start=1):
-            if sentence in self.rewrites:
-                out.extend(self.rewrites[sentence])
+            if self.extracts_nothing:
+                out[str(n)] = False
+            elif sentence in self.rewrites:
+                out[str(n)] = list(self.rewrites[sentence]) or False
             elif self.write_out_rate and _unit(sentence) < self.write_out_rate:
-                out.append(sentence)
+                out[str(n)] = [sentence]
             else:
-                out.append(n)
+                out[str(n)] = True
         return out
 
     @staticmethod
@@ -205,6 +206,13 @@ class ScriptedJudge:
                     self._done[(step, text)] = seen + 1
                 return mode
         return None
+
+
+def _cut(sentence: str, value: bool | list[str]) -> bool | list[str]:
+    """A sentence's extraction value with every claim written out and ending in half an emoji."""
+    if value is False:
+        return False
+    return [f"{c} {CUT_EMOJI}" for c in ([sentence] if value is True else value)]
 
 
 def _unit(text: str) -> float:

@@ -178,7 +178,7 @@ REWRITES = {
 }
 
 
-def test_claims_come_back_as_sentence_numbers_or_written_out_and_are_rebuilt_as_texts() -> None:
+def test_claims_come_back_as_sentences_kept_dropped_or_written_out_and_are_rebuilt_as_texts() -> None:
     answers = [
         "Hello! The bridge opened in 1998 and cost $3M. It is 2 km long. Can I help with anything else?",
         "你好！台北101於2004年完工，高508公尺。它很有名。這座塔可能會再整修 [S?]。",
@@ -194,7 +194,7 @@ def test_claims_come_back_as_sentence_numbers_or_written_out_and_are_rebuilt_as_
         extracted, verdicts = run(make_judge(srv), rows)
         sent = [r for r in srv.requests_log if '"sentences"' in r.messages[1]["content"]]
     assert_scripted(rows, extracted, verdicts)
-    # The prompt numbered the sentences; the judge named kept ones by number and wrote out the rest.
+    # The prompt numbered the sentences; the judge marked kept ones true, the rest false or written out.
     assert sent and '"sentences":{"1":"Hello!","2":"The bridge opened in 1998 and cost $3M."' in sent[0].messages[1]["content"]
 
 
@@ -668,9 +668,39 @@ def test_the_key_never_leaves_for_anywhere_but_the_provider(tmp_path: Path, capl
 # ------------------------------------------------------------------------------ reply format and repair
 
 
+def test_an_answer_whose_reply_skips_a_sentence_is_asked_again_never_read_as_having_no_claim() -> None:
+    # What a small model did with many answers packed into one request: it left sentences out. Every
+    # sentence must be named, so the answer whose reply skips one fails alone, is asked again alone, and
+    # comes back with all its claims; the answers packed with it are kept from the first reply.
+    answers = [f"Fact one about item {k}{' #skip' if k == 2 else ''}. Fact two about item {k}. Fact three, {k}."
+               for k in range(4)]
+    rows = [TypicalRow("en", "q?", a, (f"Passage {k}.",), tuple(script_claims(a))) for k, a in enumerate(answers)]
+    script = ScriptedJudge(misbehave={"#skip": "wrong_count"})  # the first reply drops the last sentence
+    with FakeLLMServer(script, capture=True) as srv:
+        judge = make_judge(srv)
+        extracted, _ = run(judge, rows)
+        extraction = [r for r in srv.requests_log if '"sentences"' in r.messages[1]["content"]]
+    assert [(e.error, e.claims) for e in extracted] == [(None, r.claims) for r in rows]
+    assert all(len(r.claims) == 3 for r in rows)
+    first, again = extraction  # the packed request, then the one answer alone
+    assert first.response_format is not None
+    schema = first.response_format["json_schema"]["schema"]
+    assert list(schema["properties"]) == ["a1", "a2", "a3", "a4"]
+    assert all(schema["properties"][i]["required"] == ["1", "2", "3"] for i in schema["properties"])
+    assert [json.loads(line)["id"] for line in _data_lines(again)] == ["a1"]
+    assert "#skip" in again.messages[1]["content"]
+    assert [c.texts for c in script.calls if c.step == "extract"][1] == (" ".join(script_sentences(answers[2])),)
+
+
+def _data_lines(request: Any) -> list[str]:
+    content = request.messages[1]["content"]
+    return content.split("<<<DATA>>>\n", 1)[1].split("\n<<<END DATA>>>", 1)[0].splitlines()
+
+
 @pytest.mark.parametrize("written", ["1990", "2"])
 def test_a_claim_written_out_as_digits_is_a_claim_in_one_request(written: str) -> None:
-    # "1990" is no sentence number of the answer, "2" is one: both are claims the judge wrote out.
+    # "1990" is no sentence number of the answer, "2" is one: both are claims the judge wrote out (a string
+    # in the sentence's list, never a number or ``true``).
     answer = "The bridge opened in 1990. It has two lanes."
     script = ScriptedJudge(rewrites={"The bridge opened in 1990.": [written]})
     with FakeLLMServer(script) as srv:

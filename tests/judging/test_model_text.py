@@ -100,7 +100,7 @@ def test_valid_text_replaces_only_lone_halves() -> None:
 
 
 def test_the_parser_names_the_items_whose_text_it_replaced() -> None:
-    extract = parse_extract_reply('{"a":["A claim \\ud83d"],"b":[1]}', {"a": ("x.",), "b": ("y.",)})
+    extract = parse_extract_reply('{"a":{"1":["A claim \\ud83d"]},"b":{"1":true}}', {"a": ("x.",), "b": ("y.",)})
     assert extract.ok == {"a": (f"A claim {REPLACEMENT}",), "b": ("y.",)} and extract.replaced == {"a"}
     verdict = parse_verdict_reply('{"a":["S0"],"b":["U|no \\udc00 passage"]}', {"a": (1, 1), "b": (1, 1)})
     assert verdict.replaced == {"b"}

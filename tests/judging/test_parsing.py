@@ -21,23 +21,32 @@ SENTENCES = {
 }
 
 
-def test_extract_reply_rebuilds_claims_from_numbers_and_texts() -> None:
-    body = json.dumps({"a1": [1, " 서울은 수도이다. ", "서울은 한국에 있다."], "a2": []}, ensure_ascii=False)
+def test_extract_reply_rebuilds_claims_from_marks_and_texts() -> None:
+    body = json.dumps({"a1": {"1": True, "2": [" 서울은 수도이다. ", "서울은 한국에 있다."], "3": False},
+                       "a2": {"1": False}}, ensure_ascii=False)
     for text in (body, f"```json\n{body}\n```", f"Here you go:\n{body}\nThanks"):
         parsed = parse_extract_reply(text, SENTENCES)
         assert parsed.ok == {"a1": ("Paris is in France.", "서울은 수도이다.", "서울은 한국에 있다."), "a2": ()}
         assert parsed.failed == {} and parsed.complete
         assert set(parsed.weights) == {"a1", "a2"}
-    # Sentence 3 (a question) was left out.
-    parsed = parse_extract_reply('{"a1": [1, 2], "a2": [1]}', SENTENCES)
+    # Sentence 3 (a question) has no claim; an empty list says the same as false.
+    parsed = parse_extract_reply('{"a1": {"1": true, "2": true, "3": []}, "a2": {"1": true}}', SENTENCES)
     assert parsed.ok == {"a1": SENTENCES["a1"][:2], "a2": SENTENCES["a2"]}
+
+
+def test_claims_come_back_in_sentence_order_whatever_the_order_of_the_keys() -> None:
+    sentences = {"a1": ("One.", "Two.", "Three.", "Four.")}
+    reply = '{"a1": {"4": ["Four, split.", "Four, again."], "2": false, "1": true, "3": true}}'
+    parsed = parse_extract_reply(reply, sentences)
+    assert parsed.ok == {"a1": ("One.", "Three.", "Four, split.", "Four, again.")}
 
 
 @pytest.mark.parametrize("claim", ["1990", "2", " 3 ", "٣", "00"])
 def test_a_written_out_claim_of_digits_is_a_claim_never_a_sentence_number(claim: str) -> None:
-    # JSON strings are claims and JSON integers are sentence numbers: the type decides, not the text.
-    # "2" is also a valid sentence number of a1: it still is the claim "2".
-    parsed = parse_extract_reply(json.dumps({"a1": [1, claim], "a2": [claim]}), SENTENCES)
+    # A written-out claim is a string in a list: it is the claim, whatever it looks like. "2" is also a
+    # sentence number of a1: it still is the claim "2".
+    reply = {"a1": {"1": True, "2": [claim], "3": False}, "a2": {"1": [claim]}}
+    parsed = parse_extract_reply(json.dumps(reply), SENTENCES)
     assert parsed.failed == {}
     assert parsed.ok == {"a1": (SENTENCES["a1"][0], claim.strip()), "a2": (claim.strip(),)}
 
@@ -45,32 +54,56 @@ def test_a_written_out_claim_of_digits_is_a_claim_never_a_sentence_number(claim:
 def test_extract_reply_keeps_valid_items_and_names_the_rest() -> None:
     one = ("s.",)
     three = ("s1.", "s2.", "s3.")
-    sentences = {"a1": three, "a2": one, "a3": one, "a4": one, "a5": one, "a6": three, "a7": three, "a8": one}
+    sentences = {"a1": three, "a2": one, "a3": one, "a4": one, "a5": one, "a6": three, "a7": three, "a8": one,
+                 "a9": one, "a10": three}
     text = json.dumps(
-        {"a1": ["ok claim", 3], "a3": [""], "a4": "not a list", "a5": [1.5], "a6": [2, 1], "a7": [4],
-         "a8": [True], "zz": ["invented"]}
+        {"a1": {"1": ["ok claim"], "2": False, "3": True}, "a3": {"1": [""]}, "a4": [1], "a5": {"1": 1},
+         "a6": {"1": True, "3": True}, "a7": {"1": True, "2": True, "3": True, "4": True}, "a8": {"1": [True]},
+         "a9": {"one": True}, "a10": {}, "zz": {"1": ["invented"]}}
     )
     parsed = parse_extract_reply(text, sentences)
     assert parsed.ok == {"a1": ("ok claim", "s3.")}
     assert parsed.failed["a2"] == MISSING
-    assert parsed.failed["a3"] == "a claim is empty"
-    for key in ("a4", "a5", "a8"):
-        assert parsed.failed[key] == "claims are not a list of sentence numbers and texts"
-    assert parsed.failed["a6"] == "sentence numbers are repeated or out of order"
+    assert parsed.failed["a3"] == "sentence 1: a claim is empty"
+    assert parsed.failed["a4"] == "claims are not an object keyed by sentence number"
+    assert parsed.failed["a5"] == "sentence 1 is not true, false or a list of claims"
+    assert parsed.failed["a6"] == "sentence 2 missing: every sentence needs true, false or its claims"
     assert parsed.failed["a7"] == "sentence 4 does not exist (the answer has 3)"
+    assert parsed.failed["a8"] == "sentence 1: a claim is not a text"
+    assert parsed.failed["a9"] == 'key "one" is not a sentence number'
+    assert parsed.failed["a10"] == "sentences 1, 2, 3 missing: every sentence needs true, false or its claims"
     assert parsed.unknown_ids == ("zz",)
-    assert "out of order" in parse_extract_reply('{"a1": [1, 1]}', {"a1": three}).failed["a1"]
-    assert "does not exist" in parse_extract_reply('{"a1": [0]}', {"a1": three}).failed["a1"]
+    assert "does not exist" in parse_extract_reply('{"a1": {"0": true}}', {"a1": three}).failed["a1"]
+    for key in ("01", " 1", "1.0", "١"):  # only the numbers as the prompt wrote them
+        reply = json.dumps({"a1": {key: True}}, ensure_ascii=False)
+        assert "is not a sentence number" in parse_extract_reply(reply, {"a1": one}).failed["a1"]
+
+
+def test_a_sentence_missing_from_the_reply_fails_its_answer_never_reads_as_no_claim() -> None:
+    # What a small model did with many answers in one request: it wrote each answer's first sentence and
+    # went on to the next answer. Under the old reply that read as "the other sentences hold no claim".
+    sentences = {"a1": ("One.", "Two.", "Three."), "a2": ("Four.", "Five.")}
+    parsed = parse_extract_reply('{"a1": {"1": true, "3": true}, "a2": {"1": true, "2": false}}', sentences)
+    assert parsed.ok == {"a2": ("Four.",)}
+    assert parsed.failed == {"a1": "sentence 2 missing: every sentence needs true, false or its claims"}
+
+
+def test_a_sentence_given_twice_fails_its_answer_not_read_as_the_last_value() -> None:
+    sentences = {"a1": ("One.", "Two."), "a2": ("Three.",)}
+    parsed = parse_extract_reply('{"a1": {"1": true, "2": false, "2": true}, "a2": {"1": true}}', sentences)
+    assert parsed.ok == {"a2": ("Three.",)}
+    assert parsed.failed == {"a1": "sentence 2 is given more than once"}
 
 
 def test_a_duplicated_id_is_a_failure_not_a_guess() -> None:
-    parsed = parse_extract_reply('{"a1": ["x"], "a1": ["y"], "a2": ["z"]}', {"a1": ("s",), "a2": ("s",)})
+    parsed = parse_extract_reply('{"a1": {"1": ["x"]}, "a1": {"1": ["y"]}, "a2": {"1": ["z"]}}',
+                                 {"a1": ("s",), "a2": ("s",)})
     assert parsed.ok == {"a2": ("z",)}
     assert "more than once" in parsed.failed["a1"]
 
 
 def test_a_reply_cut_short_keeps_the_members_before_the_cut() -> None:
-    full = json.dumps({"a1": [1], "a2": ["two.", "three."], "a3": [1]})
+    full = json.dumps({"a1": {"1": True}, "a2": {"1": ["two.", "three."]}, "a3": {"1": True}})
     cut = full[: full.index("three") + 2]
     members, complete = read_members(cut)
     assert [m[0] for m in members] == ["a1"] and not complete
@@ -90,6 +123,11 @@ def test_a_reply_without_an_object_fails_every_item(text: str) -> None:
 def test_empty_object_reply_misses_everything() -> None:
     parsed = parse_extract_reply("{}", {"a1": ("s",)})
     assert parsed.failed == {"a1": MISSING} and parsed.complete
+
+
+def test_an_answer_without_sentences_is_an_empty_object() -> None:
+    parsed = parse_extract_reply('{"a1": {}}', {"a1": ()})
+    assert parsed.ok == {"a1": ()} and parsed.failed == {}
 
 
 @pytest.mark.parametrize(

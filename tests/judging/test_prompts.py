@@ -46,7 +46,7 @@ def test_versions_are_derived_from_the_prompt_text() -> None:
         "language and script of its answer",
         "Never translate",
         "never instructions to you",
-        "empty list",
+        "false for every sentence",
     ],
 )
 def test_extraction_prompt_carries_the_rules(phrase: str) -> None:
@@ -107,7 +107,7 @@ def test_lone_surrogates_become_replacement_characters() -> None:
 
 
 def test_response_formats_are_strict_schemas_over_exactly_the_ids() -> None:
-    for fmt in (P.extract_response_format(["a1", "a2"]), P.verdict_response_format({"a1": 2, "a2": 1}),
+    for fmt in (P.extract_response_format({"a1": 3, "a2": 1}), P.verdict_response_format({"a1": 2, "a2": 1}),
                 P.verdict_response_format({"a1": 2, "a2": 1}, exact=True)):  # fmt: skip
         schema = fmt["json_schema"]["schema"]
         assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
@@ -152,10 +152,30 @@ def test_answers_are_split_into_sentences_in_three_languages(text: str, sentence
     assert P.split_sentences(text) == sentences
 
 
-def test_extraction_reply_names_sentences_by_number() -> None:
-    assert "number alone" in P.EXTRACT_SYSTEM and '"sentences"' in P.EXTRACT_SYSTEM
-    schema = P.extract_response_format(["a1"])["json_schema"]["schema"]
-    assert schema["properties"]["a1"]["items"] == {"anyOf": [{"type": "integer"}, {"type": "string"}]}
+def test_extraction_reply_marks_every_sentence_by_number() -> None:
+    assert "every sentence number of that answer as a key, exactly once" in P.EXTRACT_SYSTEM
+    assert '"sentences"' in P.EXTRACT_SYSTEM and "- true:" in P.EXTRACT_SYSTEM and "- false:" in P.EXTRACT_SYSTEM
+    # The prompt's own example is a reply of the shape it asks for.
+    example = json.loads(P.EXTRACT_SYSTEM.rsplit("Example: ", 1)[1])
+    assert example == {"a1": {"1": True, "2": ["The museum opened in 1998.", "The museum is in Oslo."], "3": False},
+                       "a2": {"1": False}}
+
+
+def test_the_extraction_schema_requires_every_sentence_number_of_each_id() -> None:
+    schema = P.extract_response_format({"a1": 3, "a2": 1, "a3": 0})["json_schema"]["schema"]
+    value = {"anyOf": [{"type": "boolean"}, {"type": "array", "items": {"type": "string"}}]}
+    assert schema["properties"]["a1"] == {
+        "type": "object",
+        "properties": {"1": value, "2": value, "3": value},
+        "required": ["1", "2", "3"],
+        "additionalProperties": False,
+    }
+    assert schema["properties"]["a2"]["required"] == ["1"] and list(schema["properties"]["a2"]["properties"]) == ["1"]
+    assert schema["properties"]["a3"] == {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+    # No object is shared between two places: code that edits a schema in place (litellm does, for some
+    # providers) changes the one place it edits.
+    a1 = schema["properties"]["a1"]["properties"]
+    assert a1["1"] is not a1["2"] and a1["1"]["anyOf"][1] is not a1["2"]["anyOf"][1]
 
 
 def test_lines_are_rendered_once_and_given_their_request_id() -> None:

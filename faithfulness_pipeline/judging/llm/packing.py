@@ -153,7 +153,7 @@ def halves(indices: Sequence[int]) -> list[tuple[int, ...]]:
 
 def extract_output_bound(answer_tokens: int) -> int:
     """Reply tokens an answer's claims may take if every one is written out (atomic claims repeat
-    their subjects: half as much again as the answer). Replies that name sentences by number need a
+    their subjects: half as much again as the answer). Replies that mark sentences true or false need a
     fraction of it; one cut short by this bound keeps what it completed and re-asks for the rest."""
     return 3 * answer_tokens // 2 + 16
 

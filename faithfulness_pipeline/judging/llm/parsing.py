@@ -2,31 +2,52 @@
 
 A reply is one JSON object keyed by the request's local ids (see ``prompts``). It is read member
 by member: a reply cut short by an output limit still yields every member that was complete before the
-cut. Each member is then validated on its own (pydantic, strict types; the verdict code grammar; the
-exact number of verdicts; evidence indices in range). The caller keeps ``ok`` and re-asks only for
-``failed`` items. Ids the request did not contain are reported, never used. Every string taken from a
-reply is made valid Unicode here (``valid_text``: a lone surrogate becomes U+FFFD), and the items whose
-text that changed are named in ``replaced``.
+cut. Each member is then validated on its own (strict types; every sentence of an answer named exactly
+once; the verdict code grammar; the exact number of verdicts; evidence indices in range). The caller
+keeps ``ok`` and re-asks only for ``failed`` items. Ids the request did not contain are reported, never
+used. Every string taken from a reply is made valid Unicode here (``valid_text``: a lone surrogate
+becomes U+FFFD), and the items whose text that changed are named in ``replaced``.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from pydantic import StrictInt, StrictStr, TypeAdapter, ValidationError
+from pydantic import StrictStr, TypeAdapter, ValidationError
 
 from faithfulness_pipeline.core.port import ClaimVerdict, Verdict
-from faithfulness_pipeline.judging.llm.valid_text import checked
+from faithfulness_pipeline.judging.llm.valid_text import checked, valid_text
 
 T = TypeVar("T")
 
 _STRINGS: Final = TypeAdapter(list[StrictStr])
-_ENTRIES: Final = TypeAdapter(list[StrictInt | StrictStr])
-_DECODER: Final = json.JSONDecoder()
+
+
+class _RepeatedKeys(dict[str, Any]):
+    """A JSON object that gave some keys more than once (JSON allows it; a dict keeps only the last value)."""
+
+    __slots__ = ("repeated",)
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        counts = Counter(k for k, _ in pairs)
+        self.repeated = tuple(k for k, c in counts.items() if c > 1)
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # A reply that says two things about one sentence must not be read as the last of them.
+    value = dict(pairs)
+    return value if len(value) == len(pairs) else _RepeatedKeys(pairs)
+
+
+_DECODER: Final = json.JSONDecoder(object_pairs_hook=_object)
+#: A sentence number as the prompt writes it (and a little more, to say "does not exist" of 0 or 99).
+_NUMBER: Final = re.compile(r"0|[1-9][0-9]{0,5}")
 _FENCE: Final = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?|\n?```\s*$")
 _CODE: Final = re.compile(r"\s*([SCUscu])\s*(\?)?\s*(\d+)?\s*(?:\|(.*))?", re.DOTALL)
 _LETTERS: Final[dict[str, Verdict]] = {"S": "supported", "C": "contradicted", "U": "unsupported"}
@@ -147,15 +168,19 @@ def _collect(text: str, ids: Sequence[str]) -> tuple[dict[str, tuple[Any, int]],
 
 
 def parse_extract_reply(text: str, sentences: Mapping[str, Sequence[str]]) -> ParsedReply[tuple[str, ...]]:
-    """Claims per id, rebuilt from the reply's sentence numbers and written-out claims.
+    """Claims per id, rebuilt from what the reply says of each numbered sentence.
 
     ``sentences[id]`` are the numbered sentences the request showed (number ``n`` is
-    ``sentences[id][n - 1]``). A member is valid when it is a list whose entries are either a sentence
-    number (a JSON integer) or a non-empty claim text (a JSON string), with the numbers in range and
-    strictly increasing (claims come in answer order, none twice). An empty list is a valid "no claims".
+    ``sentences[id][n - 1]``). A member is valid when it is an object with every sentence number of its
+    answer as a key (``"1"``, ``"2"``, ... as the prompt wrote them) exactly once and no other key, each
+    mapped to ``true`` (the sentence is one claim as written: its text is the claim), ``false`` (no claim)
+    or a list of non-empty claim texts. An empty list is read as ``false``: it says "no claims" as plainly,
+    and strict schemas cannot forbid it. Claims come back in sentence order, whatever the keys' order.
 
-    The JSON type alone tells the two apart: a string is always a written-out claim, even one made only
-    of digits ("1990", "2"), so that a claim can never be mistaken for a sentence number.
+    A sentence missing, one that does not exist, one given twice or a value of another type fails that
+    item with the reason (it is asked again): a skipped sentence is never read as "no claim". The JSON type
+    alone tells a sentence kept as written (``true``) from a claim written out, even one made only of
+    digits ("1990", "2"), so that a claim can never be mistaken for a sentence number.
     """
     seen, failed, unknown, complete = _collect(text, list(sentences))
     ok: dict[str, tuple[str, ...]] = {}
@@ -176,28 +201,49 @@ def parse_extract_reply(text: str, sentences: Mapping[str, Sequence[str]]) -> Pa
 
 def _claims(value: Any, sentences: Sequence[str]) -> tuple[tuple[str, ...], bool]:
     """The claims, and whether a written-out one holds U+FFFD (see ``valid_text``)."""
-    try:
-        entries = _ENTRIES.validate_python(value, strict=True)
-    except ValidationError:
-        raise ValueError("claims are not a list of sentence numbers and texts") from None
+    if not isinstance(value, dict):
+        raise ValueError("claims are not an object keyed by sentence number")
+    if isinstance(value, _RepeatedKeys):
+        raise ValueError(f"sentence {_shown(value.repeated[0])} is given more than once")
+    n = len(sentences)
+    for number in value:
+        if not _NUMBER.fullmatch(number):
+            raise ValueError(f"key {_shown(number)} is not a sentence number")
+        if not 1 <= int(number) <= n:
+            raise ValueError(f"sentence {number} does not exist (the answer has {n})")
+    missing = [str(k) for k in range(1, n + 1) if str(k) not in value]
+    if missing:
+        listed = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+        raise ValueError(f"sentence{'s' if len(missing) > 1 else ''} {listed} missing: every sentence needs "
+                         "true, false or its claims")
     claims: list[str] = []
-    last = 0
     replaced = False
-    for entry in entries:
-        if isinstance(entry, str):
-            text, bad = checked(entry.strip())
-            if not text:
-                raise ValueError("a claim is empty")
-            claims.append(text)
-            replaced = replaced or bad
+    for k, sentence in enumerate(sentences, start=1):
+        entry = value[str(k)]
+        if entry is True:
+            claims.append(sentence)
+        elif entry is False:
             continue
-        if not 1 <= entry <= len(sentences):
-            raise ValueError(f"sentence {entry} does not exist (the answer has {len(sentences)})")
-        if entry <= last:
-            raise ValueError("sentence numbers are repeated or out of order")
-        last = entry
-        claims.append(sentences[entry - 1])
+        elif isinstance(entry, list):
+            for written in entry:
+                if not isinstance(written, str):
+                    raise ValueError(f"sentence {k}: a claim is not a text")
+                claim, bad = checked(written.strip())
+                if not claim:
+                    raise ValueError(f"sentence {k}: a claim is empty")
+                claims.append(claim)
+                replaced = replaced or bad
+        else:
+            raise ValueError(f"sentence {k} is not true, false or a list of claims")
     return tuple(claims), replaced
+
+
+def _shown(key: str) -> str:
+    """A reply's key as a reason names it: a number as it is, anything else quoted, short and valid Unicode
+    (reasons are stored and logged)."""
+    if _NUMBER.fullmatch(key):
+        return key
+    return json.dumps(valid_text(key[:20]), ensure_ascii=False)
 
 
 def parse_code(code: str, n_passages: int) -> ClaimVerdict:

@@ -154,8 +154,9 @@ class ExtractPlan(Plan[ExtractResult]):
         return entry
 
     def expected_output(self, i: int) -> int:
-        # The dry-run estimate: every sentence given back by its number (rewritten claims cost more).
-        return 2 * len(self.sentences[i]) + 4
+        # The dry-run estimate: every sentence marked true or false, about 4 tokens each ("12":true,) in
+        # tiktoken's count (rewritten claims cost more).
+        return 4 * len(self.sentences[i]) + 4
 
     def render(self, indices: Sequence[int]) -> tuple[list[dict[str, str]], dict[str, int], Any]:
         ids = [prompts.local_id(n) for n in range(len(indices))]
@@ -164,7 +165,9 @@ class ExtractPlan(Plan[ExtractResult]):
         return prompts.extract_messages(lines, ids), dict(zip(ids, indices, strict=True)), sentences
 
     def response_format(self, id_map: Mapping[str, int], *, exact: bool = False) -> dict[str, Any]:
-        return prompts.extract_response_format(list(id_map))
+        # Always every sentence number, required, whatever ``exact`` says: unlike the verdict schema's item
+        # counts, these are keywords every strict mode takes.
+        return prompts.extract_response_format({local: len(self.sentences[i]) for local, i in id_map.items()})
 
     def parse(self, text: str, context: Any) -> ParsedReply[Any]:
         return parse_extract_reply(text, context)

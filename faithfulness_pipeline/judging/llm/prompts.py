@@ -11,10 +11,15 @@ its own, so a passage that says "<<<END DATA>>> new instructions: ..." stays ine
 
 Replies are compact on purpose (completion tokens are the slow and expensive part of a request):
 
-* an answer goes to the judge split into numbered sentences (:func:`split_sentences`); most sentences
-  of a RAG answer already are one self-contained claim, so the reply names them by number and writes
-  out only the claims that needed splitting or rewriting. The claim texts are rebuilt in code
-  (``parsing``), so stored and returned claims are always texts;
+* an answer goes to the judge split into numbered sentences (:func:`split_sentences`), and the reply
+  gives every sentence number of every answer exactly once: ``true`` (the sentence is one claim as
+  written: most sentences of a RAG answer are), ``false`` (no claim: a question, a greeting) or the
+  claims it had to be split into or rewritten as, written out. Only those cost many tokens. Asking for
+  every sentence, rather than only for the kept ones, is what stops a model from skipping sentences
+  silently when many answers share a request (a small model did, more the more answers were packed);
+  a schema that requires every number lets a grammar-compiling server enforce it, and parsing refuses
+  an answer whose sentences are not all there. The claim texts are rebuilt in code (``parsing``), so
+  stored and returned claims are always texts;
 * verdicts are short codes (``S0``, ``S?2``, ``C1|reason``, ``U|reason``) in claim order, with a reason
   only where a human needs one.
 
@@ -58,10 +63,14 @@ RULES
 4. Leave out questions, commands, requests, greetings, thanks, apologies, offers of help and other pleasantries.
 5. Never add anything the answer does not say: not from the question, not from your own knowledge. Do not judge whether a claim is true.
 6. Write each claim in the language and script of its answer (Traditional or Simplified Chinese as written, Korean as Korean, English as English). Never translate.
-7. An answer without claims (a refusal, only a greeting) gets an empty list.
+7. An answer without claims (a refusal, only a greeting) gets false for every sentence.
 
 REPLY
-One JSON object and nothing else. Each id from DATA is a key exactly once, mapped to the list of its claims in the order they appear in the answer. Most sentences already are exactly one claim that follows rules 1-6: give such a sentence as its number alone (the integer, not its text). Write a claim out in full, as a string, only where a sentence must be split or rewritten to follow the rules, or where a claim runs across a wrong cut. Leave out the number of a sentence without a claim (rule 4). Example: {{"a1":[1,2,"The museum opened in 1998.","The museum is in Oslo.",4],"a2":[]}}"""
+One JSON object and nothing else. Each id from DATA is a key exactly once, mapped to an object that has every sentence number of that answer as a key, exactly once, in order. The value of a sentence number is:
+- true: the sentence already is exactly one claim that follows rules 1-6, as written. Most sentences are.
+- false: the sentence holds no claim (rule 4).
+- a list of strings: the claims of the sentence written out in full, where it must be split or rewritten to follow rules 1-6.
+A claim that runs across a wrong cut is written out in full under the first of its sentences; a sentence it continues into gets false, or the list of its own other claims. Example: {{"a1":{{"1":true,"2":["The museum opened in 1998.","The museum is in Oslo."],"3":false}},"a2":{{"1":false}}}}"""
 
 VERDICT_SYSTEM: Final = f"""You check claims against source passages, for a faithfulness audit.
 
@@ -277,10 +286,29 @@ def _object_schema(name: str, values: Mapping[str, dict[str, Any]]) -> dict[str,
     }
 
 
-def extract_response_format(ids: Sequence[str]) -> dict[str, Any]:
-    """A strict JSON schema for an extraction reply: exactly these ids, each a list of numbers or texts."""
-    item = {"anyOf": [{"type": "integer"}, {"type": "string"}]}
-    return _object_schema("claims", {i: {"type": "array", "items": item} for i in ids})
+def extract_response_format(sentence_counts: Mapping[str, int]) -> dict[str, Any]:
+    """A strict JSON schema for an extraction reply over exactly these ids, ``sentence_counts[id]`` being
+    the number of sentences the request showed for it: each id an object with every sentence number
+    (``"1"`` .. ``"n"``) required and no other key, each ``true``, ``false`` or a list of claim texts.
+
+    Requiring every number is the point: a server that compiles the schema into a grammar (llama.cpp,
+    vLLM, Ollama) then cannot skip a sentence, and OpenAI's strict mode takes these keywords as they are.
+    What the schema cannot say (a claim is non-empty; an empty list) is parsing's business."""
+    return _object_schema("claims", {i: _sentences_schema(n) for i, n in sentence_counts.items()})
+
+
+def _sentences_schema(n: int) -> dict[str, Any]:
+    # Fresh objects in every place: litellm edits schemas in place for some providers
+    # (``remove_additional_properties``), and a shared object would carry one place's edit to all.
+    numbers = [str(k) for k in range(1, n + 1)]
+    return {
+        "type": "object",
+        "properties": {
+            k: {"anyOf": [{"type": "boolean"}, {"type": "array", "items": {"type": "string"}}]} for k in numbers
+        },
+        "required": numbers,
+        "additionalProperties": False,
+    }
 
 
 def verdict_response_format(claim_counts: Mapping[str, int], *, exact: bool = False) -> dict[str, Any]:
