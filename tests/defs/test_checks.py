@@ -173,7 +173,7 @@ class FailingJudge(JudgeResource):
     fail_keys: list[str] = []  # noqa: RUF012 (a pydantic field)
 
     def make(self, default_store: str | None = None, report: Callable[[str], None] | None = None, *,
-             remote_warehouse: bool = False) -> JudgeStack:
+             remote_warehouse: bool = False, receiving: Callable[[int], None] | None = None) -> JudgeStack:
         return JudgeStack(MarkerJudge(fail_extract=set(self.fail_keys)))
 
 
