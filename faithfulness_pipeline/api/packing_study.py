@@ -7,7 +7,8 @@ judge's own endpoint and a team's own labelled rows:
 - **extraction** in two shapes: one answer per request (Mastra's shape) and the settings' packing: claims per
   answer, and how many answers got a different number of claims;
 - **verdicts** over the *same* claims in every shape (the one-per-request extraction's), so extraction noise
-  cannot hide a packing effect: ``single`` (one answer per request), ``packed`` (the settings' packing),
+  cannot hide a packing effect: ``single`` (one answer per request), ``packed`` (``max_items_per_pack``, or
+  the vendor default where it is unset),
   ``shuffled`` (packed over the rows in another order: other neighbours, other positions) and ``repeat``
   (``packed`` again: the model's own run-to-run noise, the floor any shape's flips are read against);
 - per shape: agreement with the labels (``core.calibration``: balanced accuracy per language with bootstrap
@@ -38,7 +39,7 @@ from faithfulness_pipeline.core.labels import LABEL_HALLUCINATED
 from faithfulness_pipeline.core.normalize import prepare
 from faithfulness_pipeline.core.port import ClaimVerdict, ExtractItem, ExtractResult, Judge, VerdictItem, VerdictResult
 from faithfulness_pipeline.core.scoring import round_half_up
-from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.judge import DEFAULT_MAX_ITEMS_PER_PACK, JudgeSettings
 
 #: The verdict shapes, in report order; ``single`` is the reference the others are compared with.
 SHAPES: Final = ("single", "packed", "shuffled", "repeat")
@@ -101,11 +102,12 @@ def stratified(labelled: pl.DataFrame, rows: int, seed: int = 0) -> pl.DataFrame
 
 
 def _settings_for(settings: JudgeSettings, shape: str) -> JudgeSettings:
-    # No store, no refresh: each shape must ask for itself.
-    update: dict[str, object] = {"store": None, "refresh": False}
-    if shape == "single":
-        update["max_items_per_pack"] = 1
-    return settings.model_copy(update=update)
+    """A shape's settings. The packed shapes pack as ``max_items_per_pack`` says or, where it is unset, as the
+    judge packs at a vendor's API: on a server of one's own the default is already one answer per request, and
+    the study is there to weigh packing. No store, no refresh: each shape must ask for itself."""
+    packed = settings.max_items_per_pack or DEFAULT_MAX_ITEMS_PER_PACK
+    return settings.model_copy(update={"store": None, "refresh": False,
+                                       "max_items_per_pack": 1 if shape == "single" else packed})
 
 
 async def _run(factory: JudgeFactory, settings: JudgeSettings, call: Callable[[Judge], object],

@@ -19,9 +19,14 @@ from faithfulness_pipeline.settings.fields import flag, no_flag
 #: verdicts a request. Fewer, bigger requests keep the client's own CPU per answer low; bigger still
 #: lengthens the requests so much that short steps end on half-empty waves. A model's window caps it.
 DEFAULT_PACK_TOKENS: Final = 16000
-#: Items per request at most. Binds for claim extraction (answers are short): 32 answers' sentence
-#: numbers make a reply of ~400 tokens.
+#: Items per request at most, but on a server of one's own (below). Binds for claim extraction (answers are
+#: short): 32 answers' sentence numbers make a reply of ~400 tokens.
 DEFAULT_MAX_ITEMS_PER_PACK: Final = 32
+#: Items per request at most on a server of one's own that says what it is (llama.cpp, vLLM and Ollama
+#: publish their window, ``judging.llm.server_limits``): one answer per request. On a real small model
+#: (Qwen2.5-Coder-1.5B; bench/judge_quality.py, BENCHMARKS.md) packed verdicts flipped 3 of 20 claims that
+#: two packed runs never flipped, and flagged no answer at all; packed extraction dropped sentences.
+SELF_HOSTED_MAX_ITEMS_PER_PACK: Final = 1
 #: For models litellm has no card for and whose server tells none (proxies): a window most of them have.
 DEFAULT_CONTEXT_WINDOW: Final = 8192
 DEFAULT_MAX_OUTPUT_TOKENS: Final = 4096
@@ -84,7 +89,12 @@ class JudgeSettings(BaseModel):
         json_schema_extra=flag("--retry-after-max"),
     )
     pack_tokens: int = Field(default=DEFAULT_PACK_TOKENS, ge=256, description="prompt-token budget of one request")
-    max_items_per_pack: int = Field(default=DEFAULT_MAX_ITEMS_PER_PACK, ge=1, description="items per request at most")
+    max_items_per_pack: int | None = Field(
+        default=None, ge=1, description=f"answers per request at most (default: {SELF_HOSTED_MAX_ITEMS_PER_PACK}, one "
+        "answer per request, on a server of one's own that says what it is (llama.cpp, vLLM, Ollama), where packing "
+        "was measured to cost a small model its agreement with people; elsewhere "
+        f"{DEFAULT_MAX_ITEMS_PER_PACK}. faithfulness-pipeline packing-study measures yours)",
+    )
     context_window: int | None = Field(
         default=None, ge=512, description="the model's window per request in tokens (default: litellm's model "
         "card, else what the api_base server reports of its own: llama.cpp per slot, vLLM, Ollama; else "

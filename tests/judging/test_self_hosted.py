@@ -16,7 +16,7 @@ import pytest
 from faithfulness_pipeline.core.port import ExtractResult, VerdictResult
 from faithfulness_pipeline.judging.llm.card import model_card
 from faithfulness_pipeline.judging.llm.server_limits import OLLAMA_DEFAULT_NUM_CTX, ask_server
-from faithfulness_pipeline.settings.judge import DEFAULT_CONTEXT_WINDOW, JudgeSettings
+from faithfulness_pipeline.settings.judge import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_ITEMS_PER_PACK, JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer, Latency, ServedLimits, count_prompt_tokens
 from faithfulness_pipeline.testing.scripted import ScriptedJudge, typical_rows
 from tests.judging.test_litellm_judge import KEY_ENV, assert_scripted, make_judge, run
@@ -117,7 +117,8 @@ def test_packs_follow_the_window_llama_cpp_reports_per_slot() -> None:
     rows = typical_rows(24, seed=7)
     limits = ServedLimits("llama.cpp", 4096, slots=2, max_output_tokens=1500)
     with FakeLLMServer(ScriptedJudge(), capture=True, limits=limits) as srv:
-        judge = make_judge(srv)
+        # packed as asked (a server of its own is judged one answer per request by default)
+        judge = make_judge(srv, max_items_per_pack=32)
         assert judge.card.context_window == 4096 and judge.card.max_output_tokens == 1500
         results = run(judge, rows)
         assert _fits(srv, 4096) and srv.stats().by_outcome.get("context_exceeded", 0) == 0
@@ -128,7 +129,7 @@ def test_packs_follow_the_window_llama_cpp_reports_per_slot() -> None:
         assert "llama.cpp /props" in note and "2 slots" in note
         # the same rows packed to the 8192 tokens assumed before: the server refuses the bigger packs
         srv.reset_stats()
-        blind = make_judge(srv, context_window=DEFAULT_CONTEXT_WINDOW)
+        blind = make_judge(srv, context_window=DEFAULT_CONTEXT_WINDOW, max_items_per_pack=32)
         run(blind, rows)
         assert srv.stats().by_outcome["context_exceeded"] > 0 and srv.probes_log == []
 
@@ -176,11 +177,16 @@ def test_ollama_num_ctx_is_the_window_and_without_it_its_smallest_default() -> N
 
 def test_the_setting_wins_and_a_server_that_tells_nothing_leaves_the_default() -> None:
     with FakeLLMServer(limits=ServedLimits("llama.cpp", 2048)) as srv:
-        assert make_judge(srv, context_window=3000).card.context_window == 3000
+        assert make_judge(srv, context_window=3000, max_items_per_pack=8).card.context_window == 3000
         assert srv.probes_log == []  # nothing to ask
+        # unless the packing depends on it: a server of one's own is judged one answer per request
+        judge = make_judge(srv, context_window=3000)
+        assert judge.card.context_window == 3000 and judge.card.max_items_per_pack == 1
+        assert srv.probes_log == ["GET /props"]
     with FakeLLMServer() as srv:
         judge = make_judge(srv)
         assert judge.card.context_window == DEFAULT_CONTEXT_WINDOW
+        assert judge.card.max_items_per_pack == DEFAULT_MAX_ITEMS_PER_PACK  # it said nothing of itself: packed
         assert len(srv.probes_log) == 3
     assert any("assuming 8192 tokens" in n for n in judge.stats().notes)
 
@@ -241,7 +247,7 @@ def test_replies_cut_by_the_servers_own_limit_are_re_asked_like_any_cut_reply() 
     rows = typical_rows(20, seed=9)
     # vLLM publishes no output cap: the judge asks for more than the server lets a reply have.
     with FakeLLMServer(ScriptedJudge(), limits=ServedLimits("vllm", 16384, max_output_tokens=200)) as srv:
-        judge = make_judge(srv, max_retries=8)
+        judge = make_judge(srv, max_retries=8, max_items_per_pack=32)  # packs, whose replies are long
         results = run(judge, rows)
         cut = srv.stats().by_outcome.get("max_tokens", 0)
     assert cut > 0

@@ -16,7 +16,13 @@ from typing import Any, Final
 
 from faithfulness_pipeline.judging.llm.packing import Count
 from faithfulness_pipeline.judging.llm.server_limits import ServerWindow
-from faithfulness_pipeline.settings.judge import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT_TOKENS, JudgeSettings
+from faithfulness_pipeline.settings.judge import (
+    DEFAULT_CONTEXT_WINDOW,
+    DEFAULT_MAX_ITEMS_PER_PACK,
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    SELF_HOSTED_MAX_ITEMS_PER_PACK,
+    JudgeSettings,
+)
 
 # ------------------------------------------------------------------------------------- the model
 
@@ -48,6 +54,10 @@ class ModelCard:
     #: whether requests stream their replies (``requests.Sender``): ``stream`` yes, or auto where litellm cannot
     #: vouch for the endpoint, which is where a server of one's own may take minutes over a reply
     stream: bool = False
+    #: answers per request at most: ``max_items_per_pack``, else one answer per request on a server that says it
+    #: is a server of one's own (llama.cpp, vLLM, Ollama publish their window) and packed anywhere else
+    #: (``settings.judge``)
+    max_items_per_pack: int = DEFAULT_MAX_ITEMS_PER_PACK
 
     @property
     def priced(self) -> bool:
@@ -138,8 +148,15 @@ def model_card(
     info = lenient(lambda: litellm.get_model_info(model)) or {}
     window = config.context_window or info.get("max_input_tokens") or info.get("max_tokens")
     max_out = config.max_output_tokens or info.get("max_output_tokens")
+    # litellm vouches for a model it has a card for, at its provider's own endpoint; anywhere else (a server
+    # of one's own, a proxy) auto tries the schema and steps down if the endpoint refuses it.
+    vouched = bool(info) and not config.api_base
+    # The server is asked for its window when nobody else knows it, and whether it is a server of one's own
+    # (llama.cpp, vLLM, Ollama say so by answering) when that decides the packing.
+    served = None
+    if ask_server is not None and (not window or (config.max_items_per_pack is None and not vouched)):
+        served = ask_server()
     if not window:
-        served = ask_server() if ask_server is not None else None
         if served is not None:
             window = served.context_window
             if not max_out and served.max_output_tokens:
@@ -153,9 +170,6 @@ def model_card(
                 "(set context_window to change it)"
             )
     max_out = max_out or DEFAULT_MAX_OUTPUT_TOKENS
-    # litellm vouches for a model it has a card for, at its provider's own endpoint; anywhere else (a server
-    # of one's own, a proxy) auto tries the schema and steps down if the endpoint refuses it.
-    vouched = bool(info) and not config.api_base
     fallback = config.use_json_schema == "auto" and not vouched
     if config.use_json_schema == "auto":
         schema = bool(lenient(lambda: litellm.supports_response_schema(model=model))) if vouched else True
@@ -191,6 +205,8 @@ def model_card(
         schema_fallback=fallback,
         exact_schema=schema and not vouched,
         stream=config.stream == "yes" or (config.stream == "auto" and not vouched),
+        max_items_per_pack=config.max_items_per_pack or (SELF_HOSTED_MAX_ITEMS_PER_PACK if served is not None
+                                                         else DEFAULT_MAX_ITEMS_PER_PACK),
         input_cost_per_token=in_cost,
         output_cost_per_token=out_cost,
         notes=tuple(notes),

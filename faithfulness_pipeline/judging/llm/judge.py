@@ -158,7 +158,7 @@ class LiteLLMJudge:
         )
         limits = Limits(
             pack_tokens=config.pack_tokens,
-            max_items=config.max_items_per_pack,
+            max_items=self.card.max_items_per_pack,
             context_window=self.card.context_window,
             max_output_tokens=self.card.max_output_tokens,
         )
@@ -230,7 +230,7 @@ class LiteLLMJudge:
         verdict packs of typical rows), small enough that verdicts of the first answers are sent while
         later answers' claims are still being extracted.
         """
-        return 16 * self.config.max_items_per_pack
+        return 16 * self.card.max_items_per_pack
 
     def result_scope(self) -> ResultScope:
         """Everything that changes a reply is in the result keys; timeouts, concurrency and packing are not.
