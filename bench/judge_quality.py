@@ -87,8 +87,9 @@ def main() -> int:
             sizes = [int(s) for s in args.extraction_sizes.split(",")]
             frame, costs = asyncio.run(extraction_by_pack_size(labelled, settings, make_judge, sizes))
             print("## Claim extraction by pack size on a real model (issue 38)\n")
-            print(f"`python bench/judge_quality.py --rows {args.rows} --extraction-sizes {args.extraction_sizes}` — "
-                  f"{served}; the answers of {labelled.height} dev rows, stratified as below.\n")
+            print(f"`python bench/judge_quality.py --labelled {args.labelled.name} --rows {args.rows} --extraction-sizes "
+                  f"{args.extraction_sizes}` — {served}; the answers of {labelled.height} rows of {args.labelled} "
+                  "(stratified by language, source and label where it has them).\n")
             print(extraction_markdown(frame, costs))
             print(f"\nWhole run {time.monotonic() - started:.0f} s. Machine: {machine()}; 1-minute load average at "
                   f"the end {os.getloadavg()[0]:.1f}.")
