@@ -38,7 +38,7 @@ from faithfulness_pipeline.core.flow import extract_items, row_frame, verdict_it
 from faithfulness_pipeline.core.labels import LABEL_HALLUCINATED
 from faithfulness_pipeline.core.normalize import prepare
 from faithfulness_pipeline.core.port import ClaimVerdict, ExtractItem, ExtractResult, Judge, VerdictItem, VerdictResult
-from faithfulness_pipeline.core.scoring import round_half_up
+from faithfulness_pipeline.core.scoring import faithfulness_label, hallucination_label, round_half_up
 from faithfulness_pipeline.settings.judge import DEFAULT_MAX_ITEMS_PER_PACK, JudgeSettings
 
 #: The verdict shapes, in report order; ``single`` is the reference the others are compared with.
@@ -126,6 +126,13 @@ async def _run(factory: JudgeFactory, settings: JudgeSettings, call: Callable[[J
     return results, cost
 
 
+async def _close(opened: Sequence[Judge]) -> None:
+    for judge in opened:
+        close = getattr(judge, "aclose", None)
+        if close is not None:
+            await close()
+
+
 def _ordered(items: Sequence[ExtractItem] | Sequence[VerdictItem], shuffle_seed: int | None) -> list:  # type: ignore[type-arg]
     out = list(items)
     if shuffle_seed is not None:
@@ -163,8 +170,8 @@ def _scores(claims: Sequence[str], verdicts: Sequence[ClaimVerdict] | None, erro
     if not claims:
         return 0.0, 0.0
     assert verdicts is not None and len(verdicts) == len(claims)
-    hallucinated = sum(v.verdict != "supported" for v in verdicts)
-    faithful = sum(v.verdict == "supported" and not v.speculative for v in verdicts)
+    hallucinated = sum(hallucination_label(v.verdict) == "yes" for v in verdicts)
+    faithful = sum(faithfulness_label(v.verdict, v.speculative) == "yes" for v in verdicts)
     return round_half_up(hallucinated / len(claims)), round_half_up(faithful / len(claims))
 
 
@@ -212,10 +219,7 @@ async def run_study(
             verdicts[shape], costs[shape] = await _verdicts(factory, _settings_for(settings, shape), v_items, seed,
                                                             opened)  # fmt: skip
     finally:
-        for judge in opened:
-            close = getattr(judge, "aclose", None)
-            if close is not None:
-                await close()
+        await _close(opened)
     extraction = pl.DataFrame({
         S.ROW_KEY: [it.id for it in items],
         "claims_single": [_count(single_x[it.id]) for it in items],
@@ -246,10 +250,7 @@ async def extraction_by_pack_size(labelled: pl.DataFrame, settings: JudgeSetting
                 "store": None, "refresh": False, "max_items_per_pack": size}), items, opened)  # fmt: skip
             counts[f"claims_{size}"] = [_count(found[it.id]) for it in items]
     finally:
-        for judge in opened:
-            close = getattr(judge, "aclose", None)
-            if close is not None:
-                await close()
+        await _close(opened)
     frame = pl.DataFrame({S.ROW_KEY: [it.id for it in items], **counts},
                          schema={S.ROW_KEY: pl.String, **dict.fromkeys(counts, pl.Int64)})  # fmt: skip
     return frame, costs
