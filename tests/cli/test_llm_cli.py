@@ -42,6 +42,11 @@ def _cli(server: FakeLLMServer, src: Path, out: Path, *extra: str) -> list[str]:
             "--timeout", "2", *extra]
 
 
+#: Retry pauses for the runs with injected faults: the default 1 s doubling to 60 s is for real providers, and
+#: these tests are about which rows survive the faults, not how long the pauses are (tests/judging/test_limits.py).
+QUICK_RETRIES = ("--backoff-base", "0.01", "--backoff-max", "0.2")
+
+
 def _env() -> dict[str, str]:
     return {**os.environ, "FP_TEST_KEY": CANARY}
 
@@ -103,7 +108,8 @@ def test_faults_lose_no_row_and_change_no_ok_row(server: FakeLLMServer, tmp_path
     server.set_faults(FaultPlan(rate_429=0.3, retry_after_s=0.05, rate_5xx=0.1, rate_malformed=0.1, rate_hang=0.02,
                                 seed=5))
     # Streamed (auto: an api_base), a hang sends not even its first token: --stream-max cuts it.
-    faulty = _run(_cli(server, src, tmp_path / "faulty.parquet", "--quiet", "--timeout", "0.5", "--stream-max", "1"))
+    faulty = _run(_cli(server, src, tmp_path / "faulty.parquet", "--quiet", "--timeout", "0.5", "--stream-max", "1",
+                       *QUICK_RETRIES))
     assert faulty.returncode == 0, faulty.stderr
     a, b = _comparable(tmp_path / "clean.parquet"), _comparable(tmp_path / "faulty.parquet")
     assert b["row_key"].to_list() == a["row_key"].to_list()  # every input row, exactly once
@@ -178,7 +184,8 @@ def test_the_key_appears_nowhere(server: FakeLLMServer, tmp_path: Path) -> None:
     _rows(30, seed=4).write_parquet(src)
     server.set_faults(FaultPlan(rate_5xx=0.3, seed=1))
     result = _run(_cli(server, src, tmp_path / "o.parquet", "--store", str(tmp_path / "s.sqlite"),
-                       "--claims-out", str(tmp_path / "c.parquet"), "--mastra-out", str(tmp_path / "m.jsonl")))
+                       "--claims-out", str(tmp_path / "c.parquet"), "--mastra-out", str(tmp_path / "m.jsonl"),
+                       *QUICK_RETRIES))
     assert result.returncode == 0, result.stderr
     assert CANARY not in result.stdout + result.stderr
     for path in tmp_path.iterdir():
