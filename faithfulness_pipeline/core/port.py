@@ -161,6 +161,31 @@ class JudgeStats:
     retries: int = 0
     notes: list[str] = field(default_factory=list)
 
+    def __add__(self, other: JudgeStats) -> JudgeStats:
+        """Both judges' totals: the counts added, the cost unknown when either's is, each note once (in
+        the order first seen). ``JudgeStats()`` adds nothing, so ``sum(stats, JudgeStats())`` is the total."""
+        if not isinstance(other, JudgeStats):
+            return NotImplemented
+        cost = None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
+        return JudgeStats(
+            requests=self.requests + other.requests,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cost_usd=cost,
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
+            cached_items=self.cached_items + other.cached_items,
+            duplicate_items=self.duplicate_items + other.duplicate_items,
+            failed_items=self.failed_items + other.failed_items,
+            retries=self.retries + other.retries,
+            notes=list(dict.fromkeys([*self.notes, *other.notes])),
+        )
+
+    def __radd__(self, other: object) -> JudgeStats:
+        # ``sum(stats)`` starts from the integer 0.
+        if other == 0:
+            return self + JudgeStats()
+        return NotImplemented
+
 
 R = TypeVar("R", ExtractResult, VerdictResult)
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from faithfulness_pipeline.core.errors import ConfigError
@@ -259,16 +260,8 @@ class LiteLLMJudge:
         notes += self.output.notes
         if self.budget is not None and (capped := self.budget.note()) is not None:
             notes.append(capped)
-        return JudgeStats(
-            requests=s.requests,
-            prompt_tokens=s.prompt_tokens,
-            completion_tokens=s.completion_tokens,
-            cost_usd=s.cost_usd,
-            cached_prompt_tokens=s.cached_prompt_tokens,
-            failed_items=s.failed_items,
-            retries=s.retries,
-            notes=notes,
-        )
+        # A copy: the counters go on counting, what was handed out stays as it was.
+        return replace(s, notes=notes)
 
     async def aclose(self) -> None:
         await import_litellm().close_litellm_async_clients()

@@ -471,9 +471,8 @@ class BatchJudge:
         return self.interactive.estimate(extract, verdict)
 
     def stats(self) -> JudgeStats:
-        s, fallback = self._stats, self.interactive.stats()
-        cost = None if s.cost_usd is None or fallback.cost_usd is None else s.cost_usd + fallback.cost_usd
-        notes = [*s.notes, *(n for n in fallback.notes if n not in s.notes)]
+        total = self._stats + self.interactive.stats()
+        notes = total.notes
         if self._batches:
             listed = ", ".join(f"{b} ({status})" for b, status in list(self._batches.items())[:10])
             more = f" and {len(self._batches) - 10} more" if len(self._batches) > 10 else ""
@@ -482,16 +481,7 @@ class BatchJudge:
             notes.append(repaired)
         if self.budget is not None and (capped := self.budget.note()) is not None and capped not in notes:
             notes.append(capped)
-        return JudgeStats(
-            requests=s.requests + fallback.requests,
-            prompt_tokens=s.prompt_tokens + fallback.prompt_tokens,
-            completion_tokens=s.completion_tokens + fallback.completion_tokens,
-            cost_usd=cost,
-            cached_prompt_tokens=s.cached_prompt_tokens + fallback.cached_prompt_tokens,
-            failed_items=s.failed_items + fallback.failed_items,
-            retries=fallback.retries,
-            notes=notes,
-        )
+        return total
 
     async def aclose(self) -> None:
         try:
