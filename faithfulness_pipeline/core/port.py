@@ -299,6 +299,27 @@ class Estimating(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """Which optional capabilities a judge has, looked up once where it is put together: whatever runs it
+    later reads these fields instead of asking the judge's type again."""
+
+    #: what changes its results (None: it names nothing, so nothing of it may be kept)
+    scope: ResultScope | None = None
+    #: answers per extraction call when its calls overlap (None: they do not)
+    overlap_rows: int | None = None
+    #: the judge itself when it can price items unsent (None: it cannot)
+    estimating: Estimating | None = None
+
+    @staticmethod
+    def of(judge: Judge) -> Capabilities:
+        return Capabilities(
+            scope=judge.result_scope() if isinstance(judge, Storable) else None,
+            overlap_rows=judge.overlap_rows if isinstance(judge, Overlapping) else None,
+            estimating=judge if isinstance(judge, Estimating) else None,
+        )
+
+
 class RowCache(Protocol):
     """Whole judged rows kept outside the port. The flow asks it for a chunk's rows before the port, and
     hands it the rows the port finished. Both run on a worker thread (they hash and look up)."""
@@ -331,8 +352,8 @@ class Judging:
         :class:`Overlapping` and names its scope when it is :class:`Storable`."""
         if isinstance(judge, Judging):
             return judge
-        return Judging(judge, None, judge.overlap_rows if isinstance(judge, Overlapping) else None,
-                       judge.result_scope() if isinstance(judge, Storable) else None)
+        found = Capabilities.of(judge)
+        return Judging(judge, None, found.overlap_rows, found.scope)
 
     @property
     def settings_hash(self) -> str | None:
