@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -48,6 +47,7 @@ from faithfulness_pipeline.core.port import (
     Usage,
     VerdictItem,
     VerdictResult,
+    settings_hash,
 )
 from faithfulness_pipeline.judging.llm.batch.api import TERMINAL, BatchAPI, BatchAPIError, BatchView, request_line
 from faithfulness_pipeline.judging.llm.batch.ingest import Ingest
@@ -134,9 +134,8 @@ class BatchJudge:
         self.report: Callable[[str], None] = report or log.info
         self._sleep = sleep
         self._clock = clock
-        scope = self.result_scope()
-        self._keys = ContentKeys(scope)
-        self._scope = hashlib.sha256(repr(scope).encode()).hexdigest()[:32]
+        self._scope = self.result_scope()
+        self._keys = ContentKeys(self._scope)
         self._paid: dict[bytes, Usage] = {}  # of the step being prepaid
         self._failed: dict[tuple[str, bytes], Pending] = {}
         self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
@@ -330,7 +329,8 @@ class BatchJudge:
     async def _create(self, step: str, tag: str, data: bytes, lines: list[LineRecord]) -> BatchRecord:
         """Uploads one batch file and creates its batch, recorded before and after the create call."""
         file_id = await self._call(self.api.upload(data, f"{tag}.jsonl"))
-        record = BatchRecord(tag, step, self._scope, file_id, None, "creating", None, len(lines), time.time())
+        record = BatchRecord(tag, step, settings_hash(self._scope), file_id, None, "creating", None, len(lines),
+                             time.time())
         await asyncio.to_thread(self.ledger.record_submission, record, lines)
         try:
             view = await self.api.create(file_id, tag)
