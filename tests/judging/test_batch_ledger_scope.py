@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from faithfulness_pipeline.core.port import ResultScope, settings_hash
-from faithfulness_pipeline.judging.llm.batch.ledger import BatchRecord, earlier_key, ledger_of
+from faithfulness_pipeline.judging.llm.batch.ledger import BatchRecord, earlier_key
+from faithfulness_pipeline.judging.llm.batch.open_ledger import ledger_of
 from faithfulness_pipeline.judging.store.open import open_store
 
 SCOPE = ResultScope(

@@ -51,7 +51,7 @@ from faithfulness_pipeline.core.port import (
 )
 from faithfulness_pipeline.judging.llm.batch.api import TERMINAL, BatchAPI, BatchAPIError, BatchView, request_line
 from faithfulness_pipeline.judging.llm.batch.ingest import Ingest
-from faithfulness_pipeline.judging.llm.batch.ledger import BatchRecord, LineRecord, ledger_of, new_submission_tag
+from faithfulness_pipeline.judging.llm.batch.ledger import BatchRecord, LineRecord, new_submission_tag
 from faithfulness_pipeline.judging.llm.batch.lines import (
     MAX_ROUNDS_FACTOR,
     Item,
@@ -62,6 +62,7 @@ from faithfulness_pipeline.judging.llm.batch.lines import (
     progress_line,
     serialise,
 )
+from faithfulness_pipeline.judging.llm.batch.open_ledger import ledger_of
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
 from faithfulness_pipeline.judging.llm.packing import REPLY_SLACK_TOKENS, Limits, Pack, pack_entries, rough_sentences
 from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, VerdictPlan, repair_messages

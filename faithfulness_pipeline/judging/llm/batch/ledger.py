@@ -27,9 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.port import ResultScope, settings_hash
-from faithfulness_pipeline.judging.store.protocol import Store, key_chunks
+from faithfulness_pipeline.judging.store.protocol import key_chunks
 from faithfulness_pipeline.judging.store.sqlite import ResultStore
 
 T = TypeVar("T")
@@ -215,19 +214,3 @@ def new_submission_tag() -> str:
     import secrets
 
     return f"fp-{int(time.time())}-{secrets.token_hex(6)}"
-
-
-def ledger_of(store: Store) -> BatchLedger:
-    """The batch ledger kept in ``store``: the same SQLite file, or the same PostgreSQL database."""
-    from faithfulness_pipeline.judging.store.postgres import PostgresStore
-
-    if isinstance(store, ResultStore):
-        return SqliteBatchLedger(store)
-    if isinstance(store, PostgresStore):
-        from faithfulness_pipeline.judging.llm.batch.ledger_postgres import PostgresBatchLedger
-
-        return PostgresBatchLedger(store)
-    raise ConfigError(f"batch mode cannot keep its batch records in {type(store).__name__} stores (a SQLite file "
-                      "or a postgresql:// URL can)")
-
-
