@@ -13,8 +13,12 @@ its price map). The judge is split by what each part holds:
 - ``secrets``: the API key, read from the environment, and the :class:`Redactor`;
 - ``plans``: what a step's items become: packing entries, prompts (``prompts``), parsing (``parsing``),
   results; ``packing`` fits entries into requests;
-- ``requests``: pack queue and tries, and the one place a request is sent (``Sender``); ``limits`` the
-  shared request limiter.
+- ``runner``'s parts: ``tries`` (how often a pack's items were tried) and ``turns`` (what the calls share
+  on the loop: counting turns, the bound on packs under way, a request's head start);
+- ``chat``: one request of a pack (messages, reply budget, schema, body), the same for batch lines;
+- ``requests``: the one place a request is sent (``Sender``), with what came back (``replies``), a
+  streamed reply's reading (``streams``) and what a failure says (``failures``); ``limits`` the shared
+  request limiter.
 
 A result store is not this judge's business: the judge stack (``judging.stack``) wraps it (as it wraps
 any judge), and this judge tells it each result the moment it validates and asks it, right before a

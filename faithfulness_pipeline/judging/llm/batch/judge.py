@@ -7,10 +7,10 @@ the result store under the same keys, so a batch result serves a later interacti
 round. Where the interactive judge answers each port call as it comes, a batch takes hours: so the stack
 asks the whole run first (its prepay: :meth:`BatchJudge.prepay_step`, once per step), step by step:
 
-1. every distinct extraction item of the run that the store lacks goes into batch files (split at the
-   provider's limits), which are uploaded and created as batches; each submission is recorded in the
-   store's batch ledger (``batch.ledger``) before the batch is created, and its id right
-   after, so that a run killed at any point finds its batches again instead of paying twice;
+1. every distinct extraction item of the run that the store lacks, as far as a spend cap lets it
+   (``batch.spend``), goes into batch files (``batch.files``: split at the provider's limits), uploaded
+   and created as batches; each submission is recorded in the store's batch ledger (``batch.ledger``)
+   before the batch is created, and its id right after, so that a killed run finds it, not pays twice;
 2. the batches are polled (the pause grows by half each look) until each one ends; a finished batch's
    output is read, validated line by line and stored (``batch.ingest``); lines that failed, expired or
    did not validate are asked again in a follow-up batch (smaller packs; a lone item with a message
