@@ -161,6 +161,31 @@ class JudgeStats:
     retries: int = 0
     notes: list[str] = field(default_factory=list)
 
+    def __add__(self, other: JudgeStats) -> JudgeStats:
+        """Both judges' totals: the counts added, the cost unknown when either's is, each note once (in
+        the order first seen). ``JudgeStats()`` adds nothing, so ``sum(stats, JudgeStats())`` is the total."""
+        if not isinstance(other, JudgeStats):
+            return NotImplemented
+        cost = None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
+        return JudgeStats(
+            requests=self.requests + other.requests,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cost_usd=cost,
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
+            cached_items=self.cached_items + other.cached_items,
+            duplicate_items=self.duplicate_items + other.duplicate_items,
+            failed_items=self.failed_items + other.failed_items,
+            retries=self.retries + other.retries,
+            notes=list(dict.fromkeys([*self.notes, *other.notes])),
+        )
+
+    def __radd__(self, other: object) -> JudgeStats:
+        # ``sum(stats)`` starts from the integer 0.
+        if other == 0:
+            return self + JudgeStats()
+        return NotImplemented
+
 
 R = TypeVar("R", ExtractResult, VerdictResult)
 
@@ -274,6 +299,27 @@ class Estimating(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """Which optional capabilities a judge has, looked up once where it is put together: whatever runs it
+    later reads these fields instead of asking the judge's type again."""
+
+    #: what changes its results (None: it names nothing, so nothing of it may be kept)
+    scope: ResultScope | None = None
+    #: answers per extraction call when its calls overlap (None: they do not)
+    overlap_rows: int | None = None
+    #: the judge itself when it can price items unsent (None: it cannot)
+    estimating: Estimating | None = None
+
+    @staticmethod
+    def of(judge: Judge) -> Capabilities:
+        return Capabilities(
+            scope=judge.result_scope() if isinstance(judge, Storable) else None,
+            overlap_rows=judge.overlap_rows if isinstance(judge, Overlapping) else None,
+            estimating=judge if isinstance(judge, Estimating) else None,
+        )
+
+
 class RowCache(Protocol):
     """Whole judged rows kept outside the port. The flow asks it for a chunk's rows before the port, and
     hands it the rows the port finished. Both run on a worker thread (they hash and look up)."""
@@ -306,8 +352,8 @@ class Judging:
         :class:`Overlapping` and names its scope when it is :class:`Storable`."""
         if isinstance(judge, Judging):
             return judge
-        return Judging(judge, None, judge.overlap_rows if isinstance(judge, Overlapping) else None,
-                       judge.result_scope() if isinstance(judge, Storable) else None)
+        found = Capabilities.of(judge)
+        return Judging(judge, None, found.overlap_rows, found.scope)
 
     @property
     def settings_hash(self) -> str | None:

@@ -16,7 +16,6 @@ tables, each holding the row key and its own columns. Nothing holds a whole day.
 
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
 import asyncio
-import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -292,15 +291,7 @@ def _merged(warehouse: WarehouseResource, paths: list[str], chunk: int) -> Itera
 
 
 def _summed(stats: list[JudgeStats]) -> JudgeStats:
-    cost = None if any(s.cost_usd is None for s in stats) else sum(s.cost_usd or 0.0 for s in stats)
-    notes = list(dict.fromkeys(itertools.chain.from_iterable(s.notes for s in stats)))
-    return JudgeStats(
-        requests=sum(s.requests for s in stats), prompt_tokens=sum(s.prompt_tokens for s in stats),
-        completion_tokens=sum(s.completion_tokens for s in stats), cost_usd=cost,
-        cached_prompt_tokens=sum(s.cached_prompt_tokens for s in stats),
-        cached_items=sum(s.cached_items for s in stats), duplicate_items=sum(s.duplicate_items for s in stats),
-        failed_items=sum(s.failed_items for s in stats), retries=sum(s.retries for s in stats), notes=notes,
-    )
+    return sum(stats, JudgeStats())
 
 
 #: Seconds between two log lines of reply tokens arriving: a slow server's long pack shows in the run's log.

@@ -10,7 +10,7 @@ from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.flow import row_frame
 from faithfulness_pipeline.core.money import dollars
 from faithfulness_pipeline.core.pipeline import prepared_chunks, sample_of
-from faithfulness_pipeline.core.port import CostEstimate, Estimating, ExtractItem, VerdictItem
+from faithfulness_pipeline.core.port import CostEstimate, ExtractItem, VerdictItem
 from faithfulness_pipeline.judging.llm.packing import rough_sentences
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.tables.read import iter_chunks
@@ -79,9 +79,10 @@ def estimate_items(judge: JudgeStack, extract: Sequence[ExtractItem], verdict: S
     x_rest = _distinct([it for it in extract if it.id not in claims], x_keys)
     v_rest = _distinct([it for it in verdict if it.id not in v_found], v_keys)
     cached = len(claims) + len(v_found)
-    if not isinstance(judge.inner, Estimating):
+    estimating = judge.capabilities.estimating
+    if estimating is None:
         return CostEstimate(0, 0, 0, 0.0, cached_items=cached)
-    inner = judge.inner.estimate(x_rest, v_rest)
+    inner = estimating.estimate(x_rest, v_rest)
     repeated = len(extract) - len(claims) - len(x_rest) + len(verdict) - len(v_found) - len(v_rest)
     notes = list(inner.notes)
     if repeated:

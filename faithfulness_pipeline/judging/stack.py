@@ -6,8 +6,9 @@
                                + a bulk judge's prepay (provider batch jobs), before the scoring pass
 
 The inner judge is anything that implements the port (offline, litellm, batch, a test's scripted judge).
-Its optional capabilities (``core.port``: Storable, Overlapping, Estimating) are checked here, once; the
-stack is itself a judge, so ``make_judge`` returns one, and the entry points hand the core its
+Its optional capabilities (``core.port``: Storable, Overlapping, Estimating) are looked up here, once
+(:attr:`JudgeStack.capabilities`); the stack is itself a judge, so ``make_judge`` returns one, and the
+entry points hand the core its
 :meth:`~JudgeStack.judging` (the port, the row cache, the overlap). Every result says where it came from
 and what this run paid for it (``core.port.source_of`` / ``billed_of``): copies and store hits cost nothing.
 
@@ -26,14 +27,13 @@ from typing import Any, TypeVar
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.flow import Rows
 from faithfulness_pipeline.core.port import (
+    Capabilities,
     ExtractItem,
     ExtractResult,
     Hooks,
     Judge,
     JudgeStats,
     Judging,
-    Overlapping,
-    Storable,
     Usage,
     VerdictItem,
     VerdictResult,
@@ -61,7 +61,9 @@ class JudgeStack:
     def __init__(self, inner: Judge, store: Store | None = None, *, refresh: bool = False,
                  remember: int = RUN_MEMORY_ITEMS, lease_s: float = DEFAULT_LEASE_S,
                  redact: Callable[[str], str] = str, bulk: Bulk | None = None) -> None:
-        if not isinstance(inner, Storable) and store is not None:
+        #: the inner judge's optional capabilities, looked up here once
+        self.capabilities = Capabilities.of(inner)
+        if self.capabilities.scope is None and store is not None:
             store.close()
             raise ConfigError(f"the judge {inner.model_name} cannot use a result store: it does not name what "
                               "changes its results (result_scope)")
@@ -71,20 +73,18 @@ class JudgeStack:
         self.tally = Tally(redact)
         self.store = store
         #: the content keys of the inner judge's items (None: it names no result scope, nothing is kept)
-        self.keys = ContentKeys(inner.result_scope()) if isinstance(inner, Storable) else None
+        self.keys = None if self.capabilities.scope is None else ContentKeys(self.capabilities.scope)
         self._memory = {step: RunMemory[Any](remember) for step in ("extract", "verdict")}
         self._stored = None if store is None else StoredResults(store, self.tally, refresh=refresh)
         self._leases = (None if store is None or self._stored is None or refresh or lease_s <= 0
                         else Leases(store, lease_s, self.tally, stored=self._stored.flush))
         self._rows = (None if self._stored is None or self.keys is None
                       else StoreRows(self._stored, self.keys.rows, self.tally))
-        self._overlap = inner.overlap_rows if isinstance(inner, Overlapping) else None
         self._bulk = bulk
 
     def judging(self) -> Judging:
         """What the core's flow is given: this stack as the port, its row cache, the inner judge's overlap."""
-        scope = self.inner.result_scope() if isinstance(self.inner, Storable) else None
-        return Judging(self, self._rows, self._overlap, scope)
+        return Judging(self, self._rows, self.capabilities.overlap_rows, self.capabilities.scope)
 
     # ------------------------------------------------------------------------------- the port
 

@@ -50,17 +50,5 @@ class Tally:
     def added_to(self, inner: JudgeStats) -> JudgeStats:
         """``inner`` (what the judge sent) with what was served without sending."""
         with self._lock:
-            cached, duplicates = self._cached, self._duplicates
-            notes = [*inner.notes, *(n for n in self._notes if n not in inner.notes)]
-        return JudgeStats(
-            requests=inner.requests,
-            prompt_tokens=inner.prompt_tokens,
-            completion_tokens=inner.completion_tokens,
-            cost_usd=inner.cost_usd,
-            cached_prompt_tokens=inner.cached_prompt_tokens,
-            cached_items=inner.cached_items + cached,
-            duplicate_items=inner.duplicate_items + duplicates,
-            failed_items=inner.failed_items,
-            retries=inner.retries,
-            notes=notes,
-        )
+            served = JudgeStats(cached_items=self._cached, duplicate_items=self._duplicates, notes=list(self._notes))
+        return inner + served

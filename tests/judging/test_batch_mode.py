@@ -253,7 +253,8 @@ def test_batch_mode_refuses_a_store_it_cannot_keep_batch_records_in(tmp_path: Pa
 
 
 def test_batches_are_split_at_the_provider_limits(tmp_path: Path) -> None:
-    from faithfulness_pipeline.judging.llm.batch.judge import BatchJudge, BatchLimits
+    from faithfulness_pipeline.judging.llm.batch.files import BatchLimits
+    from faithfulness_pipeline.judging.llm.batch.judge import BatchJudge
     from faithfulness_pipeline.judging.stack import JudgeStack
     from faithfulness_pipeline.judging.store.open import open_store
 

@@ -23,7 +23,7 @@ from faithfulness_pipeline.judging.llm.card import ModelCard, model_card
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
 from faithfulness_pipeline.judging.llm.plans import share_usage
 from faithfulness_pipeline.judging.llm.prompts import EXTRACT_SYSTEM, VERDICT_SYSTEM
-from faithfulness_pipeline.judging.llm.requests import cached_prompt_tokens
+from faithfulness_pipeline.judging.llm.replies import cached_prompt_tokens
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.judging.store.codec import decode_claims, decode_verdicts, encode_claims, encode_verdicts
 from faithfulness_pipeline.judging.store.open import open_store

@@ -74,7 +74,7 @@ def test_the_stream_errors_the_judge_reads_still_say_what_they_said() -> None:
 
     from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
 
-    from faithfulness_pipeline.judging.llm.requests import REPEATING, UNFINISHED
+    from faithfulness_pipeline.judging.llm.streams import REPEATING, UNFINISHED
 
     assert REPEATING in inspect.getsource(CustomStreamWrapper.raise_on_model_repetition)
     assert str(CustomStreamWrapper._stream_eof_error()) == UNFINISHED

@@ -13,8 +13,12 @@ its price map). The judge is split by what each part holds:
 - ``secrets``: the API key, read from the environment, and the :class:`Redactor`;
 - ``plans``: what a step's items become: packing entries, prompts (``prompts``), parsing (``parsing``),
   results; ``packing`` fits entries into requests;
-- ``requests``: pack queue and tries, and the one place a request is sent (``Sender``); ``limits`` the
-  shared request limiter.
+- ``runner``'s parts: ``tries`` (how often a pack's items were tried) and ``turns`` (what the calls share
+  on the loop: counting turns, the bound on packs under way, a request's head start);
+- ``chat``: one request of a pack (messages, reply budget, schema, body), the same for batch lines;
+- ``requests``: the one place a request is sent (``Sender``), with what came back (``replies``), a
+  streamed reply's reading (``streams``) and what a failure says (``failures``); ``limits`` the shared
+  request limiter.
 
 A result store is not this judge's business: the judge stack (``judging.stack``) wraps it (as it wraps
 any judge), and this judge tells it each result the moment it validates and asks it, right before a
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from faithfulness_pipeline.core.errors import ConfigError
@@ -57,19 +62,14 @@ from faithfulness_pipeline.core.port import (
 )
 from faithfulness_pipeline.judging.budget import Budget, need_price
 from faithfulness_pipeline.judging.llm import prompts
-from faithfulness_pipeline.judging.llm.card import import_litellm, model_card, token_counter
+from faithfulness_pipeline.judging.llm.card import ModelCard, import_litellm, model_card, token_counter
 from faithfulness_pipeline.judging.llm.limits import Clock, RequestLimiter, Sleep
 from faithfulness_pipeline.judging.llm.output_mode import OutputMode
-from faithfulness_pipeline.judging.llm.packing import Limits
+from faithfulness_pipeline.judging.llm.packing import Count, Limits
 from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, R, Sizing, VerdictPlan
 from faithfulness_pipeline.judging.llm.requests import Receiving, Sender
 from faithfulness_pipeline.judging.llm.runner import PackRunner
-from faithfulness_pipeline.judging.llm.secrets import (
-    MissingAPIKeyError,
-    Redactor,
-    model_provider,
-    resolve_api_key,
-)
+from faithfulness_pipeline.judging.llm.secrets import Redactor, judge_key, model_provider
 from faithfulness_pipeline.judging.llm.server_limits import ask_server
 from faithfulness_pipeline.settings.judge import JudgeSettings
 
@@ -89,6 +89,37 @@ def _tpm_warning(config: JudgeSettings, limits: Limits) -> str | None:
         f"--tpm (FP_JUDGE_TPM) or lower --pack-tokens to at most {max(config.tpm, 256)}"
     )
 
+def _limiter(config: JudgeSettings, clock: Clock | None, sleep: Sleep | None) -> RequestLimiter:
+    """The one limiter of every request of the judge (``clock`` and ``sleep``: a test's, else the real ones)."""
+    timing: dict[str, Any] = {}
+    if clock is not None:
+        timing["clock"] = clock
+    if sleep is not None:
+        timing["sleep"] = sleep
+    return RequestLimiter(
+        config.max_concurrency,
+        config.rpm,
+        config.tpm,
+        backoff_base_s=config.backoff_base_s,
+        backoff_max_s=max(config.backoff_max_s, config.backoff_base_s),
+        **timing,
+    )
+
+
+def _sizing(config: JudgeSettings, card: ModelCard, count_tokens: Count) -> Sizing:
+    """What packing needs of the model: its counter, its limits, and the tokens of each step's fixed frame."""
+    limits = Limits(
+        pack_tokens=config.pack_tokens,
+        max_items=card.max_items_per_pack,
+        context_window=card.context_window,
+        max_output_tokens=card.max_output_tokens,
+    )
+    frame = {
+        step: count_tokens(prompts.frame_text(step)) + 2 * prompts.MESSAGE_OVERHEAD_TOKENS
+        + prompts.REPLY_PRIMING_TOKENS
+        for step in ("extract", "verdict")
+    }
+    return Sizing(count_tokens, limits, frame, card.priced)
 
 
 class LiteLLMJudge:
@@ -116,16 +147,7 @@ class LiteLLMJudge:
         self.model_name: str = config.model
         self.prompt_version: str = prompts.PROMPT_VERSION
         # The key comes first: a missing one must fail before anything else is done.
-        if api_key:
-            self.api_key_env: str | None = config.api_key_env
-        else:
-            try:
-                self.api_key_env, api_key = resolve_api_key(self.model_name, config.api_key_env)
-            except MissingAPIKeyError:
-                # A judge that only estimates (the dry run) never sends a request, so it needs no key.
-                if need_key:
-                    raise
-                self.api_key_env, api_key = None, None
+        self.api_key_env, api_key = judge_key(self.model_name, config.api_key_env, api_key, need_key=need_key)
         #: where requests go: the configured base, else the provider's default where litellm knows one
         self.endpoint: str | None = config.api_base or model_provider(self.model_name)[1]
         self.redact = Redactor(api_key)
@@ -143,33 +165,10 @@ class LiteLLMJudge:
         #: the structured output of the run's requests, stepped down (once per step) when the endpoint refuses
         self.output = OutputMode("schema" if self.card.json_schema else "prompt", fallback=self.card.schema_fallback)
         count_tokens = token_counter(self.model_name)
-        timing: dict[str, Any] = {}
-        if clock is not None:
-            timing["clock"] = clock
-        if sleep is not None:
-            timing["sleep"] = sleep
-        self.limiter = RequestLimiter(
-            config.max_concurrency,
-            config.rpm,
-            config.tpm,
-            backoff_base_s=config.backoff_base_s,
-            backoff_max_s=max(config.backoff_max_s, config.backoff_base_s),
-            **timing,
-        )
-        limits = Limits(
-            pack_tokens=config.pack_tokens,
-            max_items=self.card.max_items_per_pack,
-            context_window=self.card.context_window,
-            max_output_tokens=self.card.max_output_tokens,
-        )
-        frame = {
-            step: count_tokens(prompts.frame_text(step)) + 2 * prompts.MESSAGE_OVERHEAD_TOKENS
-            + prompts.REPLY_PRIMING_TOKENS
-            for step in ("extract", "verdict")
-        }
-        self.sizing = Sizing(count_tokens, limits, frame, self.card.priced)
+        self.limiter = _limiter(config, clock, sleep)
+        self.sizing = _sizing(config, self.card, count_tokens)
         self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
-        if (slow := _tpm_warning(config, limits)) is not None:
+        if (slow := _tpm_warning(config, self.sizing.limits)) is not None:
             log.warning("warning: %s", slow)
             self._stats.notes.append(slow)
         sender = Sender(
@@ -259,16 +258,8 @@ class LiteLLMJudge:
         notes += self.output.notes
         if self.budget is not None and (capped := self.budget.note()) is not None:
             notes.append(capped)
-        return JudgeStats(
-            requests=s.requests,
-            prompt_tokens=s.prompt_tokens,
-            completion_tokens=s.completion_tokens,
-            cost_usd=s.cost_usd,
-            cached_prompt_tokens=s.cached_prompt_tokens,
-            failed_items=s.failed_items,
-            retries=s.retries,
-            notes=notes,
-        )
+        # A copy: the counters go on counting, what was handed out stays as it was.
+        return replace(s, notes=notes)
 
     async def aclose(self) -> None:
         await import_litellm().close_litellm_async_clients()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -31,23 +30,22 @@ from typing import Any
 from faithfulness_pipeline.core.port import ERROR_CHARS, Hooks, JudgeStats, billed_of
 from faithfulness_pipeline.judging.budget import Budget
 from faithfulness_pipeline.judging.llm.card import ModelCard
+from faithfulness_pipeline.judging.llm.chat import Chat, chat_of
+from faithfulness_pipeline.judging.llm.failures import RequestFailed
 from faithfulness_pipeline.judging.llm.limits import RequestLimiter
-from faithfulness_pipeline.judging.llm.packing import REPLY_SLACK_TOKENS, Entry, Pack, Packer, halves
+from faithfulness_pipeline.judging.llm.packing import Pack, Packer, halves
 from faithfulness_pipeline.judging.llm.parsing import ParsedReply
-from faithfulness_pipeline.judging.llm.plans import Plan, R, Sizing, repair_messages, share_usage
-from faithfulness_pipeline.judging.llm.requests import (
-    EXTRACTION_HEAD_START_S,
-    HEAD_START_S_PER_TOKEN,
-    TURN_S,
-    Reply,
-    RequestFailed,
-    Sender,
-    Tries,
-    Turns,
-)
+from faithfulness_pipeline.judging.llm.plans import Plan, R, Sizing, share_usage
+from faithfulness_pipeline.judging.llm.replies import Reply
+from faithfulness_pipeline.judging.llm.requests import Sender
+from faithfulness_pipeline.judging.llm.tries import Tries
+from faithfulness_pipeline.judging.llm.turns import Turns, count_turn, head_start_s
 from faithfulness_pipeline.judging.llm.valid_text import TextRepairs, valid_text
 
 log = logging.getLogger(__name__)
+
+#: What a request of a pack calls for next: these items again with these tries, or None (each has a result).
+Next = tuple[tuple[int, ...], Tries] | None
 
 
 class PackRunner:
@@ -106,7 +104,7 @@ class PackRunner:
                     # Counted on a worker thread, a short turn at a time: the tokenizer lets go of the GIL
                     # while it encodes, so the event loop sends requests and reads replies meanwhile
                     # instead of leaving them to wait (and hold their slots) until the counting is done.
-                    counted = await asyncio.to_thread(_count_turn, plan, order, at)
+                    counted = await asyncio.to_thread(count_turn, plan, order, at)
                     for i, entry in zip(order[at : at + len(counted)], counted, strict=True):
                         if entry is None:
                             self._finish_error(plan, i, plan.oversize[i], hooks)
@@ -172,135 +170,141 @@ class PackRunner:
         return tuple(missing)
 
     async def _run_pack(self, plan: Plan[Any], indices: tuple[int, ...], tries: Tries, hooks: Hooks[Any]) -> None:
-        retries = self.max_retries
-        while True:
-            if self.sender.fatal is not None:
-                for i in indices:
-                    self._finish_error(plan, i, self.sender.fatal, hooks)
-                return
-            rendered, id_map, context = plan.render(indices)
-            repair = [] if tries.repair is None else repair_messages(*tries.repair, attempt=tries.sent + 1)
-            messages = [*rendered, *repair]
-            entries = [plan.entries[i] for i in indices]
-            max_tokens = min(self.sizing.limits.max_output_tokens,
-                             REPLY_SLACK_TOKENS + sum(e.output_tokens for e in entries))
-            estimate = self.sizing.frame_tokens[plan.step] + sum(e.prompt_tokens for e in entries)
-            estimate += sum(self.sizing.count_tokens(m["content"]) for m in repair)
-            # The schema goes to the sender whatever the run's mode: it knows which format a request carries.
-            schema = plan.response_format(id_map, exact=self.card.exact_schema) if self.card.json_schema else None
-            remaining = indices
+        """Asks for ``indices`` until each has a result: one request at a time, each one followed by what
+        its failure or its reply calls for (another try of some of the items, or none)."""
+        next_try: Next = (indices, tries)
+        while next_try is not None:
+            next_try = await self._attempt(plan, *next_try, hooks)
 
-            def still_needed(sending: tuple[int, ...] = indices) -> bool:
-                # Checked while holding a request slot: a result another process stored while this pack
-                # waited for one is not paid again (only requests already in flight can be).
-                nonlocal remaining
-                remaining = self._not_done_elsewhere(plan, sending, hooks)
-                return remaining == sending
+    async def _attempt(self, plan: Plan[Any], indices: tuple[int, ...], tries: Tries, hooks: Hooks[Any]) -> Next:
+        """One request of the pack; returns the items to ask again and their tries, or None when done."""
+        if self.sender.fatal is not None:
+            self._finish_all(plan, indices, self.sender.fatal, hooks)
+            return None
+        chat = chat_of(plan, indices, self.card, tries.repair, attempt=tries.sent + 1)
+        estimate = self.sizing.frame_tokens[plan.step] + sum(plan.entries[i].prompt_tokens for i in indices)
+        estimate += sum(self.sizing.count_tokens(m["content"]) for m in chat.repair)
+        remaining = indices
 
-            hold = self._worst_cost(estimate, max_tokens)
-            if self.budget is not None and not self.budget.hold(hold):
-                for i in indices:
-                    self._finish_skipped(plan, i, hooks)
-                return
-            retry, before = tries.sent > 0, tries
-            tries = tries.sending()
+        def still_needed(sending: tuple[int, ...] = indices) -> bool:
+            # Checked while holding a request slot: a result another process stored while this pack
+            # waited for one is not paid again (only requests already in flight can be).
+            nonlocal remaining
+            remaining = self._not_done_elsewhere(plan, sending, hooks)
+            return remaining == sending
+
+        hold = self._worst_cost(estimate, chat.max_tokens)
+        if self.budget is not None and not self.budget.hold(hold):
+            for i in indices:
+                self._finish_skipped(plan, i, hooks)
+            return None
+        try:
             try:
-                try:
-                    reply = await self.sender.send(
-                        messages, schema, max_tokens, estimate, still_needed, _head_start_s(plan.step, max_tokens)
-                    )
-                finally:
-                    # Let go as soon as the request is done: what it cost is spent by ``_charge`` right after,
-                    # before anything else can await, so the budget never counts a request twice or not at all.
-                    if self.budget is not None:
-                        self.budget.release(hold)
-            except RequestFailed as failure:
-                if failure.kind == "stale":  # nothing was sent: the rest goes as a smaller pack
-                    tries = before
-                    if not remaining:
-                        return
-                    indices = remaining
-                    continue
-                if failure.kind == "reformat":  # the run stepped down to another format: the same items again
-                    self._charge(plan, indices, None, None, id_map)  # a request sent is a call billed
-                    tries = before
-                    continue
-                if retry:
-                    self._stats.retries += 1
-                if failure.sent:
-                    self._charge(plan, indices, None, None, id_map)
-                if failure.kind != "too_big":
-                    # A pack refused as too long is no failed try: it is halved, then an item alone has its
-                    # passages halved, and each step is smaller than the last, so the steps end by themselves.
-                    # Counted as tries, a 32-item pack over a slot's window ran out of them before it got
-                    # down to packs the slot holds.
-                    tries = tries.failed(failure.kind == "rate_limit")
-                alone = len(indices) == 1
-                if failure.kind in ("fatal", "give_up") or (failure.kind == "isolate" and alone):
-                    for i in indices:
-                        self._finish_error(plan, i, failure.reason, hooks)
-                    return
-                too_big_alone = failure.kind == "too_big" and alone
-                if too_big_alone and plan.shrink(indices[0]):
-                    self._window_note()
-                    continue  # the same item with half its passages: a different, smaller request
-                if tries.exhausted(retries) or too_big_alone:
-                    reason = tries.gave_up(failure.reason)
-                    if failure.kind == "too_big":  # the hint first: the server's words may be long
-                        reason = f"too long for the server: {self._window_hint()}; {reason}"
-                    for i in indices:
-                        self._finish_error(plan, i, reason, hooks)
-                    return
-                if failure.kind in ("transient", "timeout"):
-                    await self.limiter.back_off(tries.errors)
-                if failure.kind in ("too_big", "timeout", "isolate") and not alone:
-                    # Too big for the window, too slow for the timeout, or holding an item the provider
-                    # refuses: halve the pack so that the other items get through.
-                    await self._split(plan, halves(indices), tries, hooks)
-                    return
-                continue  # after a 429 the limiter's shared pause makes this attempt wait
-            if retry:
-                self._stats.retries += 1
-            if reply.unanswered is not None:
-                # A refusal, no choices, null content: the same request would get the same reply. A lone item
-                # ends with the reply's words; a pack is halved, so the other items get through.
-                self._charge(plan, indices, reply, None, id_map)
-                if len(indices) == 1:
-                    self._finish_error(plan, indices[0], reply.unanswered, hooks)
-                    return
-                await self._split(plan, halves(indices), tries.failed(False), hooks)
-                return
-            parsed = plan.parse(reply.text, context)
-            self._charge(plan, indices, reply, parsed, id_map)
-            done: list[Any] = []
-            for local, value in parsed.ok.items():
-                i = id_map[local]
-                plan.results[i] = plan.ok_result(i, value, plan.usage[i])
-                done.append(plan.results[i])
-                if local in parsed.replaced:
-                    self.repairs.add(plan.item_id(i))
-            if done and hooks.settled is not None:
-                hooks.settled(done)
-            hooks.tick(len(done))
-            if parsed.unknown_ids:
-                log.debug("reply named ids it was not asked for: %s", ",".join(parsed.unknown_ids[:5]))
-            failed = [id_map[local] for local in parsed.failed]
-            if not failed:
-                return
-            tries = tries.failed(False)
-            if tries.exhausted(retries):
-                for local, why in parsed.failed.items():
-                    self._finish_error(plan, id_map[local], tries.gave_up(f"invalid reply: {why}"), hooks)
-                return
-            # Re-ask only for what failed, never with the same request: a wholly unusable reply of several
-            # items is re-asked in halves, one of a single item with a message saying what was wrong.
-            if len(failed) < len(indices):
-                indices = tuple(failed)
-                continue
-            if len(indices) > 1:
-                await self._split(plan, halves(indices), tries, hooks)
-                return
-            tries = tries.unusable_reply(reply.text, next(iter(parsed.failed.values())))
+                # The schema goes to the sender whatever the run's mode: it knows which format a request carries.
+                reply = await self.sender.send(chat.messages, chat.schema, chat.max_tokens, estimate, still_needed,
+                                               head_start_s(plan.step, chat.max_tokens))
+            finally:
+                # Let go as soon as the request is done: what it cost is spent by ``_charge`` right after,
+                # before anything else can await, so the budget never counts a request twice or not at all.
+                if self.budget is not None:
+                    self.budget.release(hold)
+        except RequestFailed as failure:
+            return await self._after_failure(plan, indices, remaining, tries, failure, chat, hooks)
+        return await self._after_reply(plan, indices, tries, reply, chat, hooks)
+
+    async def _after_failure(self, plan: Plan[Any], indices: tuple[int, ...], remaining: tuple[int, ...],
+                             before: Tries, failure: RequestFailed, chat: Chat, hooks: Hooks[Any]) -> Next:
+        """What a request that brought no reply calls for (``before``: the pack's tries before it was sent)."""
+        if failure.kind == "stale":  # nothing was sent: the rest goes as a smaller pack
+            return (remaining, before) if remaining else None
+        if failure.kind == "reformat":  # the run stepped down to another format: the same items again
+            self._charge(plan, indices, None, None, chat.id_map)  # a request sent is a call billed
+            return indices, before
+        if before.sent > 0:
+            self._stats.retries += 1
+        if failure.sent:
+            self._charge(plan, indices, None, None, chat.id_map)
+        tries = before.sending()
+        if failure.kind != "too_big":
+            # A pack refused as too long is no failed try: it is halved, then an item alone has its
+            # passages halved, and each step is smaller than the last, so the steps end by themselves.
+            # Counted as tries, a 32-item pack over a slot's window ran out of them before it got
+            # down to packs the slot holds.
+            tries = tries.failed(failure.kind == "rate_limit")
+        alone = len(indices) == 1
+        if failure.kind in ("fatal", "give_up") or (failure.kind == "isolate" and alone):
+            self._finish_all(plan, indices, failure.reason, hooks)
+            return None
+        too_big_alone = failure.kind == "too_big" and alone
+        if too_big_alone and plan.shrink(indices[0]):
+            self._window_note()
+            return indices, tries  # the same item with half its passages: a different, smaller request
+        if tries.exhausted(self.max_retries) or too_big_alone:
+            reason = tries.gave_up(failure.reason)
+            if failure.kind == "too_big":  # the hint first: the server's words may be long
+                reason = f"too long for the server: {self._window_hint()}; {reason}"
+            self._finish_all(plan, indices, reason, hooks)
+            return None
+        if failure.kind in ("transient", "timeout"):
+            await self.limiter.back_off(tries.errors)
+        if failure.kind in ("too_big", "timeout", "isolate") and not alone:
+            # Too big for the window, too slow for the timeout, or holding an item the provider
+            # refuses: halve the pack so that the other items get through.
+            await self._split(plan, halves(indices), tries, hooks)
+            return None
+        return indices, tries  # after a 429 the limiter's shared pause makes this attempt wait
+
+    async def _after_reply(self, plan: Plan[Any], indices: tuple[int, ...], before: Tries, reply: Reply,
+                           chat: Chat, hooks: Hooks[Any]) -> Next:
+        """The reply's valid items finished; what the rest calls for (``before``: the pack's tries before
+        this request). Never the very same request again: smaller packs, or a repair message."""
+        if before.sent > 0:
+            self._stats.retries += 1
+        tries = before.sending()
+        if reply.unanswered is not None:
+            # A refusal, no choices, null content: the same request would get the same reply. A lone item
+            # ends with the reply's words; a pack is halved, so the other items get through.
+            self._charge(plan, indices, reply, None, chat.id_map)
+            if len(indices) == 1:
+                self._finish_error(plan, indices[0], reply.unanswered, hooks)
+                return None
+            await self._split(plan, halves(indices), tries.failed(False), hooks)
+            return None
+        parsed = plan.parse(reply.text, chat.context)
+        self._charge(plan, indices, reply, parsed, chat.id_map)
+        self._finish_valid(plan, parsed, chat.id_map, hooks)
+        failed = [chat.id_map[local] for local in parsed.failed]
+        if not failed:
+            return None
+        tries = tries.failed(False)
+        if tries.exhausted(self.max_retries):
+            for local, why in parsed.failed.items():
+                self._finish_error(plan, chat.id_map[local], tries.gave_up(f"invalid reply: {why}"), hooks)
+            return None
+        # A wholly unusable reply of several items is re-asked in halves, one of a single item with a message
+        # saying what was wrong.
+        if len(failed) < len(indices):
+            return tuple(failed), tries
+        if len(indices) > 1:
+            await self._split(plan, halves(indices), tries, hooks)
+            return None
+        return indices, tries.unusable_reply(reply.text, next(iter(parsed.failed.values())))
+
+    def _finish_valid(self, plan: Plan[Any], parsed: ParsedReply[Any], id_map: Mapping[str, int],
+                      hooks: Hooks[Any]) -> None:
+        """The items a reply answered validly get their results, reported as they settle."""
+        done: list[Any] = []
+        for local, value in parsed.ok.items():
+            i = id_map[local]
+            plan.results[i] = plan.ok_result(i, value, plan.usage[i])
+            done.append(plan.results[i])
+            if local in parsed.replaced:
+                self.repairs.add(plan.item_id(i))
+        if done and hooks.settled is not None:
+            hooks.settled(done)
+        hooks.tick(len(done))
+        if parsed.unknown_ids:
+            log.debug("reply named ids it was not asked for: %s", ",".join(parsed.unknown_ids[:5]))
 
     def _window_hint(self) -> str:
         return (f"the server's context window is smaller than the {self.card.context_window} tokens the judge "
@@ -326,6 +330,10 @@ class PackRunner:
             return
         plan.results[i] = replace(plan.error_result(i, self.budget.reason(), plan.usage[i]), source="skipped")
         hooks.tick(1)
+
+    def _finish_all(self, plan: Plan[R], indices: Sequence[int], reason: str, hooks: Hooks[R]) -> None:
+        for i in indices:
+            self._finish_error(plan, i, reason, hooks)
 
     def _finish_error(self, plan: Plan[R], i: int, reason: str, hooks: Hooks[R]) -> None:
         if i in plan.results:
@@ -355,23 +363,3 @@ class PackRunner:
             self._stats.cost_usd += priced[0] + priced[1]
         if priced is not None and self.budget is not None:
             self.budget.spend(priced[0] + priced[1])
-
-
-def _count_turn(plan: Plan[Any], order: Sequence[int], start: int) -> list[Entry | None]:
-    """``plan.add`` for the items of ``order`` from ``start`` on, for about ``TURN_S`` (one item at least).
-
-    Only one call counts at a time (the judge's counting lock), so one thread at a time writes to a
-    plan's per-item tables; the event loop reads only the entries of packs already closed.
-    """
-    until = time.perf_counter() + TURN_S
-    out: list[Entry | None] = []
-    for at in range(start, len(order)):
-        out.append(plan.add(order[at]))
-        if time.perf_counter() >= until:
-            break
-    return out
-
-
-def _head_start_s(step: str, max_tokens: int) -> float:
-    extraction = EXTRACTION_HEAD_START_S if step == "extract" else 0.0
-    return extraction + max_tokens * HEAD_START_S_PER_TOKEN

@@ -153,6 +153,21 @@ class Redactor:
         return "".join(out)
 
 
+def judge_key(model: str, api_key_env: str | None, api_key: str | None, *,
+              need_key: bool) -> tuple[str | None, str | None]:
+    """``(variable name, key)`` a judge of ``model`` sends with: ``api_key`` when given (the settings' variable
+    name kept for messages), else :func:`resolve_api_key`. A judge that only estimates (the dry run,
+    ``need_key`` False) never sends a request, so a missing key is ``(None, None)`` for it, not an error."""
+    if api_key:
+        return api_key_env, api_key
+    try:
+        return resolve_api_key(model, api_key_env)
+    except MissingAPIKeyError:
+        if need_key:
+            raise
+        return None, None
+
+
 def _b64_cores(data: bytes) -> Iterator[str]:
     """The characters of ``data``'s base64 that do not depend on what surrounds it, at each of the three
     positions ``data`` can start at within a longer encoded text."""

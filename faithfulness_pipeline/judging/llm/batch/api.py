@@ -20,8 +20,8 @@ from typing import Any, Final
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.judging.llm.card import import_litellm
+from faithfulness_pipeline.judging.llm.failures import quota_used_up
 from faithfulness_pipeline.judging.llm.limits import retry_after_from_headers
-from faithfulness_pipeline.judging.llm.requests import quota_used_up
 from faithfulness_pipeline.settings.judge import JudgeSettings
 
 #: Providers whose batch endpoints litellm speaks (``litellm.acreate_batch``'s ``custom_llm_provider``).

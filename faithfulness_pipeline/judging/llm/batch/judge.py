@@ -7,10 +7,10 @@ the result store under the same keys, so a batch result serves a later interacti
 round. Where the interactive judge answers each port call as it comes, a batch takes hours: so the stack
 asks the whole run first (its prepay: :meth:`BatchJudge.prepay_step`, once per step), step by step:
 
-1. every distinct extraction item of the run that the store lacks goes into batch files (split at the
-   provider's limits), which are uploaded and created as batches; each submission is recorded in the
-   store's batch ledger (``batch.ledger``) before the batch is created, and its id right
-   after, so that a run killed at any point finds its batches again instead of paying twice;
+1. every distinct extraction item of the run that the store lacks, as far as a spend cap lets it
+   (``batch.spend``), goes into batch files (``batch.files``: split at the provider's limits), uploaded
+   and created as batches; each submission is recorded in the store's batch ledger (``batch.ledger``)
+   before the batch is created, and its id right after, so that a killed run finds it, not pays twice;
 2. the batches are polled (the pause grows by half each look) until each one ends; a finished batch's
    output is read, validated line by line and stored (``batch.ingest``); lines that failed, expired or
    did not validate are asked again in a follow-up batch (smaller packs; a lone item with a message
@@ -27,15 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Final
 
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
-from faithfulness_pipeline.core.flow import Rows, extract_items, verdict_items
+from faithfulness_pipeline.core.flow import Rows
 from faithfulness_pipeline.core.port import (
     ERROR_CHARS,
     NO_USAGE,
@@ -48,12 +47,13 @@ from faithfulness_pipeline.core.port import (
     Usage,
     VerdictItem,
     VerdictResult,
+    settings_hash,
 )
-from faithfulness_pipeline.judging.llm.batch.api import TERMINAL, BatchAPI, BatchAPIError, BatchView, request_line
+from faithfulness_pipeline.judging.llm.batch.api import TERMINAL, BatchAPI, BatchAPIError, BatchView
+from faithfulness_pipeline.judging.llm.batch.files import PROVIDER_LIMITS, BatchLimits, batch_files
 from faithfulness_pipeline.judging.llm.batch.ingest import Ingest
-from faithfulness_pipeline.judging.llm.batch.ledger import BatchRecord, LineRecord, ledger_of, new_submission_tag
+from faithfulness_pipeline.judging.llm.batch.ledger import BatchRecord, LineRecord
 from faithfulness_pipeline.judging.llm.batch.lines import (
-    MAX_ROUNDS_FACTOR,
     Item,
     Pending,
     encode,
@@ -62,30 +62,21 @@ from faithfulness_pipeline.judging.llm.batch.lines import (
     progress_line,
     serialise,
 )
+from faithfulness_pipeline.judging.llm.batch.open_ledger import ledger_of
+from faithfulness_pipeline.judging.llm.batch.spend import BatchSpend, claims_share
+from faithfulness_pipeline.judging.llm.chat import chat_body, chat_of
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
-from faithfulness_pipeline.judging.llm.packing import REPLY_SLACK_TOKENS, Limits, Pack, pack_entries, rough_sentences
-from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, VerdictPlan, repair_messages
-from faithfulness_pipeline.judging.llm.secrets import MissingAPIKeyError, resolve_api_key
+from faithfulness_pipeline.judging.llm.packing import Limits, pack_entries
+from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, VerdictPlan
+from faithfulness_pipeline.judging.llm.secrets import judge_key
 from faithfulness_pipeline.judging.store.keys import ContentKeys
 from faithfulness_pipeline.judging.store.protocol import Store
 from faithfulness_pipeline.settings.judge import JudgeSettings
 
 log = logging.getLogger(__name__)
 
-@dataclass(frozen=True, slots=True)
-class BatchLimits:
-    """What one batch may hold (OpenAI: 50,000 requests and 200 MB per input file; a margin kept)."""
-
-    max_lines: int = 50_000
-    max_bytes: int = 190 * 1024 * 1024
-
-
-#: Answers of a run that estimate how a spend cap is shared between its claims and its verdicts.
-SHARE_ROWS: Final = 2_000
-
 #: The longest pause between two looks at running batches.
 MAX_POLL_S: Final = 600.0
-
 
 NEEDS_A_STORE: Final = ("batch mode needs a result store (--store PATH, or FP_JUDGE_STORE): it holds the batches "
                          "of a run until their results are back, hours later, maybe in another run")
@@ -106,19 +97,14 @@ class BatchJudge:
         *,
         api_key: str | None = None,
         need_key: bool = True,
-        limits: BatchLimits = BatchLimits(),
+        limits: BatchLimits = PROVIDER_LIMITS,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
         report: Callable[[str], None] | None = None,
     ) -> None:
         if store is None:
             raise ConfigError(NEEDS_A_STORE)
-        if not api_key:
-            try:
-                _, api_key = resolve_api_key(config.model or "", config.api_key_env)
-            except MissingAPIKeyError:
-                if need_key:  # a judge that only estimates (the dry run) sends nothing
-                    raise
+        _, api_key = judge_key(config.model or "", config.api_key_env, api_key, need_key=need_key)
         self.interactive = LiteLLMJudge(config, api_key=api_key, need_key=need_key)
         self.config = config
         self.model_name: str = self.interactive.model_name
@@ -134,19 +120,15 @@ class BatchJudge:
         self.report: Callable[[str], None] = report or log.info
         self._sleep = sleep
         self._clock = clock
-        scope = self.result_scope()
-        self._keys = ContentKeys(scope)
-        self._scope = hashlib.sha256(repr(scope).encode()).hexdigest()[:32]
+        self._scope = self.result_scope()
+        self._keys = ContentKeys(self._scope)
         self._paid: dict[bytes, Usage] = {}  # of the step being prepaid
         self._failed: dict[tuple[str, bytes], Pending] = {}
         self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
         self._batches: dict[str, str] = {}  # batch id -> last status seen, in the order they were met
         #: the run's spend cap, shared with the interactive judge (which holds at interactive prices)
         self.budget = self.interactive.budget
-        self._held = 0.0  # what the batches submitted and not yet read hold of the budget
-        self._settled_cost = 0.0  # what the batches read so far cost, as spent from the budget
-        self._skipped: set[tuple[str, bytes]] = set()  # items the cap kept out of every batch
-        self._share = 1.0  # the part of what is left of the cap that the step being prepaid may hold
+        self._spend = BatchSpend(self.budget, self.card, self._stats)
         self._read = Ingest(self.api, self.ledger, store, self.sizing, self.card, self._stats)
 
     def result_scope(self) -> ResultScope:
@@ -165,9 +147,9 @@ class BatchJudge:
         Under a spend cap the claims step may use only its part of what is left (``rows``, the run's rows,
         estimate it), so that the claims it pays for still have money for their verdicts."""
         self._paid = {}
-        self._share = 1.0
+        self._spend.share = 1.0
         if step == "extract" and self.budget is not None and rows is not None:
-            self._share = await asyncio.to_thread(self._claims_share, rows)
+            self._spend.share = await asyncio.to_thread(claims_share, rows, self.interactive.estimate)
         await self._complete(step, {key: Pending(item) for key, item in wanted.items()})
         paid, self._paid = self._paid, {}
         return paid
@@ -183,10 +165,9 @@ class BatchJudge:
         records += await self._submit(step, fresh)
         while records:
             retry = await self._wait(step, records, wanted)
-            self._settle()
-            budget = self.config.max_retries
-            give_up = {k: p for k, p in retry.items()
-                       if p.tries > budget or p.sent >= MAX_ROUNDS_FACTOR * (budget + 1)}
+            self._spend.settle()
+            # max_retries: the tries of an item (the spend cap is self.budget)
+            give_up = {k: p for k, p in retry.items() if p.out_of_tries(self.config.max_retries)}
             for key, p in give_up.items():
                 self._failed[(step, key)] = p
             retry = {k: p for k, p in retry.items() if k not in give_up}
@@ -237,100 +218,28 @@ class BatchJudge:
         entries = await asyncio.to_thread(lambda: [e for e in (plan.add(i) for i in plan.order()) if e is not None])
         for i, why in plan.oversize.items():
             self._failed[(step, keys[i])] = replace(todo[keys[i]], reason=why)
-        packs = self._within_budget(step, plan, keys, pack_entries(entries, self.sizing.frame_tokens[step], limits))
-        files: list[tuple[list[bytes], list[LineRecord]]] = [([], [])]
-        size = 0
-        tags = [new_submission_tag()]
-        for n, pack in enumerate(packs):
-            indices = pack.indices
-            body = self._body(plan, indices, [todo[keys[i]] for i in indices])
-            custom_id = f"{tags[-1]}-{n}"
-            line = request_line(custom_id, body)
-            full = len(files[-1][0]) >= self.limits.max_lines or size + len(line) > self.limits.max_bytes
-            if files[-1][0] and full:
-                files.append(([], []))
-                tags.append(new_submission_tag())
-                size = 0
-                custom_id = f"{tags[-1]}-{n}"
-                line = request_line(custom_id, body)
-            size += len(line)
-            files[-1][0].append(line)
-            files[-1][1].append(LineRecord(custom_id, tags[-1], step, [
-                serialise(keys[i], todo[keys[i]]) for i in indices]))
+        packs = self._spend.within(step, plan, keys, pack_entries(entries, self.sizing.frame_tokens[step], limits))
+        requests = ((self._body(plan, pack.indices, [todo[keys[i]] for i in pack.indices]),
+                     [serialise(keys[i], todo[keys[i]]) for i in pack.indices]) for pack in packs)
         records = []
-        for tag, (lines, line_records) in zip(tags, files, strict=True):
-            if lines:  # none when every item was too big to send (those are failures already)
-                records.append(await self._create(step, tag, b"".join(lines), line_records))
+        for file in batch_files(step, requests, self.limits):
+            if file.lines:  # none when every item was too big to send (those are failures already)
+                records.append(await self._create(step, file.tag, file.data(), file.records))
         self.report(f"batch: {len(packs)} {step} requests for {len(todo)} items sent as {len(records)} batches")
         return records
 
-    def _within_budget(self, step: str, plan: Plan[Any], keys: Sequence[bytes], packs: Sequence[Pack]) -> list[Pack]:
-        """The packs the spend cap lets go, in order, each holding its estimated cost at batch prices (its
-        prompt and a reply of the typical size, as the dry run prices it: a step's batches are all submitted
-        at once, so holding every reply's worst case would leave most of the cap unused); from the first
-        that would cross the cap (or the claims step's part of it) on, none: their items are skipped."""
-        if self.budget is None:
-            return list(packs)
-        for n, pack in enumerate(packs):
-            priced = self.card.cost(pack.prompt_tokens, sum(plan.expected_output(i) for i in pack.indices))
-            worst = 0.0 if priced is None else priced[0] + priced[1]
-            if not self.budget.hold(worst, self._share):
-                self._skipped.update((step, keys[i]) for later in packs[n:] for i in later.indices)
-                return list(packs[:n])
-            self._held += worst
-        return list(packs)
-
-    def _claims_share(self, rows: Rows) -> float:
-        """The claims step's part of the run's cost at batch prices, as the dry run estimates it (claims not
-        extracted yet guessed as the answers' sentences), from the run's first ``SHARE_ROWS`` answers."""
-        extract: list[ExtractItem] = []
-        verdict: list[VerdictItem] = []
-        for chunk in rows():
-            items = extract_items(chunk)
-            extract += items
-            verdict += verdict_items(items, [rough_sentences(it.answer) for it in items], chunk)
-            if len(extract) >= SHARE_ROWS:
-                break
-        claims = self.interactive.estimate(extract, []).batch_cost_usd or 0.0
-        verdicts = self.interactive.estimate([], verdict).batch_cost_usd or 0.0
-        return claims / (claims + verdicts) if claims + verdicts > 0 else 1.0
-
-    def _settle(self) -> None:
-        """The batches read so far: their holds given back, what they really cost spent."""
-        if self.budget is None:
-            return
-        self.budget.release(self._held)
-        self._held = 0.0
-        cost = self._stats.cost_usd or 0.0
-        self.budget.spend(cost - self._settled_cost)
-        self._settled_cost = cost
-
     def _body(self, plan: Plan[Any], indices: Sequence[int], pending: Sequence[Pending]) -> dict[str, Any]:
-        messages, id_map, _ = plan.render(indices)
-        if len(indices) == 1 and pending[0].repair is not None:
-            messages = [*messages, *repair_messages(*pending[0].repair, attempt=pending[0].tries + 1)]
-        entries = [plan.entries[i] for i in indices]
-        body: dict[str, Any] = {
-            "model": self.api.model,
-            "messages": messages,
-            "temperature": self.config.temperature,
-            "max_tokens": min(self.sizing.limits.max_output_tokens,
-                              REPLY_SLACK_TOKENS + sum(e.output_tokens for e in entries)),
-        }
-        if self.config.seed is not None:
-            body["seed"] = self.config.seed
-        if self.interactive.card.json_schema:
-            # A batch line cannot step down on its own: it carries what the run's requests carry now.
-            response_format = self.interactive.output.response_format(
-                plan.response_format(id_map, exact=self.interactive.card.exact_schema))
-            if response_format is not None:
-                body["response_format"] = response_format
-        return body
+        repair = pending[0].repair if len(indices) == 1 else None
+        chat = chat_of(plan, indices, self.interactive.card, repair, attempt=pending[0].tries + 1)
+        # A batch line cannot step down on its own: it carries what the run's requests carry now.
+        response_format = None if chat.schema is None else self.interactive.output.response_format(chat.schema)
+        return chat_body(self.api.model, chat.messages, self.config, chat.max_tokens, response_format)
 
     async def _create(self, step: str, tag: str, data: bytes, lines: list[LineRecord]) -> BatchRecord:
         """Uploads one batch file and creates its batch, recorded before and after the create call."""
         file_id = await self._call(self.api.upload(data, f"{tag}.jsonl"))
-        record = BatchRecord(tag, step, self._scope, file_id, None, "creating", None, len(lines), time.time())
+        record = BatchRecord(tag, step, settings_hash(self._scope), file_id, None, "creating", None, len(lines),
+                             time.time())
         await asyncio.to_thread(self.ledger.record_submission, record, lines)
         try:
             view = await self.api.create(file_id, tag)
@@ -451,8 +360,8 @@ class BatchJudge:
         ask_now: list[int] = []
         for i in (i for i in range(len(items)) if i not in results):
             failed = self._failed.get((step, keys[items[i].id]))
-            if self.budget is not None and (step, keys[items[i].id]) in self._skipped:
-                results[i] = replace(error_result(step, items[i].id, self.budget.reason(), NO_USAGE), source="skipped")
+            if (skipped := self._spend.skipped(step, keys[items[i].id])) is not None:
+                results[i] = replace(error_result(step, items[i].id, skipped, NO_USAGE), source="skipped")
             elif failed is not None:
                 tries = f"gave up after {failed.tries} batch requests: " if failed.tries else ""
                 results[i] = error_result(step, items[i].id, f"{tries}{failed.reason}"[:ERROR_CHARS], failed.spent)
@@ -471,9 +380,8 @@ class BatchJudge:
         return self.interactive.estimate(extract, verdict)
 
     def stats(self) -> JudgeStats:
-        s, fallback = self._stats, self.interactive.stats()
-        cost = None if s.cost_usd is None or fallback.cost_usd is None else s.cost_usd + fallback.cost_usd
-        notes = [*s.notes, *(n for n in fallback.notes if n not in s.notes)]
+        total = self._stats + self.interactive.stats()
+        notes = total.notes
         if self._batches:
             listed = ", ".join(f"{b} ({status})" for b, status in list(self._batches.items())[:10])
             more = f" and {len(self._batches) - 10} more" if len(self._batches) > 10 else ""
@@ -482,16 +390,7 @@ class BatchJudge:
             notes.append(repaired)
         if self.budget is not None and (capped := self.budget.note()) is not None and capped not in notes:
             notes.append(capped)
-        return JudgeStats(
-            requests=s.requests + fallback.requests,
-            prompt_tokens=s.prompt_tokens + fallback.prompt_tokens,
-            completion_tokens=s.completion_tokens + fallback.completion_tokens,
-            cost_usd=cost,
-            cached_prompt_tokens=s.cached_prompt_tokens + fallback.cached_prompt_tokens,
-            failed_items=s.failed_items + fallback.failed_items,
-            retries=fallback.retries,
-            notes=notes,
-        )
+        return total
 
     async def aclose(self) -> None:
         try:

@@ -18,6 +18,7 @@ committed *before* the next step can lose it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import time
@@ -26,8 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.judging.store.protocol import Store, key_chunks
+from faithfulness_pipeline.core.port import ResultScope, settings_hash
+from faithfulness_pipeline.judging.store.protocol import key_chunks
 from faithfulness_pipeline.judging.store.sqlite import ResultStore
 
 T = TypeVar("T")
@@ -40,7 +41,7 @@ OPEN_STATES: Final = ("creating", "submitted")
 class BatchRecord:
     submission: str  # our tag, sent as the batch's metadata
     step: str
-    scope: str  # hex digest of the judge's result scope: batches of other settings are not ours
+    scope: str  # the judge's settings hash (``core.port.settings_hash``): batches of other settings are not ours
     input_file_id: str
     batch_id: str | None
     state: str  # creating | submitted | ingested
@@ -123,11 +124,13 @@ class BatchLedger(ABC):
 
     # ------------------------------------------------------------------------------- reading
 
-    def open_batches(self, scope: str, step: str) -> list[BatchRecord]:
+    def open_batches(self, scope: ResultScope, step: str) -> list[BatchRecord]:
+        """The batches of ``step`` not yet ingested that judges of ``scope`` submitted, oldest first: those
+        recorded under its settings hash, and those an earlier version recorded under :func:`earlier_key`."""
         rows = self._query(
-            f"SELECT {_JOB_COLUMNS} FROM batch_jobs WHERE scope = ? AND step = ? AND state IN (?, ?) "
+            f"SELECT {_JOB_COLUMNS} FROM batch_jobs WHERE scope IN (?, ?) AND step = ? AND state IN (?, ?) "
             "ORDER BY created_at, submission",
-            (scope, step, *OPEN_STATES),
+            (settings_hash(scope), earlier_key(scope), step, *OPEN_STATES),
         )
         return [BatchRecord(*row) for row in rows]
 
@@ -199,24 +202,15 @@ class SqliteBatchLedger(BatchLedger):
         """Nothing of its own to close: the connection is the store's, closed with it."""
 
 
+def earlier_key(scope: ResultScope) -> str:
+    """The key a version before the ledger took ``settings_hash`` recorded its batches under. Still read
+    (never written): a batch is paid for when it is created and read hours later, so an upgrade between
+    the two must still find it."""
+    return hashlib.sha256(repr(scope).encode()).hexdigest()[:32]
+
+
 def new_submission_tag() -> str:
     """Unique enough across processes and machines: time plus random bits."""
     import secrets
 
     return f"fp-{int(time.time())}-{secrets.token_hex(6)}"
-
-
-def ledger_of(store: Store) -> BatchLedger:
-    """The batch ledger kept in ``store``: the same SQLite file, or the same PostgreSQL database."""
-    from faithfulness_pipeline.judging.store.postgres import PostgresStore
-
-    if isinstance(store, ResultStore):
-        return SqliteBatchLedger(store)
-    if isinstance(store, PostgresStore):
-        from faithfulness_pipeline.judging.llm.batch.ledger_postgres import PostgresBatchLedger
-
-        return PostgresBatchLedger(store)
-    raise ConfigError(f"batch mode cannot keep its batch records in {type(store).__name__} stores (a SQLite file "
-                      "or a postgresql:// URL can)")
-
-

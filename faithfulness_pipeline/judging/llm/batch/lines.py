@@ -22,7 +22,7 @@ from faithfulness_pipeline.core.port import (
 )
 from faithfulness_pipeline.judging.llm.batch.api import BatchView
 from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, Sizing, VerdictPlan
-from faithfulness_pipeline.judging.llm.requests import cached_prompt_tokens
+from faithfulness_pipeline.judging.llm.replies import cached_prompt_tokens
 from faithfulness_pipeline.judging.llm.valid_text import valid_text
 from faithfulness_pipeline.judging.store.codec import encode_claims, encode_verdicts
 
@@ -45,6 +45,9 @@ class Pending:
     reason: str = ""
     repair: tuple[str, str] | None = None
 
+    def out_of_tries(self, max_retries: int) -> bool:
+        """Whether the item is given up on: ``max_retries`` failed tries spent, or sent too often in all."""
+        return self.tries > max_retries or self.sent >= MAX_ROUNDS_FACTOR * (max_retries + 1)
 
 
 def plan_of(sizing: Sizing, step: str, items: Sequence[Item]) -> Plan[Any]:
