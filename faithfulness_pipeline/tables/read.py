@@ -11,8 +11,10 @@ Outputs are written by ``tables.write``.
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
@@ -29,6 +31,8 @@ from faithfulness_pipeline.tables.text_inputs import ReadPlan, plan, scan
 #: Input formats by file suffix; a file named explicitly with another suffix is read as Parquet.
 FORMATS: Final = {".parquet": "Parquet", ".jsonl": "JSON Lines", ".ndjson": "JSON Lines", ".csv": "CSV"}
 PARQUET: Final = "Parquet"
+
+log = logging.getLogger(__name__)
 
 
 def input_format(path: str) -> str:
@@ -101,27 +105,86 @@ def _remote_inputs(text: str) -> list[str]:
 
 
 def resolve_inputs(spec: str | os.PathLike[str]) -> list[str]:
-    """The input files that ``spec`` names, sorted, so runs are reproducible."""
+    """The input files that ``spec`` names, sorted, so runs are reproducible. Each real file comes once: a
+    symlinked folder is followed but never into a folder already walked (a link to ``.`` cannot loop), and two
+    names of one file (``latest.jsonl -> 2026-11-25.jsonl``) are read once, under the name that is not a link."""
     text = os.fspath(spec)
     if is_uri(text):
         return _remote_inputs(text)
     text = text.removeprefix("file://")
     path = Path(text)
     if path.is_dir():
-        files = sorted(str(p) for p in path.rglob("*") if _is_input(p.name) and p.is_file())
+        files = _each_file_once(p for p in _walk(text) if _is_input(os.path.basename(p)))
         if not files:
             raise InputError(f"directory {text!r} holds no *.parquet, *.jsonl, *.ndjson or *.csv files")
         return files
     if path.is_file():
         return [str(path)]
     if glob.has_magic(text):
-        files = sorted(p for p in glob.glob(text, recursive=True) if Path(p).is_file())
+        files = _each_file_once(_matches(text))
         if not files:
             raise InputError(f"the pattern {text!r} matches no files")
         return files
     raise InputError(
         f"input {text!r} does not exist (give a Parquet, JSON Lines or CSV file, a directory or a glob)"
     )
+
+
+def _walk(root: str, depth: int | None = None) -> Iterator[str]:
+    """Every file below ``root`` (at most ``depth`` folders down), symlinked folders followed, each real folder
+    entered once. Folders that are not links go first at every level, so a folder reached both ways is walked
+    under its own name."""
+    seen: set[tuple[int, int]] = set()
+    for folder, folders, names in os.walk(root, followlinks=True):
+        try:
+            info = os.stat(folder)
+        except OSError:  # a dangling link, or a folder removed under the walk: nothing to read there
+            folders[:] = []
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            folders[:] = []
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        below = os.path.relpath(folder, root)
+        if depth is not None and (1 if below == "." else below.count(os.sep) + 2) >= depth:
+            folders[:] = []
+        folders.sort(key=lambda name: (os.path.islink(os.path.join(folder, name)), name))
+        yield from (os.path.join(folder, name) for name in names)
+
+
+def _matches(pattern: str) -> Iterator[str]:
+    """The files a local glob names, found by a loop-safe walk of its fixed folder rather than by
+    ``glob.glob``, which follows a folder linked to its parent for ever. As with ``glob``, a wildcard does not
+    match a name that starts with a dot (where our temporary files live)."""
+    fixed = pattern[: min(pattern.index(c) for c in "*?[" if c in pattern)]
+    head = fixed.rsplit("/", 1)[0] if "/" in fixed else ""
+    rest = pattern[len(head) + 1 :] if head or pattern.startswith("/") else pattern
+    root = head or ("/" if pattern.startswith("/") else ".")
+    depth = None if "**" in rest else rest.count("/") + 1
+    regex = _glob_regex(rest)
+    for found in _walk(root, depth):
+        relative = os.path.relpath(found, root)
+        hidden = any(part.startswith(".") for part in relative.split(os.sep))
+        if regex.match(relative) and not (hidden and "/." not in "/" + rest):
+            yield found if head or pattern.startswith("/") else relative
+
+
+def _each_file_once(paths: Iterable[str]) -> list[str]:
+    """``paths`` that are files, one name per real file (the first that is not a link, else the first), sorted."""
+    kept: dict[tuple[int, int], str] = {}
+    for candidate in sorted(paths, key=lambda p: (os.path.islink(p), p)):
+        try:
+            info = os.stat(candidate)
+        except OSError:  # a dangling link
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        key = (info.st_dev, info.st_ino)
+        if key in kept:
+            log.info("input: %s is %s under another name: read once", candidate, kept[key])
+            continue
+        kept[key] = candidate
+    return sorted(kept.values())
 
 
 #: What the readers raise for a file that is not what its suffix says (or is cut short).

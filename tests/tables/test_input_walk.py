@@ -1,0 +1,82 @@
+"""Which files an input folder or glob names, with symlinks in the way: each real file once, and no walk that
+loops (issue 40: a link to ``.`` made one row 41 rows, and two such links a walk of about 2^40 paths)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.tables.read import resolve_inputs
+
+ROW = {"conversation_id": "c1", "input": "Where is the tower?", "output": "The tower is in Paris.",
+       "context": ["The tower stands in Paris."]}  # fmt: skip
+
+
+def _jsonl(path: Path, key: str = "c1") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pl.DataFrame([{**ROW, "conversation_id": key}]).write_ndjson(path)
+    return path
+
+
+@pytest.fixture
+def looped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``in/`` with one file and two links back to itself (``self -> .``, ``again -> ..``/in)."""
+    folder = tmp_path / "in"
+    _jsonl(folder / "day.jsonl")
+    (folder / "self").symlink_to(".")
+    (folder / "again").symlink_to(folder)
+    monkeypatch.chdir(tmp_path)
+    return folder
+
+
+@pytest.mark.parametrize("spec", ["in", "in/**/*.jsonl", "in/**", "**/*.jsonl", "in/*.jsonl", "./in/*.jsonl"])
+def test_a_folder_linked_to_itself_is_walked_once(looped: Path, spec: str) -> None:
+    # named as the pattern names its folder, as glob does
+    assert resolve_inputs(spec) == [os.path.join("." if spec.startswith("./") else "", "in", "day.jsonl")]
+
+
+def test_a_glob_through_a_loop_that_matches_nothing_says_so(looped: Path) -> None:
+    # in/self/day.jsonl is in/day.jsonl: the walk does not enter a folder it has already walked
+    with pytest.raises(InputError, match="matches no files"):
+        resolve_inputs("in/*/*.jsonl")
+
+
+def test_two_names_of_one_file_are_read_once_under_the_real_name(tmp_path: Path) -> None:
+    real = _jsonl(tmp_path / "in" / "2026-11-25.jsonl")
+    (tmp_path / "in" / "latest.jsonl").symlink_to(real.name)
+    (tmp_path / "in" / "a-copy-by-link.jsonl").symlink_to(real)
+    for spec in (tmp_path / "in", f"{tmp_path}/in/*.jsonl", f"{tmp_path}/**/*.jsonl"):
+        assert resolve_inputs(spec) == [str(real)], spec
+
+
+def test_a_linked_folder_elsewhere_is_followed_and_its_files_come_once(tmp_path: Path) -> None:
+    elsewhere = _jsonl(tmp_path / "archive" / "old.jsonl")
+    mine = _jsonl(tmp_path / "in" / "new.jsonl", "c2")
+    (tmp_path / "in" / "archive").symlink_to(tmp_path / "archive")
+    (tmp_path / "in" / "archive-again").symlink_to(tmp_path / "archive")
+    assert resolve_inputs(tmp_path / "in") == [str(tmp_path / "in" / "archive" / "old.jsonl"), str(mine)]
+    assert resolve_inputs(tmp_path / "**" / "*.jsonl") == [str(elsewhere), str(mine)]
+
+
+def test_a_wildcard_skips_hidden_names_and_dangling_links(tmp_path: Path) -> None:
+    kept = _jsonl(tmp_path / "in" / "day.jsonl")
+    _jsonl(tmp_path / "in" / ".hidden.jsonl")
+    _jsonl(tmp_path / "in" / ".cache" / "day.jsonl")
+    (tmp_path / "in" / "gone.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    assert resolve_inputs(f"{tmp_path}/in/**/*.jsonl") == [str(kept)]
+    assert resolve_inputs(f"{tmp_path}/in/.cache/*.jsonl") == [str(tmp_path / "in" / ".cache" / "day.jsonl")]
+
+
+def test_the_cli_scores_a_looped_folder_s_row_once(looped: Path, tmp_path: Path) -> None:
+    (looped / "self2").symlink_to(".")  # two loops at once: glob.glob would walk for ever
+    out = tmp_path / "out.parquet"
+    done = subprocess.run([sys.executable, "-m", "faithfulness_pipeline.cli", "score", "in/**/*.jsonl", "-o", str(out),
+                           "--quiet"], capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert pl.read_parquet(out).get_column("conversation_id").to_list() == ["c1"]
