@@ -159,6 +159,7 @@ class JudgeStats:
     duplicate_items: int = 0  # results copied from an identical item of the same run
     failed_items: int = 0
     retries: int = 0
+    refused_usage: int = 0  # replies whose reported token counts could not be (billed by our own count)
     notes: list[str] = field(default_factory=list)
 
     def __add__(self, other: JudgeStats) -> JudgeStats:
@@ -177,6 +178,7 @@ class JudgeStats:
             duplicate_items=self.duplicate_items + other.duplicate_items,
             failed_items=self.failed_items + other.failed_items,
             retries=self.retries + other.retries,
+            refused_usage=self.refused_usage + other.refused_usage,
             notes=list(dict.fromkeys([*self.notes, *other.notes])),
         )
 

@@ -44,6 +44,7 @@ def judge_metadata(stats: JudgeStats, model: str, prompt_version: str) -> dict[s
         "duplicate_items": stats.duplicate_items,
         "failed_items": stats.failed_items,
         "retries": stats.retries,
+        "refused_usage": stats.refused_usage,
     }
     if stats.notes:
         meta["judge_notes"] = dg.MetadataValue.md("\n".join(f"- {_cell(n, 400)}" for n in stats.notes))

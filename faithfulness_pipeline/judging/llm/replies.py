@@ -5,8 +5,9 @@ reply's pieces or the JSON of a batch output line alike, with the tokens it used
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from faithfulness_pipeline.judging.llm.valid_text import valid_text
 
@@ -111,6 +112,25 @@ def int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+#: More tokens than one request can hold on any model: a usage count above it is not believed (10^18 tokens
+#: would wrap a day's Int64 sums negative).
+MAX_REPORTED_TOKENS: Final = 100_000_000
+
+
+def reported_tokens(usage: Any, name: str) -> tuple[int | None, str | None]:
+    """The count ``usage`` reports under ``name`` if it can be one (a whole number from 0 to
+    :data:`MAX_REPORTED_TOKENS`; a float with no fraction counts), else None and what was refused, as
+    ``name=value``, for the judge's notes. No count at all is (None, None): nothing to refuse."""
+    value = field_of(usage, name)
+    if value is None:
+        return None, None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED_TOKENS:
+        return value, None
+    return None, f"{name}={str(value)[:40]}"
+
+
 def field_of(value: Any, name: str) -> Any:
     """``name`` of an object litellm made, or of the JSON it would have been made from."""
     return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
@@ -122,5 +142,5 @@ def cached_prompt_tokens(usage: Any, prompt: int) -> int:
     and DeepSeek's ``prompt_cache_hit_tokens`` (a dict in a batch output line, an object from litellm).
     Never more than the ``prompt`` tokens billed, never negative: a count that cannot be is not believed."""
 
-    cached = int_or_none(field_of(field_of(usage, "prompt_tokens_details"), "cached_tokens")) or 0
-    return cached if 0 <= cached <= prompt else 0
+    cached = reported_tokens(field_of(usage, "prompt_tokens_details"), "cached_tokens")[0] or 0
+    return cached if cached <= prompt else 0

@@ -34,7 +34,13 @@ from faithfulness_pipeline.judging.llm.limits import RequestLimiter, retry_after
 from faithfulness_pipeline.judging.llm.output_mode import Mode, OutputMode
 from faithfulness_pipeline.judging.llm.packing import Count
 from faithfulness_pipeline.judging.llm.reachability import shown
-from faithfulness_pipeline.judging.llm.replies import Answer, Reply, cached_prompt_tokens, field_of, int_or_none
+from faithfulness_pipeline.judging.llm.replies import (
+    Answer,
+    Reply,
+    cached_prompt_tokens,
+    int_or_none,
+    reported_tokens,
+)
 from faithfulness_pipeline.judging.llm.streams import StreamTimeout, read_stream
 from faithfulness_pipeline.judging.llm.valid_text import valid_text
 
@@ -162,8 +168,11 @@ class Sender:
                 raise self.classify(exc, mode if response_format is not None else "prompt") from None
             text, unanswered = answer.content()
             usage = answer.usage
-            prompt = int_or_none(field_of(usage, "prompt_tokens")) or prompt_estimate
-            completion = int_or_none(field_of(usage, "completion_tokens")) or self.count_tokens(text)
+            prompt_reported, refused_prompt = reported_tokens(usage, "prompt_tokens")
+            completion_reported, refused_completion = reported_tokens(usage, "completion_tokens")
+            self._refuse_usage(refused_prompt, refused_completion)
+            prompt = prompt_reported or prompt_estimate
+            completion = completion_reported or self.count_tokens(text)
             cached = cached_prompt_tokens(usage, prompt)
             slot.settle(prompt + completion)
         self.limiter.on_success()
@@ -171,6 +180,19 @@ class Sender:
         self._unreachable = 0
         return Reply(text=text, prompt_tokens=prompt, completion_tokens=completion, unanswered=unanswered,
                      cached_prompt_tokens=cached)
+
+    def _refuse_usage(self, *refused: str | None) -> None:
+        """A token count that cannot be (negative, fractional, beyond any window, not a number) is never billed
+        or summed: the reply is billed by the judge's own count, the refusal is counted and the first named."""
+        named = [r for r in refused if r]
+        if not named:
+            return
+        self._stats.refused_usage += 1
+        if self._stats.refused_usage == 1:
+            self._stats.notes.append(
+                f"the server reported token counts that cannot be ({', '.join(named)}): not billed; such replies "
+                "are billed by the judge's own count of their tokens (refused_usage counts them)"
+            )
 
     def _transport(self) -> dict[str, Any]:
         """How a request is sent, beside what it asks (``chat.chat_body``): the client's timeout, no retries
@@ -229,6 +251,9 @@ class Sender:
         from litellm import exceptions as litellm
 
         whole = valid_text(self._redact(" ".join(str(exc).split())))
+        # litellm puts the traceback of its own failure into the message (a reply it cannot read: usage that is
+        # not whole numbers, say): the row's error keeps litellm's sentence, not its source lines.
+        whole = whole.split(" Traceback (most recent call last)", 1)[0]
         detail = whole[:200]
         name = type(exc).__name__
         status = int_or_none(getattr(exc, "status_code", None))

@@ -22,7 +22,7 @@ from faithfulness_pipeline.core.port import (
 )
 from faithfulness_pipeline.judging.llm.batch.api import BatchView
 from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, Sizing, VerdictPlan
-from faithfulness_pipeline.judging.llm.replies import cached_prompt_tokens
+from faithfulness_pipeline.judging.llm.replies import cached_prompt_tokens, reported_tokens
 from faithfulness_pipeline.judging.llm.valid_text import valid_text
 from faithfulness_pipeline.judging.store.codec import encode_claims, encode_verdicts
 
@@ -110,8 +110,9 @@ def reply_of(entry: dict[str, Any] | None, view: BatchView) -> tuple[str | None,
     except (KeyError, IndexError, TypeError):
         message, content = None, None
     usage = body.get("usage") or {}
-    prompt = int(usage.get("prompt_tokens") or 0)
-    tokens = (prompt, int(usage.get("completion_tokens") or 0), cached_prompt_tokens(usage, prompt))
+    # A count that cannot be (negative, not a number, beyond any window) bills nothing rather than a wrong sum.
+    prompt = reported_tokens(usage, "prompt_tokens")[0] or 0
+    tokens = (prompt, reported_tokens(usage, "completion_tokens")[0] or 0, cached_prompt_tokens(usage, prompt))
     refusal = message.get("refusal") if isinstance(message, dict) and content is None else None
     if isinstance(refusal, str) and refusal.strip():  # the model's words are the reason, not "not JSON"
         return f"the model refused: {valid_text(' '.join(refusal.split()))[:ERROR_CHARS]}", "", tokens, 1
