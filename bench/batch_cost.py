@@ -27,7 +27,7 @@ from rag_rows import make_rows
 from faithfulness_pipeline.judging.factory import make_judge
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
-from faithfulness_pipeline.testing.fakellm.batches import BatchTiming
+from faithfulness_pipeline.testing.fakellm.faults import BatchTiming
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.postgres_cluster import missing_reason, postgres_cluster
 

@@ -29,7 +29,7 @@ from rag_rows import make_rows
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.judging.llm.prompts import extract_messages, verdict_messages
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer, count_prompt_tokens
-from faithfulness_pipeline.testing.fakellm.server import PROMPT_CACHE_MIN_TOKENS
+from faithfulness_pipeline.testing.fakellm.tokens import PROMPT_CACHE_MIN_TOKENS
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
 
 #: gpt-4o-mini's list prices, set by hand so that the figures do not move with litellm's map.

@@ -25,7 +25,7 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.judging.factory import make_judge
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
-from faithfulness_pipeline.testing.fakellm.batches import BatchTiming
+from faithfulness_pipeline.testing.fakellm.faults import BatchTiming
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
 
 SHARES = (0.25, 0.5, 0.9)

@@ -32,6 +32,8 @@ from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, O
 if TYPE_CHECKING:  # dagster is imported once DAGSTER_HOME is set (run_demo)
     from dagster import DagsterInstance
 
+    from faithfulness_pipeline.defs import DefsSettings
+
 _REPO = Path(__file__).resolve().parents[2]  # faithfulness_pipeline/cli/demo.py -> the repository
 
 
@@ -86,9 +88,7 @@ def run_demo(
 
     from faithfulness_pipeline.defs import DefsSettings, build_defs
     from faithfulness_pipeline.defs.calibration import JOB as CALIBRATION_JOB
-    from faithfulness_pipeline.defs.landing import file_days, list_landing
     from faithfulness_pipeline.defs.names import DUCKDB, REPORT
-    from faithfulness_pipeline.defs.partitions import daily_partitions
     from faithfulness_pipeline.defs.schedules import JOB
 
     root = (warehouse or Path(os.environ.get("FP_WAREHOUSE") or "warehouse")).resolve()
@@ -99,16 +99,7 @@ def run_demo(
         env["FP_CALIBRATION_LABELLED"] = str(_default_labelled())
     settings = DefsSettings.from_env(env)
     defs = build_defs(settings)
-    keys = set(daily_partitions(settings.partitions_start, settings.landing.zone()).get_partition_keys())
-    resource = settings.landing
-    days = sorted(
-        {
-            d.isoformat()
-            for f in list_landing(resource.path)
-            for d in file_days(f, resource.timestamp_column, resource.undated(), resource.zone())
-        }
-        & keys
-    )
+    days = _days_to_run(settings)
     job = defs.resolve_job_def(JOB)
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     failed: list[str] = []
@@ -139,6 +130,22 @@ def run_demo(
     return DemoResult(root, settings.warehouse.duckdb_file(), home, days, rows, failed, elapsed, warned, calibration,
                       settings.warehouse.report_file())
 
+
+def _days_to_run(settings: DefsSettings) -> list[str]:
+    """The partitions the landing data has rows for, in order."""
+    from faithfulness_pipeline.defs.landing import file_days, list_landing
+    from faithfulness_pipeline.defs.partitions import daily_partitions
+
+    keys = set(daily_partitions(settings.partitions_start, settings.landing.zone()).get_partition_keys())
+    resource = settings.landing
+    return sorted(
+        {
+            d.isoformat()
+            for f in list_landing(resource.path)
+            for d in file_days(f, resource.timestamp_column, resource.undated(), resource.zone())
+        }
+        & keys
+    )
 
 def _calibration_line(instance: DagsterInstance) -> str | None:
     """The judge's agreement with the labelled rows, from the latest calibration's metadata."""

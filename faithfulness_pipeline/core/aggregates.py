@@ -123,6 +123,23 @@ def daily_aggregates(
     >>> (row["answers"], row["error_answers"], row["hallucination_mean"], row["over_threshold_share"])
     (3, 1, 0.5, 0.5)
     """
+    frame = _by_day_and_model(scored, day_column, model_column)
+    grouped = frame.group_by("__day", "__model", maintain_order=False).agg(*_tallies(hallucination_threshold))
+    with_fpc = grouped.with_columns(
+        pl.when(pl.col("answers") > 1)
+        .then(((pl.col("answers") - pl.col("sampled_answers")) / (pl.col("answers") - 1)).clip(0.0, 1.0).sqrt())
+        .otherwise(0.0)
+        .alias("__fpc"),
+        pl.when(pl.col("__with_score") > 0)
+        .then(pl.col("over_threshold_answers") / pl.col("__with_score"))
+        .alias("over_threshold_share"),
+    )
+    result = with_fpc.with_columns(*_rates_and_intervals(hallucination_threshold, scale))
+    return result.select([pl.col(n).cast(d) for n, d in AGGREGATE_SCHEMA.items()]).sort("day", "model", nulls_last=True)
+
+
+def _by_day_and_model(scored: pl.DataFrame, day_column: str, model_column: str) -> pl.DataFrame:
+    """``scored`` with the group keys (``__day``, ``__model``) and every column the tallies read."""
     if day_column not in scored.columns:
         raise ValueError(f"daily_aggregates needs a day column {day_column!r}; columns: {scored.columns}")
     model = pl.col(model_column).cast(pl.String) if model_column in scored.columns else pl.lit(None, dtype=pl.String)
@@ -131,15 +148,19 @@ def daily_aggregates(
         day = day.dt.date()
     frame = scored.with_columns(day.alias("__day"), model.alias("__model"))
     # A table scored before these columns existed: its bill and sources are unknown, not zero.
-    frame = frame.with_columns(
+    return frame.with_columns(
         pl.lit(None, dtype=pl.String).alias("result_source") if "result_source" not in frame.columns else [],
         *[pl.lit(None, dtype=pl.Float64).alias(c) for c in _BILLED if c not in frame.columns],
         *[pl.lit(0, dtype=pl.Int64).alias(c) for c in _CACHED if c not in frame.columns],
     )
+
+
+def _tallies(hallucination_threshold: float) -> list[pl.Expr]:
+    """What is counted, summed and measured per day x model (``__``-columns are for the step after)."""
     ok = pl.col("status") == "ok"
     halluc = _ok(pl.col("hallucination_score"))
     faith = _ok(pl.col("faithfulness_score"))
-    grouped = frame.group_by("__day", "__model", maintain_order=False).agg(
+    return [
         pl.len().cast(pl.Int64).alias("answers"),
         (pl.col("status") != "not_sampled").sum().cast(pl.Int64).alias("sampled_answers"),
         ok.sum().cast(pl.Int64).alias("scored_answers"),
@@ -176,17 +197,13 @@ def daily_aggregates(
         *[pl.when(pl.col(c).null_count() == 0).then(pl.col(c).sum()).alias(c) for c in _BILLED],
         (pl.col("result_source") == "store").sum().cast(pl.Int64).alias("store_answers"),
         (pl.col("result_source") == "duplicate").sum().cast(pl.Int64).alias("duplicate_answers"),
-    )
-    with_fpc = grouped.with_columns(
-        pl.when(pl.col("answers") > 1)
-        .then(((pl.col("answers") - pl.col("sampled_answers")) / (pl.col("answers") - 1)).clip(0.0, 1.0).sqrt())
-        .otherwise(0.0)
-        .alias("__fpc"),
-        pl.when(pl.col("__with_score") > 0)
-        .then(pl.col("over_threshold_answers") / pl.col("__with_score"))
-        .alias("over_threshold_share"),
-    )
-    result = with_fpc.with_columns(
+    ]
+
+
+def _rates_and_intervals(hallucination_threshold: float, scale: float) -> list[pl.Expr]:
+    """The group's keys under their names, its rates and shares, the scores' confidence intervals and the
+    percentiles rounded."""
+    return [
         pl.col("__day").alias("day"),
         pl.col("__model").alias("model"),
         pl.when(pl.col("answers") > 0).then(pl.col("sampled_answers") / pl.col("answers")).alias("sample_share"),
@@ -203,8 +220,7 @@ def daily_aggregates(
         *[round_expr(pl.col(c)).alias(c) for c in _PERCENTILES],
         pl.when(pl.col("sampled_answers") > 0).then(pl.col("duplicate_answers") / pl.col("sampled_answers"))
         .alias("duplicate_share"),
-    )
-    return result.select([pl.col(n).cast(d) for n, d in AGGREGATE_SCHEMA.items()]).sort("day", "model", nulls_last=True)
+    ]
 
 
 def _mean_interval(score: str, scale: float) -> list[pl.Expr]:

@@ -104,5 +104,7 @@ class ScoringConfig:
             raise ConfigError("static_context must be a list of strings")
 
 
-_COLUMNS: Final = ColumnMap()
-_SCORING: Final = ScoringConfig()
+#: The defaults, public so that the settings declared for users (``settings.scoring``) start from these
+#: very values instead of restating them.
+DEFAULT_COLUMNS: Final = ColumnMap()
+DEFAULT_SCORING: Final = ScoringConfig()

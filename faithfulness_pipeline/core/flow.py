@@ -247,6 +247,125 @@ def _check_ids(step: str, sent: list[str], got: list[str]) -> None:
         raise RuntimeError(f"judge broke the port contract in {step}: results do not match items one to one")
 
 
+class _RowResults:
+    """What :func:`judge_rows` finds for each of its rows (by position), one list a result column, filled in as
+    each step's results come back; :meth:`frame` turns finished rows into :data:`RESULT_COLUMNS`."""
+
+    def __init__(self, row_ids: pl.Series) -> None:
+        n = row_ids.len()
+        self.row_ids = row_ids
+        self.claims: list[list[str] | None] = [[] for _ in range(n)]
+        self.errors: list[str | None] = [None] * n
+        self.x_usages = [Usage() for _ in range(n)]
+        self.verdicts: list[Sequence[ClaimVerdict] | None] = [None] * n
+        self.truncated = [False] * n
+        self.v_usages = [NO_USAGE] * n
+        self.sources: list[ResultSource] = ["none"] * n
+        self.billed = [NO_USAGE] * n
+
+    def account(self, i: int, result: ExtractResult | VerdictResult) -> None:
+        """Row ``i``'s source and what this run paid for it, after one of its steps."""
+        source = source_of(result)
+        if _SOURCE_RANK[source] > _SOURCE_RANK[self.sources[i]]:
+            self.sources[i] = source
+        self.billed[i] = self.billed[i] + billed_of(result)
+
+    def frame(self, done: list[int]) -> pl.DataFrame:
+        return pl.DataFrame(
+            [
+                self.row_ids.gather(done),
+                _claims_column([self.claims[i] for i in done]),
+                pl.Series(S.ERROR, [self.errors[i] for i in done], dtype=pl.String),
+                *_usage_columns([self.x_usages[i] for i in done], X_USAGE),
+                _verdict_column([self.verdicts[i] for i in done]),
+                pl.Series(S.CONTEXT_TRUNCATED, [self.truncated[i] for i in done], dtype=pl.Boolean),
+                *_usage_columns([self.v_usages[i] for i in done], V_USAGE),
+                pl.Series(S.RESULT_SOURCE, [self.sources[i] for i in done], dtype=pl.String),
+                *_usage_columns([self.billed[i] for i in done], S.BILLED_COLUMNS),
+            ]
+        )
+
+
+class _RowFlow:
+    """One :func:`judge_rows` call: its rows' inputs, the judge, and the results frames of the calls done so far."""
+
+    def __init__(self, rows: pl.DataFrame, judge: Judge, progress: RowProgress | None) -> None:
+        self.judge = judge
+        self.progress = progress
+        self.hooks = _half(progress)
+        # Passages stay a column until their call's verdicts are due: making them Python strings is work.
+        self.passages = rows.get_column(S.CONTEXT)
+        self.keys = rows.get_column(S.ROW_KEY).to_list()
+        self.answers = rows.get_column(S.ANSWER).to_list()
+        self.questions = rows.get_column(S.QUESTION).to_list()
+        self.found = _RowResults(rows.get_column(INDEX))
+        self.parts: list[pl.DataFrame] = []
+
+    async def claims_then_verdicts(self, batch: list[int]) -> None:
+        found = self.found
+        items = [ExtractItem(id=self.keys[i], answer=self.answers[i], question=self.questions[i]) for i in batch]
+        results = await self.judge.extract_claims(items, self.hooks)
+        _check_ids("extract_claims", [it.id for it in items], [r.id for r in results])
+        for i, result in zip(batch, results, strict=True):
+            found.claims[i] = list(result.claims) if result.claims is not None else None
+            found.errors[i] = (None if result.error is None else result.error if source_of(result) == "skipped"
+                               else f"claim extraction failed: {result.error}")
+            found.x_usages[i] = result.usage
+            found.account(i, result)
+        await self.verdicts_of(batch)
+
+    async def verdicts_of(self, batch: list[int]) -> None:
+        """The verdicts of ``batch``'s claims, then its rows' results frame."""
+        found = self.found
+        with_claims = [i for i in batch if found.errors[i] is None and found.claims[i]]
+        gathered = self.passages.gather(with_claims).to_list() if with_claims else []
+        context = dict(zip(with_claims, gathered, strict=True))
+        todo = self._settle_without_a_call(batch, context)
+        if todo:
+            items = [
+                VerdictItem(id=self.keys[i], claims=tuple(found.claims[i] or ()), context=tuple(context[i]),
+                            question=self.questions[i])
+                for i in todo
+            ]
+            results = await self.judge.judge_claims(items, self.hooks)
+            _check_ids("judge_claims", [it.id for it in items], [r.id for r in results])
+            for i, result in zip(todo, results, strict=True):
+                self._take_verdicts(i, result)
+        self.parts.append(found.frame(batch))
+
+    def _settle_without_a_call(self, batch: list[int], context: dict[int, list[str]]) -> list[int]:
+        """Gives ``batch``'s rows without claims no verdicts, and claims without passages all ``unsupported``;
+        returns the rows whose verdicts must be asked."""
+        found = self.found
+        todo: list[int] = []
+        for i in batch:
+            if found.errors[i] is not None:
+                continue
+            if not found.claims[i]:
+                found.verdicts[i] = ()
+            elif not context[i]:
+                found.verdicts[i] = (_NO_CONTEXT_VERDICT,) * len(found.claims[i] or ())
+            else:
+                todo.append(i)
+        if self.progress is not None and len(todo) < len(batch):
+            self.progress((len(batch) - len(todo)) / 2)
+        return todo
+
+    def _take_verdicts(self, i: int, result: VerdictResult) -> None:
+        found = self.found
+        found.v_usages[i] = result.usage
+        found.truncated[i] = result.context_truncated
+        found.account(i, result)
+        count = len(found.claims[i] or ())
+        if source_of(result) == "skipped":
+            found.errors[i] = result.error  # the cap's own words: not a failure
+            return
+        if result.verdicts is None or len(result.verdicts) != count:
+            found.errors[i] = f"claim verdicts failed: {result.error or 'judge returned a wrong number of verdicts'}"
+            return
+        found.verdicts[i] = result.verdicts
+
+
 async def judge_rows(
     rows: pl.DataFrame, judge: Judge, progress: RowProgress | None = None, *, overlap: int | None = None
 ) -> pl.DataFrame:
@@ -261,100 +380,15 @@ async def judge_rows(
     progress = safe_progress(progress)
     n = rows.height
     size = max(1, overlap or n)
-    row_ids = rows.get_column(INDEX)
-    passages = rows.get_column(S.CONTEXT)
-    keys = rows.get_column(S.ROW_KEY).to_list()
-    answers = rows.get_column(S.ANSWER).to_list()
-    questions = rows.get_column(S.QUESTION).to_list()
     blank = rows.get_column(BLANK).to_list()
-
-    claims: list[list[str] | None] = [[] for _ in range(n)]
-    errors: list[str | None] = [None] * n
-    x_usages = [Usage() for _ in range(n)]
-    verdicts: list[Sequence[ClaimVerdict] | None] = [None] * n
-    truncated = [False] * n
-    v_usages = [NO_USAGE] * n
-    sources: list[ResultSource] = ["none"] * n
-    billed = [NO_USAGE] * n
-    parts: list[pl.DataFrame] = []
-
-    def account(i: int, result: ExtractResult | VerdictResult) -> None:
-        source = source_of(result)
-        if _SOURCE_RANK[source] > _SOURCE_RANK[sources[i]]:
-            sources[i] = source
-        billed[i] = billed[i] + billed_of(result)
-    hooks = _half(progress)
-
-    def frame_of(done: list[int]) -> pl.DataFrame:
-        return pl.DataFrame(
-            [
-                row_ids.gather(done),
-                _claims_column([claims[i] for i in done]),
-                pl.Series(S.ERROR, [errors[i] for i in done], dtype=pl.String),
-                *_usage_columns([x_usages[i] for i in done], X_USAGE),
-                _verdict_column([verdicts[i] for i in done]),
-                pl.Series(S.CONTEXT_TRUNCATED, [truncated[i] for i in done], dtype=pl.Boolean),
-                *_usage_columns([v_usages[i] for i in done], V_USAGE),
-                pl.Series(S.RESULT_SOURCE, [sources[i] for i in done], dtype=pl.String),
-                *_usage_columns([billed[i] for i in done], S.BILLED_COLUMNS),
-            ]
-        )
-
-    async def verdicts_of(batch: list[int]) -> None:
-        with_claims = [i for i in batch if errors[i] is None and claims[i]]
-        context = dict(zip(with_claims, passages.gather(with_claims).to_list(), strict=True)) if with_claims else {}
-        todo: list[int] = []
-        for i in batch:
-            if errors[i] is not None:
-                continue
-            if not claims[i]:
-                verdicts[i] = ()
-            elif not context[i]:
-                verdicts[i] = (_NO_CONTEXT_VERDICT,) * len(claims[i] or ())
-            else:
-                todo.append(i)
-        if progress is not None and len(todo) < len(batch):
-            progress((len(batch) - len(todo)) / 2)
-        if todo:
-            items = [
-                VerdictItem(id=keys[i], claims=tuple(claims[i] or ()), context=tuple(context[i]), question=questions[i])
-                for i in todo
-            ]
-            results = await judge.judge_claims(items, hooks)
-            _check_ids("judge_claims", [it.id for it in items], [r.id for r in results])
-            for i, result in zip(todo, results, strict=True):
-                v_usages[i] = result.usage
-                truncated[i] = result.context_truncated
-                account(i, result)
-                count = len(claims[i] or ())
-                if source_of(result) == "skipped":
-                    errors[i] = result.error  # the cap's own words: not a failure
-                    continue
-                if result.verdicts is None or len(result.verdicts) != count:
-                    errors[i] = f"claim verdicts failed: {result.error or 'judge returned a wrong number of verdicts'}"
-                    continue
-                verdicts[i] = result.verdicts
-        parts.append(frame_of(batch))
-
-    async def claims_then_verdicts(batch: list[int]) -> None:
-        items = [ExtractItem(id=keys[i], answer=answers[i], question=questions[i]) for i in batch]
-        results = await judge.extract_claims(items, hooks)
-        _check_ids("extract_claims", [it.id for it in items], [r.id for r in results])
-        for i, result in zip(batch, results, strict=True):
-            claims[i] = list(result.claims) if result.claims is not None else None
-            errors[i] = (None if result.error is None else result.error if source_of(result) == "skipped"
-                         else f"claim extraction failed: {result.error}")
-            x_usages[i] = result.usage
-            account(i, result)
-        await verdicts_of(batch)
-
+    flow = _RowFlow(rows, judge, progress)
     blank_rows = [i for i in range(n) if blank[i]]
     send = [i for i in range(n) if not blank[i]]
     if progress is not None and blank_rows:
         progress(len(blank_rows) / 2)
     async with asyncio.TaskGroup() as group:
         if blank_rows:
-            group.create_task(verdicts_of(blank_rows))
+            group.create_task(flow.verdicts_of(blank_rows))
         for start in range(0, len(send), size):
-            group.create_task(claims_then_verdicts(send[start : start + size]))
-    return pl.concat(parts, how="vertical") if parts else frame_of([])
+            group.create_task(flow.claims_then_verdicts(send[start : start + size]))
+    return pl.concat(flow.parts, how="vertical") if flow.parts else flow.found.frame([])

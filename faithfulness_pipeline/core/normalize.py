@@ -8,7 +8,7 @@ the internal ``_fp_answer`` / ``_fp_question`` / ``_fp_context`` columns the ste
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -16,7 +16,7 @@ import polars as pl
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ColumnMap, ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError, InputError
-from faithfulness_pipeline.core.keys import content_key
+from faithfulness_pipeline.core.keys import KeyRegistry, content_key, key_hashes
 from faithfulness_pipeline.core.messages import (
     assistant_turn_indexes,
     message_text,
@@ -25,93 +25,6 @@ from faithfulness_pipeline.core.messages import (
 )
 
 _MAX_EXAMPLES = 5
-
-
-#: Seed of the 64-bit key hashes (any fixed value: hashes never leave the process).
-_KEY_HASH_SEED = 0x5EED
-
-
-class KeyHashes:
-    """A set of 64-bit key hashes in a few sorted runs: 8 bytes a key, and batch lookups in C.
-
-    A run is merged into the run before it whenever that one is at most twice its size (like a
-    binary counter), so there are O(log n) runs and adding n hashes costs O(n log n) in all; a
-    merge briefly holds both runs and their merge.
-    """
-
-    def __init__(self) -> None:
-        self._runs: list[pl.Series] = []
-
-    def __len__(self) -> int:
-        return sum(run.len() for run in self._runs)
-
-    def contains(self, hashes: pl.Series) -> pl.Series:
-        """For each hash, whether it was added before."""
-        found = pl.Series(values=[False] * hashes.len(), dtype=pl.Boolean)
-        for run in self._runs:
-            at = run.search_sorted(hashes, side="left")
-            inside = at < run.len()
-            hit = run.gather(at.clip(upper_bound=run.len() - 1)) == hashes
-            found = found | (inside & hit)
-        return found
-
-    def add(self, hashes: pl.Series) -> None:
-        """Adds hashes that are not in the set yet (callers look them up first)."""
-        run = hashes.unique().sort().rename("hash")
-        if run.is_empty():
-            return
-        while self._runs and self._runs[-1].len() <= 2 * run.len():
-            # a linear merge of two sorted runs: one new buffer, no re-sort
-            run = self._runs.pop().to_frame().merge_sorted(run.to_frame(), key="hash").to_series()
-        self._runs.append(run.rechunk())
-
-
-def key_hashes(keys: pl.Series) -> pl.Series:
-    return keys.hash(seed=_KEY_HASH_SEED)
-
-
-@dataclass
-class KeyRegistry:
-    """Row keys seen so far in one run, so duplicates are caught across chunks and files.
-
-    It holds 64-bit hashes of the keys, not the keys, so memory grows by 8 bytes a row however long
-    the keys are. Two different keys whose hashes collide would be reported as a duplicate; with a
-    well-mixed 64-bit hash the odds for n rows are about n²/2⁶⁵: 3·10⁻⁸ for a million rows, 3·10⁻⁴ for
-    a hundred million. Content-hash keys are counted the same way: a hash per distinct content, and
-    a count only for contents that repeat.
-    """
-
-    seen: KeyHashes = field(default_factory=KeyHashes)
-    contents: KeyHashes = field(default_factory=KeyHashes)
-    content_repeats: dict[str, int] = field(default_factory=dict)
-
-    def number_repeats(self, keys: pl.Series) -> pl.Series:
-        """Content-hash keys of identical rows get ``~2``, ``~3``... in input order (stable, never dropped)."""
-        rows = keys.to_frame("key").with_columns(pl.col("key").cum_count().over("key").alias("nth"))
-        distinct = rows.group_by("key", maintain_order=True).agg(pl.len().alias("here"))
-        hashes = key_hashes(distinct.get_column("key"))
-        before = self.contents.contains(hashes)
-        self.contents.add(hashes.filter(~before))
-        # Only contents met in an earlier chunk need Python: their count so far.
-        earlier = distinct.get_column("key").filter(before).to_list()
-        prior = pl.DataFrame(
-            {"key": earlier, "prior": [self.content_repeats.get(k, 1) for k in earlier]},
-            schema={"key": pl.String, "prior": pl.Int64},
-        )
-        distinct = distinct.join(prior, on="key", how="left", maintain_order="left").with_columns(
-            pl.col("prior").fill_null(0), (pl.col("prior").fill_null(0) + pl.col("here")).alias("total")
-        )
-        for key, total in distinct.filter(pl.col("total") > 1).select("key", "total").iter_rows():
-            self.content_repeats[key] = total
-        nth = rows.join(distinct.select("key", "prior"), on="key", how="left", maintain_order="left").select(
-            "key", (pl.col("nth") + pl.col("prior")).alias("nth")
-        )
-        return nth.select(
-            pl.when(pl.col("nth") == 1)
-            .then(pl.col("key"))
-            .otherwise(pl.format("{}~{}", pl.col("key"), pl.col("nth")))
-            .alias(keys.name)
-        ).to_series()
 
 
 def _is_text(dtype: Any) -> bool:
@@ -409,6 +322,24 @@ def prepare(df: pl.DataFrame, config: ScoringConfig, registry: KeyRegistry | Non
     added += [answer, question]
     frame = base.with_columns(added)
 
+    frame = _with_context(frame, df, config, parsed, source_rows)
+
+    key = _key_expr(df, config)
+    if key is not None:
+        frame = frame.with_columns(key.alias(S.ROW_KEY))
+        _check_null_keys(frame, config, source_rows)
+    else:
+        frame = frame.with_columns(_content_keys(frame, registry))
+    _check_unique(frame.get_column(S.ROW_KEY), registry, config)
+
+    return _ordered(frame)
+
+
+def _with_context(
+    frame: pl.DataFrame, df: pl.DataFrame, config: ScoringConfig, parsed: _FromMessages | None, source_rows: pl.Series
+) -> pl.DataFrame:
+    """``frame`` (the rows of ``df`` to judge) with each row's passages."""
+    columns = config.columns
     # SPEC §2: hook > static > the row's context column > tool results; none of them = empty context.
     empty = pl.lit([], dtype=pl.List(pl.String))
     if config.context_hook is not None:
@@ -432,15 +363,11 @@ def prepare(df: pl.DataFrame, config: ScoringConfig, registry: KeyRegistry | Non
         else:
             context = tools.fill_null(empty)
         frame = frame.with_columns(context.alias(S.CONTEXT))
+    return frame
 
-    key = _key_expr(df, config)
-    if key is not None:
-        frame = frame.with_columns(key.alias(S.ROW_KEY))
-        _check_null_keys(frame, config, source_rows)
-    else:
-        frame = frame.with_columns(_content_keys(frame, registry))
-    _check_unique(frame.get_column(S.ROW_KEY), registry, config)
 
+def _ordered(frame: pl.DataFrame) -> pl.DataFrame:
+    """The passthrough columns with ``row_key`` before ``assistant_turn`` (or last), then the internal ones."""
     internal = [S.ANSWER, S.QUESTION, S.CONTEXT]
     public = [c for c in frame.columns if c not in internal and c != S.ROW_KEY]
     at = public.index(S.ASSISTANT_TURN) if S.ASSISTANT_TURN in public else len(public)

@@ -22,7 +22,8 @@ from faithfulness_pipeline.core.combine import union_schema
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError, InputError
 from faithfulness_pipeline.core.flow import RowProgress, Rows, judge_chunk, row_frame, summed_usage
-from faithfulness_pipeline.core.normalize import KeyRegistry, prepare
+from faithfulness_pipeline.core.keys import KeyRegistry
+from faithfulness_pipeline.core.normalize import prepare
 from faithfulness_pipeline.core.port import Judge, Judging
 from faithfulness_pipeline.core.reasons import add_reasons
 from faithfulness_pipeline.core.sampling import EVERY_ROW, Sample, plan_sample

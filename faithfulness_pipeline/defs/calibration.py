@@ -47,6 +47,11 @@ def _interval(row: dict[str, Any], name: str) -> str:
 
 def build_calibration_assets(judge_version: str, pool: str) -> list[dg.AssetsDefinition]:
     """The two assets; ``judge_version`` ("model:prompt version") goes into the calibration's code version."""
+    return [_labelled_asset(), _calibration_asset(judge_version, pool)]
+
+
+def _labelled_asset() -> dg.AssetsDefinition:
+    """The labelled rows, read as configured and checked."""
 
     @dg.asset(
         name=LABELLED,
@@ -74,6 +79,12 @@ def build_calibration_assets(judge_version: str, pool: str) -> list[dg.AssetsDef
             counts = frame.group_by("language").len().sort("language").rows()
             meta["rows_per_language"] = ", ".join(f"{lang}: {n}" for lang, n in counts)
         return dg.Output(frame, metadata=meta)
+
+    return labelled_conversations
+
+
+def _calibration_asset(judge_version: str, pool: str) -> dg.AssetsDefinition:
+    """The judge's agreement with the labelled rows, and its check against the agreement floor."""
 
     @dg.asset(
         name=CALIBRATION,
@@ -131,8 +142,7 @@ def build_calibration_assets(judge_version: str, pool: str) -> list[dg.AssetsDef
             description="; ".join(result.problems) or None,
         )
 
-    return [labelled_conversations, judge_calibration]
-
+    return judge_calibration
 
 def build_calibration_job() -> Any:
     return dg.define_asset_job(

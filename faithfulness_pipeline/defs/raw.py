@@ -16,7 +16,8 @@ import polars as pl
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.core.normalize import KeyRegistry, derives_flat, key_hashes, prepare, without_internals
+from faithfulness_pipeline.core.keys import KeyRegistry, key_hashes
+from faithfulness_pipeline.core.normalize import derives_flat, prepare, without_internals
 from faithfulness_pipeline.defs import checks
 from faithfulness_pipeline.defs.landing import LandingFile, day_batches, list_landing, rows_before
 from faithfulness_pipeline.defs.metadata import table_metadata
@@ -95,16 +96,7 @@ def load_raw(
                 rows += table.height
             counts.append((file, schema, rows))
             hashed.append((file, pl.concat(keys) if keys else pl.Series(dtype=pl.UInt64)))
-    early = [] if first is None else [
-        (file, rows_before(file, date.fromisoformat(first), landing.timestamp_column, landing.undated(),
-                           landing.timezone))
-        for file in files
-    ]
-    if any(n for _, n in early):
-        context.log.warning(
-            f"{sum(n for _, n in early)} landing row(s) are dated before the first partition {first} and are "
-            f"never scored (see the {checks.BEFORE_START} check)"
-        )
+    early = _rows_before_start(context, landing, files, first)
     written = sum(n for _, _, n in counts)
     yield dg.MaterializeResult(metadata={
         **table_metadata(union, RAW, written),
@@ -119,6 +111,23 @@ def load_raw(
     yield checks.unique_keys_result(RAW, hashed, lambda wanted: _keys_named(warehouse, context.partition_key, wanted))
     yield checks.before_start_result(RAW, first or "", early)
 
+
+def _rows_before_start(
+    context: dg.AssetExecutionContext, landing: LandingResource, files: list[LandingFile], first: str | None
+) -> list[tuple[LandingFile, int]]:
+    """How many rows of each landing file are dated before the first partition (none are counted without
+    one), logged as a warning when there are any: they are never scored."""
+    early = [] if first is None else [
+        (file, rows_before(file, date.fromisoformat(first), landing.timestamp_column, landing.undated(),
+                           landing.timezone))
+        for file in files
+    ]
+    if any(n for _, n in early):
+        context.log.warning(
+            f"{sum(n for _, n in early)} landing row(s) are dated before the first partition {first} and are "
+            f"never scored (see the {checks.BEFORE_START} check)"
+        )
+    return early
 
 def _united(table: pl.DataFrame, union: pl.Schema) -> pl.DataFrame:
     """``table`` with the day's columns, in the day's order, in the day's types."""

@@ -48,6 +48,17 @@ def scored_assets(
     partitions: dg.PartitionsDefinition[str], versioned: Callable[[str], str]
 ) -> list[dg.AssetsDefinition]:
     """The scored table and its two BI tables; ``versioned`` adds the judge's identity to a code version."""
+    return [
+        _scored_conversations_asset(partitions, versioned),
+        _claim_table_asset(partitions, versioned),
+        _daily_answer_quality_asset(partitions, versioned),
+    ]
+
+
+def _scored_conversations_asset(
+    partitions: dg.PartitionsDefinition[str], versioned: Callable[[str], str]
+) -> dg.AssetsDefinition:
+    """The scored table."""
 
     @dg.asset(
         name=SCORED,
@@ -75,6 +86,14 @@ def scored_assets(
         metadata["calibration"] = latest_calibration(context.instance, model, prompt)
         metadata["path"] = dg.MetadataValue.path(warehouse.partition(SCORED, day).uri)
         return dg.MaterializeResult(metadata=metadata)
+
+    return scored_conversations
+
+
+def _claim_table_asset(
+    partitions: dg.PartitionsDefinition[str], versioned: Callable[[str], str]
+) -> dg.AssetsDefinition:
+    """The claim table: one row per claim."""
 
     @dg.asset(
         name=CLAIM_TABLE,
@@ -105,6 +124,14 @@ def scored_assets(
             "dagster/row_count": sum(counts.values()),
             **{f"{v}_claims": n for v, n in sorted(counts.items())},
         })
+
+    return claim_table
+
+
+def _daily_answer_quality_asset(
+    partitions: dg.PartitionsDefinition[str], versioned: Callable[[str], str]
+) -> dg.AssetsDefinition:
+    """The daily aggregates per day x model."""
 
     @dg.asset(
         name=DAILY,
@@ -138,8 +165,7 @@ def scored_assets(
             "calibration": latest_calibration(context.instance, models, prompts),
         })
 
-    return [scored_conversations, claim_table, daily_answer_quality]
-
+    return daily_answer_quality
 
 def heavy_columns(scoring: ScoringResource) -> tuple[str, ...]:
     """The input columns the scored table leaves in raw_conversations: the passages and the chat messages."""

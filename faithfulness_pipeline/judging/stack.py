@@ -107,21 +107,8 @@ class JudgeStack:
         """Each distinct content once: what this run already knows or is asking for elsewhere, then what the
         store holds, then the inner judge for the rest, each result kept as soon as it validates."""
         memory: RunMemory[R] = self._memory[step]
-        first: dict[bytes, str] = {}  # content key -> the item of this call that stands for it
-        for it in items:
-            key = keys.get(it.id)
-            if key is not None:
-                first.setdefault(key, it.id)
-        results: dict[str, R] = {}
-        waits: dict[bytes, asyncio.Future[R]] = {}
-        look: dict[str, bytes] = {}
-        for key, item_id in first.items():
-            if (known := memory.known(key)) is not None:
-                results[item_id] = copy_of(known, item_id)
-            elif (future := memory.asking(key)) is not None:
-                waits[key] = future
-            else:
-                look[item_id] = key
+        first = _first_of_each(items, keys)
+        results, waits, look = _what_this_run_knows(memory, first)
         for item_id, result in self.found(step, look).items():
             results[item_id] = result
             memory.finish(look[item_id], result)
@@ -160,18 +147,24 @@ class JudgeStack:
                 raise
             for item in asked:
                 results[item.id] = answered[item.id]
-                if (key := keys.get(item.id)) is not None:
-                    memory.finish(key, answered[item.id])
+                if (item_key := keys.get(item.id)) is not None:
+                    memory.finish(item_key, answered[item.id])
         for key, future in waits.items():
             results[first[key]] = copy_of(await future, first[key])
+        self._copy_to_the_rest(items, keys, first, waits, results)
+        hooks.tick(len(items) - len(asked) - early)
+        return [results[it.id] for it in items]
+
+    def _copy_to_the_rest(self, items: Sequence[Any], keys: dict[str, bytes], first: dict[bytes, str],
+                          waits: dict[bytes, asyncio.Future[R]], results: dict[str, R]) -> None:
+        """Gives each item of this call identical to another its result, and counts the results that were
+        copies (of the store's or of another item's)."""
         copies: list[str] = [it.id for it in items if it.id not in results]
         for item_id in copies:  # identical to an item of this call: its result
             results[item_id] = copy_of(results[first[keys[item_id]]], item_id)
         copied = [results[i] for i in (*copies, *(first[k] for k in waits))]
         duplicates = sum(1 for r in copied if r.source == "duplicate")
         self.tally.count(cached=sum(1 for r in copied if r.source == "store"), duplicates=duplicates)
-        hooks.tick(len(items) - len(asked) - early)
-        return [results[it.id] for it in items]
 
     async def _ask_inner(self, step: str, asked: Sequence[Any], keys: dict[str, bytes],
                          ask: Callable[[Sequence[Any], Hooks[R]], Awaitable[list[R]]], hooks: Hooks[R]) -> dict[str, R]:
@@ -231,3 +224,32 @@ def stack_of(judge: Judge) -> JudgeStack:
     """``judge`` as a stack: itself when it is one, else with the run memory in front of it (identical items
     asked once) when it names its result scope, else as it is."""
     return judge if isinstance(judge, JudgeStack) else JudgeStack(judge)
+
+
+def _first_of_each(items: Sequence[Any], keys: dict[str, bytes]) -> dict[bytes, str]:
+    """Content key -> the item of this call that stands for it (the first with that content)."""
+    first: dict[bytes, str] = {}
+    for it in items:
+        key = keys.get(it.id)
+        if key is not None:
+            first.setdefault(key, it.id)
+    return first
+
+
+def _what_this_run_knows(
+    memory: RunMemory[R], first: dict[bytes, str]
+) -> tuple[dict[str, R], dict[bytes, asyncio.Future[R]], dict[str, bytes]]:
+    """The contents of a call by what the run knows of them: results already known (by item id), results
+    another call is asking for (futures by content key), and the rest, to look up in the store (item id ->
+    content key)."""
+    results: dict[str, R] = {}
+    waits: dict[bytes, asyncio.Future[R]] = {}
+    look: dict[str, bytes] = {}
+    for key, item_id in first.items():
+        if (known := memory.known(key)) is not None:
+            results[item_id] = copy_of(known, item_id)
+        elif (future := memory.asking(key)) is not None:
+            waits[key] = future
+        else:
+            look[item_id] = key
+    return results, waits, look

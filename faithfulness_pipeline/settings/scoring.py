@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from faithfulness_pipeline.core.config import (
-    _COLUMNS,
-    _SCORING,
+    DEFAULT_COLUMNS,
+    DEFAULT_SCORING,
     ChunkRows,
     ColumnMap,
     ContextHook,
@@ -17,6 +17,10 @@ from faithfulness_pipeline.core.config import (
     ZeroClaimPolicy,
 )
 from faithfulness_pipeline.settings.fields import flag
+
+# Short names: every field's default below reads one, and the long ones would not fit its line.
+_COLUMNS = DEFAULT_COLUMNS
+_SCORING = DEFAULT_SCORING
 
 
 class ScoringSettings(BaseModel):

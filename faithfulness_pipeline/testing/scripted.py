@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from faithfulness_pipeline.testing.fakellm.server import ChatRequest
+from faithfulness_pipeline.testing.fakellm.wire import ChatRequest
 
 if TYPE_CHECKING:
     import polars as pl

@@ -10,7 +10,8 @@ import pytest
 from faithfulness_pipeline import ColumnMap, InputError, ScoringConfig
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.core.normalize import KeyHashes, KeyRegistry, key_hashes, prepare
+from faithfulness_pipeline.core.keys import KeyHashes, KeyRegistry, key_hashes
+from faithfulness_pipeline.core.normalize import prepare
 
 MESSAGE = pl.Struct({"role": pl.String, "content": pl.String, "tool_call_id": pl.String, "name": pl.String})
 

@@ -118,7 +118,7 @@ def test_a_day_scored_in_batch_mode_and_its_step_re_executed_pays_nothing_twice(
 ) -> None:
     """The schedule's job in batch mode: the LLM step submits and waits; run again, it finds everything in
     the warehouse's store (batch results are stored like interactive ones) and creates no batch."""
-    from faithfulness_pipeline.testing.fakellm.batches import BatchTiming
+    from faithfulness_pipeline.testing.fakellm.faults import BatchTiming
 
     monkeypatch.setenv(KEY_ENV, CANARY)
     warehouse = tmp_path / "warehouse"

@@ -25,7 +25,7 @@ from faithfulness_pipeline.judging.factory import make_judge
 from faithfulness_pipeline.judging.llm.batch.judge import BatchFailed
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer, FaultPlan
-from faithfulness_pipeline.testing.fakellm.batches import BatchFaults, BatchTiming
+from faithfulness_pipeline.testing.fakellm.faults import BatchFaults, BatchTiming
 from faithfulness_pipeline.testing.scripted import ScriptedJudge, typical_frame
 
 KEY_ENV = "FP_TEST_BATCH_KEY"

@@ -30,7 +30,7 @@ from faithfulness_pipeline.judging.store.open import open_store
 from faithfulness_pipeline.judging.store.rows import decode_rows, encode_rows
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
-from faithfulness_pipeline.testing.fakellm.server import (
+from faithfulness_pipeline.testing.fakellm.tokens import (
     PROMPT_CACHE_MIN_TOKENS,
     PROMPT_CACHE_STEP_TOKENS,
     prompt_token_ids,
@@ -268,7 +268,7 @@ def test_the_batch_ledger_keeps_cached_tokens_and_reads_old_lines() -> None:
 
 def test_a_batch_bills_cached_tokens_at_the_batch_cached_price(tmp_path: Path) -> None:
     from faithfulness_pipeline.judging.factory import make_judge
-    from faithfulness_pipeline.testing.fakellm.batches import BatchTiming
+    from faithfulness_pipeline.testing.fakellm.faults import BatchTiming
 
     model = "openai/gpt-5-mini"  # litellm prices its cached tokens in batches too
     card = model_card(JudgeSettings(model=model), model).for_batches()

@@ -23,7 +23,7 @@ from faithfulness_pipeline.judging.llm.parsing import parse_extract_reply, parse
 from faithfulness_pipeline.judging.llm.valid_text import REPLACEMENT, valid_text
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
-from faithfulness_pipeline.testing.fakellm.batches import BatchTiming
+from faithfulness_pipeline.testing.fakellm.faults import BatchTiming
 from faithfulness_pipeline.testing.scripted import ScriptedJudge, typical_frame
 
 KEY_ENV = "FP_TEST_TEXT_KEY"

@@ -64,7 +64,7 @@ def test_the_negation_hint_in_two_parts_is_the_whole_hint(text: str) -> None:
 def test_folding_maps_han_characters_to_han_characters_only() -> None:
     # What lets a text without Han characters skip the fold and the numeral scan.
     table = scripts._T2S_PAIRS
-    assert all(scripts._HAN_RE.fullmatch(ch) for ch in table)
+    assert all(scripts.HAN_RE.fullmatch(ch) for ch in table)
 
 
 @pytest.mark.parametrize("text", PASSAGES)

@@ -20,7 +20,7 @@ from faithfulness_pipeline.judging.dryrun import cap_line
 from faithfulness_pipeline.judging.factory import make_judge
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
-from faithfulness_pipeline.testing.fakellm.batches import BatchTiming
+from faithfulness_pipeline.testing.fakellm.faults import BatchTiming
 from faithfulness_pipeline.testing.scripted import ScriptedJudge, typical_frame
 
 KEY_ENV = "FP_TEST_CAP_KEY"

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from aiohttp import web
 
-from faithfulness_pipeline.testing.fakellm.server import ChatRequest
+from faithfulness_pipeline.testing.fakellm.wire import ChatRequest
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.reliability.loopback import LoopbackServer
 

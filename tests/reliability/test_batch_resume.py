@@ -21,7 +21,7 @@ from faithfulness_pipeline.judging.llm.batch.judge import BatchFailed
 from faithfulness_pipeline.judging.store.postgres import is_postgres_url
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
-from faithfulness_pipeline.testing.fakellm.batches import BatchFaults, BatchTiming
+from faithfulness_pipeline.testing.fakellm.faults import BatchFaults, BatchTiming
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.judging.test_batch_mode import _frame, _score
 from tests.reliability.support import (

@@ -527,7 +527,7 @@ def test_a_raising_responder_is_a_loud_500_not_a_fault() -> None:
 
 
 def test_subprocess_mode_ready_request_sigterm() -> None:
-    with served("--port", "0", "--responder", "faithfulness_pipeline.testing.fakellm.server:echo_json", "--base-ms", "5",
+    with served("--port", "0", "--responder", "faithfulness_pipeline.testing.fakellm.wire:echo_json", "--base-ms", "5",
                 "--per-token-ms", "1", "--max-in-flight", "4") as server:  # fmt: skip
         response = httpx.post(f"{server.base_url}/chat/completions", json={"model": "m", "messages": MESSAGES},
                               timeout=10)  # fmt: skip

@@ -16,25 +16,21 @@ a prompt sharing a prefix of 1,024 tokens or more with an earlier one has it cac
 The Files and Batches endpoints (``/v1/files``, ``/v1/batches``) answer each batch line the same way;
 ``BatchTiming`` sets how long a batch takes, ``BatchFaults`` its faults (see ``batches.py``).
 
+One module per thing it imitates: ``chat.py`` (chat completions, streamed by ``streaming.py``), ``files.py``
+and ``batches.py`` (Files and Batches, in the shapes of ``batch_format.py``), ``selfhosted.py`` (a self-hosted
+server's limits and refusals); beneath them what they share: ``wire.py`` (requests, replies, error bodies),
+``faults.py`` (latency and faults) and ``tokens.py`` (token counts and the prompt cache). ``server.py`` runs
+them all as one server.
+
 Run as a process: ``python -m faithfulness_pipeline.testing.fakellm --port 0 --responder pkg.module:attr``.
 """
 
-from faithfulness_pipeline.testing.fakellm.batches import BatchFaults, BatchTiming, validate_input
+from faithfulness_pipeline.testing.fakellm.batch_format import validate_input
+from faithfulness_pipeline.testing.fakellm.faults import MALFORMED_CONTENT, BatchFaults, BatchTiming, FaultPlan, Latency
 from faithfulness_pipeline.testing.fakellm.selfhosted import ServedLimits
-from faithfulness_pipeline.testing.fakellm.server import (
-    MALFORMED_CONTENT,
-    ChatRequest,
-    FakeLLMServer,
-    FaultPlan,
-    Latency,
-    Responder,
-    ServerStats,
-    canonical_body,
-    count_prompt_tokens,
-    count_tokens,
-    echo_json,
-    stats_to_dict,
-)
+from faithfulness_pipeline.testing.fakellm.server import FakeLLMServer, ServerStats, stats_to_dict
+from faithfulness_pipeline.testing.fakellm.tokens import count_prompt_tokens, count_tokens
+from faithfulness_pipeline.testing.fakellm.wire import ChatRequest, Responder, canonical_body, echo_json
 
 __all__ = [
     "MALFORMED_CONTENT",

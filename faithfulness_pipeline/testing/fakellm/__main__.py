@@ -32,16 +32,10 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import cast
 
-from faithfulness_pipeline.testing.fakellm.batches import BatchTiming
+from faithfulness_pipeline.testing.fakellm.faults import BatchTiming, FaultPlan, Latency
 from faithfulness_pipeline.testing.fakellm.selfhosted import FORMATS, KINDS, ServedLimits
-from faithfulness_pipeline.testing.fakellm.server import (
-    FakeLLMServer,
-    FaultPlan,
-    Latency,
-    Responder,
-    echo_json,
-    stats_to_dict,
-)
+from faithfulness_pipeline.testing.fakellm.server import FakeLLMServer, stats_to_dict
+from faithfulness_pipeline.testing.fakellm.wire import Responder, echo_json
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
 
 _BUILTIN_RESPONDERS: dict[str, Responder] = {"echo_json": echo_json, "scripted": ScriptedJudge(grounded=True)}

@@ -8,14 +8,22 @@ own limits, and what it refuses.
 - ``refuse_formats``: the ``response_format`` types the server answers with a 400 naming them, the way a
   build without grammar support for JSON schemas (or a server with no JSON mode) does.
 
-Pure functions of the request and the settings: the server (``server.py``) routes and counts.
+- :class:`LimitProbes`: the endpoints a client reads those limits from, logged (``probes_log``).
+
+The chat endpoint (``chat.py``) enforces the window, the cap and the refusals; what is here is pure functions
+of the request and the settings, and the endpoints that publish them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import threading
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+from aiohttp import web
+
+from faithfulness_pipeline.testing.fakellm.wire import error_body
 
 Kind = Literal["llama.cpp", "vllm", "ollama"]
 KINDS: Final = ("llama.cpp", "vllm", "ollama")
@@ -119,3 +127,64 @@ def refusal(response_format: dict[str, Any] | None, refused: Collection[str]) ->
         return None
     allowed = " or ".join(f'"{t}"' for t in ("text", *FORMATS) if t not in refused)
     return f'"response_format" type must be one of {allowed}, but got: {kind}'
+
+
+def refused_formats(formats: Collection[str]) -> frozenset[str]:
+    """The ``response_format`` types to refuse, checked against those a server may refuse."""
+    chosen = frozenset(formats)
+    if not chosen <= set(FORMATS):
+        raise ValueError(f"refuse_formats must be among {FORMATS}, got {sorted(chosen)}")
+    return chosen
+
+
+class LimitProbes:
+    """``GET /v1/models``, llama.cpp's ``GET /props`` and Ollama's ``POST /api/show``, answered from the limits
+    the server has now (``limits``, read at each request: the server may change them while it runs)."""
+
+    def __init__(self, limits: Callable[[], ServedLimits | None]) -> None:
+        self._limits = limits
+        self._lock = threading.Lock()
+        #: GET and POST requests of the endpoints a client reads a server's limits from (``/props`` ...)
+        self.log: list[str] = []
+
+    def add_routes(self, router: web.UrlDispatcher) -> None:
+        router.add_get("/v1/models", self._models)
+        router.add_get("/models", self._models)
+        router.add_get("/props", self._props)
+        router.add_post("/api/show", self._show)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.log.clear()
+
+    def _probed(self, request: web.Request) -> None:
+        with self._lock:
+            self.log.append(f"{request.method} {request.path}")
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self._probed(request)
+        limits = self._limits()
+        extra = limits.models_entry() if limits is not None else {}
+        data = [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fakellm", **extra}]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _props(self, request: web.Request) -> web.Response:
+        self._probed(request)
+        limits = self._limits()
+        if limits is None or limits.kind != "llama.cpp":
+            return web.json_response(error_body("File Not Found", "not_found_error", None), status=404)
+        return web.json_response(limits.props("fake-model"))
+
+    async def _show(self, request: web.Request) -> web.Response:
+        self._probed(request)
+        limits = self._limits()
+        if limits is None or limits.kind != "ollama":
+            return web.Response(status=404, text="404 page not found")
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response({"error": "invalid JSON"}, status=400)
+        name = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(name, str) or not name:
+            return web.json_response({"error": "model is required"}, status=400)
+        return web.json_response(limits.show(name))

@@ -17,6 +17,6 @@ matched the way plain lexical matching works best for them (measured on ``datase
 One module per topic, each importing only those before it: ``scripts`` (script classes, NFKC,
 Traditional -> Simplified), ``numbers``, ``words`` (word lists, splitting, stems), ``sentences``,
 ``cues`` (negation, hedges, absolutes), ``units`` (a claim's content units) and ``haystack`` (what
-a claim is matched against). Import each name from the module that defines it; names with a leading
-underscore are private to this package, shared between its modules.
+a claim is matched against). Import each name from the module that defines it: a name another module
+takes is public, and a leading underscore marks one its own module alone uses.
 """

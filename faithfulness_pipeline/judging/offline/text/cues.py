@@ -14,39 +14,39 @@ from itertools import accumulate
 
 from faithfulness_pipeline.judging.offline.text.scripts import prepare
 from faithfulness_pipeline.judging.offline.text.sentences import passage_sentences
-from faithfulness_pipeline.judging.offline.text.words import _latin_words, _words
+from faithfulness_pipeline.judging.offline.text.words import latin_words, word_set
 
-_EN_NEGATION_WORDS = _words("not no never none nobody nothing neither nor cannot without")
+EN_NEGATION_WORDS = word_set("not no never none nobody nothing neither nor cannot without")
 _EN_NOT_NEGATION_RE = re.compile(r"\b(?:not only|not just|no doubt|no longer than|nothing but)\b")
 # Chinese words that contain a negation character but do not negate.
-_ZH_NOT_NEGATION_RE = re.compile(
+ZH_NOT_NEGATION_RE = re.compile(
     "非常|未来|未來|无论|無論|不过|不過|不断|不斷|不仅|不僅|不但|不少|不久|不管|非洲|除非|莫非|毫无疑问|"
     "无数|無數|不得不|没错|沒錯|不错|不錯|是否|否则|否則"
 )
 # 别/別 is left out: it negates only in commands (别去) and far more often means "other" (别人).
-_ZH_NEGATION_RE = re.compile("[不没沒未非无無勿否]")
-_KO_NEGATION_RE = re.compile(r"(?:^|\s)(?:안|못|아니)(?=\s)|않|없|못하|못했|못한|못할|아니[다라고며었야에요]|아닌|아닙")
+ZH_NEGATION_RE = re.compile("[不没沒未非无無勿否]")
+KO_NEGATION_RE = re.compile(r"(?:^|\s)(?:안|못|아니)(?=\s)|않|없|못하|못했|못한|못할|아니[다라고며었야에요]|아닌|아닙")
 # The same matches, split so that each pattern starts with a character class the regex engine can
 # skip ahead by: about twice as fast when only the presence of a negation matters.
 _KO_NEGATION_INNER_RE = re.compile("않|없|못[하했한할]|아니[다라고며었야에요]|아닌|아닙")
 _KO_NEGATION_WORD_RE = re.compile(r"\s(?:안|못|아니)(?=\s)")
 _KO_NEGATION_FIRST_WORD_RE = re.compile(r"(?:안|못|아니)(?=\s)")
 
-_EN_HEDGES = _words(
+_EN_HEDGES = word_set(
     "might could possibly perhaps probably likely unlikely maybe presumably apparently seemingly seem seems"
 )
-_ZH_HEDGE_RE = re.compile("可能|也许|也許|或许|或許|大概|恐怕|似乎|好像|估计|估計|说不定|說不定|大约|大約")
+ZH_HEDGE_RE = re.compile("可能|也许|也許|或许|或許|大概|恐怕|似乎|好像|估计|估計|说不定|說不定|大约|大約")
 _KO_HEDGE_RE = re.compile(r"아마|것 ?같|듯|지도 모르|가능성|수도 있|[\uac00-\ud7a3]\s*수\s*(?:도\s*)?있")
 _MAY_RE = re.compile(r"\bmay\b", re.IGNORECASE)
 
-_EN_ABSOLUTES = _words("only always every everyone everything entirely solely exclusively")
-_CJK_ABSOLUTE_RE = re.compile(
+EN_ABSOLUTES = word_set("only always every everyone everything entirely solely exclusively")
+CJK_ABSOLUTE_RE = re.compile(
     "只有|所有|一直|每个|每個|从来|從來|永远|永遠|全部|总是|總是|唯一|" "모든|항상|오직|전부|언제나|반드시"
 )
 
 
-def _en_negations(words: list[str], lower: str) -> int:
-    hits = _EN_NEGATION_WORDS.intersection(words)
+def en_negations(words: list[str], lower: str) -> int:
+    hits = EN_NEGATION_WORDS.intersection(words)
     n = sum(map(words.count, hits)) if hits else 0
     if "n't" in lower:
         n += sum(1 for w in words if w.endswith("n't"))
@@ -55,7 +55,7 @@ def _en_negations(words: list[str], lower: str) -> int:
     return n
 
 
-def _en_hedged(words: list[str], text: str) -> bool:
+def en_hedged(words: list[str], text: str) -> bool:
     if not _EN_HEDGES.isdisjoint(words):
         return True
     if "appear to" in text or "appears to" in text or "Appears to" in text:
@@ -66,8 +66,8 @@ def _en_hedged(words: list[str], text: str) -> bool:
     return False
 
 
-def _has_ko_negation(text: str) -> bool:
-    """``bool(_KO_NEGATION_RE.search(text))``, faster."""
+def has_ko_negation(text: str) -> bool:
+    """``bool(KO_NEGATION_RE.search(text))``, faster."""
     return bool(
         _KO_NEGATION_INNER_RE.search(text)
         or _KO_NEGATION_WORD_RE.search(text)
@@ -76,11 +76,11 @@ def _has_ko_negation(text: str) -> bool:
 
 
 def _cjk_negations(text: str) -> int:
-    n = len(_ZH_NEGATION_RE.findall(_ZH_NOT_NEGATION_RE.sub("", text)))
-    return n + len(_KO_NEGATION_RE.findall(text))
+    n = len(ZH_NEGATION_RE.findall(ZH_NOT_NEGATION_RE.sub("", text)))
+    return n + len(KO_NEGATION_RE.findall(text))
 
 
-def _ko_hedged(text: str) -> bool:
+def ko_hedged(text: str) -> bool:
     for m in _KO_HEDGE_RE.finditer(text):
         token = m.group(0)
         if not token.endswith("있"):
@@ -96,7 +96,7 @@ def negated(text: str) -> bool:
     """Whether a sentence contains a negation (English, Chinese or Korean)."""
     text = prepare(text)
     lower = text.lower()
-    n = _en_negations(_latin_words(lower), lower)
+    n = en_negations(latin_words(lower), lower)
     if not text.isascii():
         n += _cjk_negations(text)
     return n > 0
@@ -114,8 +114,8 @@ def negated_sentences(text: str) -> list[str]:
     lower = "\n".join(parts).lower()
     positions = [m.start() for m in _NEGATION_HINT_RE.finditer(lower)]
     if not text.isascii():
-        positions += [m.start() for m in _ZH_NEGATION_RE.finditer(lower)]
-        positions += [m.start() for m in _KO_NEGATION_RE.finditer(lower)]
+        positions += [m.start() for m in ZH_NEGATION_RE.finditer(lower)]
+        positions += [m.start() for m in KO_NEGATION_RE.finditer(lower)]
     if not positions:
         return []
     starts = list(accumulate((len(x) + 1 for x in parts[:-1]), initial=0))
@@ -126,13 +126,13 @@ def negated_sentences(text: str) -> list[str]:
 def cjk_may_negate(text: str) -> bool:
     """Whether a passage may contain a Chinese or Korean negation (an over-approximation)."""
     text = prepare(text)
-    return not text.isascii() and (bool(_ZH_NEGATION_RE.search(text)) or _has_ko_negation(text))
+    return not text.isascii() and (bool(ZH_NEGATION_RE.search(text)) or has_ko_negation(text))
 
 
 def absolutes(text: str) -> frozenset[str]:
     """Absolute quantifiers ("only", "always", 只有, 모든 ...): a claim adding one overgeneralises."""
     text = prepare(text)
-    found = _EN_ABSOLUTES.intersection(_latin_words(text.lower()))
+    found = EN_ABSOLUTES.intersection(latin_words(text.lower()))
     if not text.isascii():
-        found = found.union(_CJK_ABSOLUTE_RE.findall(text))
+        found = found.union(CJK_ABSOLUTE_RE.findall(text))
     return found

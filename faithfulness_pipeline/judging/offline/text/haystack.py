@@ -12,35 +12,35 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
 
-from faithfulness_pipeline.judging.offline.text.cues import _EN_NEGATION_WORDS, cjk_may_negate
+from faithfulness_pipeline.judging.offline.text.cues import EN_NEGATION_WORDS, cjk_may_negate
 from faithfulness_pipeline.judging.offline.text.numbers import (
-    _DIGIT_RE,
-    _WORD_NUMBERS,
-    _digit_numbers,
-    _digit_values,
-    _has_multiplier,
-    _numbers_of,
-    _zh_numbers,
+    DIGIT_RE,
+    WORD_NUMBERS,
+    digit_numbers,
+    digit_values,
+    has_multiplier,
+    numbers_of,
+    zh_numbers,
 )
 from faithfulness_pipeline.judging.offline.text.scripts import (
-    _HAN_RE,
-    _HAN_RUN_RE,
-    _HANGUL_FIRST,
-    _HANGUL_LAST,
-    _HANGUL_WORD_RE,
+    HAN_RE,
+    HAN_RUN_RE,
+    HANGUL_FIRST,
+    HANGUL_LAST,
+    HANGUL_WORD_RE,
     fold_chinese,
     prepare,
 )
 from faithfulness_pipeline.judging.offline.text.sentences import passage_sentences
-from faithfulness_pipeline.judging.offline.text.units import Features, _latin_part
+from faithfulness_pipeline.judging.offline.text.units import Features, latin_part
 from faithfulness_pipeline.judging.offline.text.words import (
-    _ASCII_WORDS,
-    _LATIN_OR_BREAK_RE,
-    _LATIN_SURFACE_RE,
-    _ZH_STOP,
-    _ZH_STOP_CHARS,
-    _latin_words,
-    _word_units,
+    ASCII_WORDS,
+    LATIN_OR_BREAK_RE,
+    LATIN_SURFACE_RE,
+    ZH_STOP,
+    ZH_STOP_CHARS,
+    latin_words,
+    word_units,
 )
 
 
@@ -78,7 +78,7 @@ def _starts_word(text: str, stem: str) -> bool:
     """Whether the two Hangul syllables ``stem`` start a Hangul word of ``text``."""
     i = text.find(stem)
     while i >= 0:
-        if i == 0 or not _HANGUL_FIRST <= text[i - 1] <= _HANGUL_LAST:
+        if i == 0 or not HANGUL_FIRST <= text[i - 1] <= HANGUL_LAST:
             return True
         i = text.find(stem, i + 1)
     return False
@@ -88,8 +88,8 @@ def _is_word(text: str, syllable: str) -> bool:
     """Whether the Hangul ``syllable`` stands alone, a one-syllable Hangul word of ``text``."""
     i = text.find(syllable)
     while i >= 0:
-        before_ok = i == 0 or not _HANGUL_FIRST <= text[i - 1] <= _HANGUL_LAST
-        after_ok = i + 1 == len(text) or not _HANGUL_FIRST <= text[i + 1] <= _HANGUL_LAST
+        before_ok = i == 0 or not HANGUL_FIRST <= text[i - 1] <= HANGUL_LAST
+        after_ok = i + 1 == len(text) or not HANGUL_FIRST <= text[i + 1] <= HANGUL_LAST
         if before_ok and after_ok:
             return True
         i = text.find(syllable, i + 1)
@@ -108,15 +108,15 @@ def passage_content(text: str) -> tuple[Haystack, tuple[float, ...], bool]:
     needs."""
     text = prepare(text)
     lower = text.lower()
-    words = _latin_words(lower)
-    latin, found = _latin_part(lower, words)
-    latin_negation = "n't" in lower or not _EN_NEGATION_WORDS.isdisjoint(words)
+    words = latin_words(lower)
+    latin, found = latin_part(lower, words)
+    latin_negation = "n't" in lower or not EN_NEGATION_WORDS.isdisjoint(words)
     if text.isascii():
         return Haystack(latin, ""), tuple(found), latin_negation
-    if _HAN_RE.search(text) is None:
+    if HAN_RE.search(text) is None:
         # Folding and Chinese numerals concern Han characters only: two scans saved on Korean text.
         return Haystack(latin, text), tuple(found), latin_negation
-    found.extend(_zh_numbers(text))
+    found.extend(zh_numbers(text))
     return Haystack(latin, fold_chinese(text)), tuple(found), latin_negation
 
 
@@ -176,21 +176,21 @@ class Sentences:
             return self._numbers[i]
         part = self.lower[i]
         if self.has_word_numbers:
-            found = _numbers_of(part, _latin_words(part))
+            found = numbers_of(part, latin_words(part))
         else:
-            found = _digit_values(part) if _DIGIT_RE.search(part) else []
+            found = digit_values(part) if DIGIT_RE.search(part) else []
         if not part.isascii():
-            found += _zh_numbers(self.parts[i])
+            found += zh_numbers(self.parts[i])
         return tuple(found)
 
 
 def _starts_word_at(text: str, stem: str, i: int) -> bool:
-    return i == 0 or not _HANGUL_FIRST <= text[i - 1] <= _HANGUL_LAST
+    return i == 0 or not HANGUL_FIRST <= text[i - 1] <= HANGUL_LAST
 
 
 def _is_word_at(text: str, syllable: str, i: int) -> bool:
     return _starts_word_at(text, syllable, i) and (
-        i + 1 == len(text) or not _HANGUL_FIRST <= text[i + 1] <= _HANGUL_LAST
+        i + 1 == len(text) or not HANGUL_FIRST <= text[i + 1] <= HANGUL_LAST
     )
 
 
@@ -201,30 +201,30 @@ def sentence_index(text: str) -> Sentences:
     joined = "\n".join(parts)
     lower = joined.lower()
     if lower.isascii():
-        chunks = lower.encode("ascii").translate(_ASCII_WORDS).decode("ascii").split("\n")
+        chunks = lower.encode("ascii").translate(ASCII_WORDS).decode("ascii").split("\n")
     else:
-        chunks = " ".join(_LATIN_OR_BREAK_RE.findall(lower)).split("\n")
+        chunks = " ".join(LATIN_OR_BREAK_RE.findall(lower)).split("\n")
     distinct = set(" ".join(chunks).split())
-    get = _word_units(distinct).__getitem__
+    get = word_units(distinct).__getitem__
     # One word list per sentence by C-level joins and splits: no per-word Python loop.
     latin: list[set[str]] = [set(map(get, chunk.split())) for chunk in chunks] if parts else []
     for units in latin:
         units.discard("")
-    has_word_numbers = not _WORD_NUMBERS.keys().isdisjoint(distinct)
+    has_word_numbers = not WORD_NUMBERS.keys().isdisjoint(distinct)
     folded = "" if lower.isascii() else fold_chinese(joined)
     starts = list(accumulate((len(x) + 1 for x in parts[:-1]), initial=0))
     index = Sentences(parts, latin, lower.split("\n"), folded, starts, has_word_numbers)
-    if not has_word_numbers and _has_multiplier(lower) and _DIGIT_RE.search(lower):
+    if not has_word_numbers and has_multiplier(lower) and DIGIT_RE.search(lower):
         # A multiplier may follow its number across a sentence break ("3\nmillion"): the whole
         # passage is scanned at once, from the lowercased parts (lowercasing may change a text's
         # length: "İ"), and every sentence's numbers are kept.
         nums: list[list[float]] = [[] for _ in parts]
         lower_starts = list(accumulate((len(x) + 1 for x in index.lower[:-1]), initial=0))
-        for value, pos in _digit_numbers(lower):
+        for value, pos in digit_numbers(lower):
             nums[bisect_right(lower_starts, pos) - 1].append(value)
         for i, part in enumerate(parts):
             if not part.isascii():
-                nums[i] += _zh_numbers(part)
+                nums[i] += zh_numbers(part)
         index._numbers = [tuple(n) for n in nums]
     return index
 
@@ -233,8 +233,8 @@ def missing_terms(text: str, against: Haystack) -> list[str]:
     """The text's content words (as written) whose units ``against`` lacks, in order, once each."""
     out: list[str] = []
     text = prepare(text)
-    surface = _LATIN_SURFACE_RE.findall(text)
-    unit_of = _word_units({w.lower() for w in surface})
+    surface = LATIN_SURFACE_RE.findall(text)
+    unit_of = word_units({w.lower() for w in surface})
     for word in surface:
         unit = unit_of[word.lower()]
         if unit and unit not in against.latin:
@@ -242,10 +242,10 @@ def missing_terms(text: str, against: Haystack) -> list[str]:
     if not text.isascii():
         context = against.folded
         folded = fold_chinese(text)
-        for m in _HAN_RUN_RE.finditer(folded):
+        for m in HAN_RUN_RE.finditer(folded):
             run, shown = m.group(0), text[m.start() : m.end()]
             # A character is covered if it, or a pair it belongs to, is in the context.
-            known = [c not in _ZH_STOP and c in context for c in run]
+            known = [c not in ZH_STOP and c in context for c in run]
             paired = [run[i : i + 2] in context for i in range(len(run) - 1)]
             covered = [
                 k or (i > 0 and paired[i - 1]) or (i < len(paired) and paired[i]) for i, k in enumerate(known)
@@ -255,11 +255,11 @@ def missing_terms(text: str, against: Haystack) -> list[str]:
                 if not ok:
                     piece += ch
                     continue
-                piece = piece.strip(_ZH_STOP_CHARS)
+                piece = piece.strip(ZH_STOP_CHARS)
                 if piece:
                     out.append(piece)
                 piece = ""
-        for word in _HANGUL_WORD_RE.findall(text):
+        for word in HANGUL_WORD_RE.findall(text):
             if not (_starts_word(context, word[:2]) if len(word) > 1 else _is_word(context, word)):
                 out.append(word)
     return list(dict.fromkeys(out))

@@ -12,7 +12,7 @@ import re
 from itertools import compress, repeat
 
 # English number words are numbers, not content: "three euros" must match "€3".
-_WORD_NUMBERS = {
+WORD_NUMBERS = {
     "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
     "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
     "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30,
@@ -20,7 +20,7 @@ _WORD_NUMBERS = {
     "dozen": 12,
 }
 
-_DIGIT_RE = re.compile(r"\d")
+DIGIT_RE = re.compile(r"\d")
 
 # Applied to lowercased text.
 _NUMBER_RE = re.compile(r"(\d[\d,.]*)(?:\s*(thousand|million|billion|trillion|bn|万|萬|亿|億|천|만|억))?")
@@ -44,10 +44,10 @@ _ZH_NUMBER_RE = re.compile(
 )
 
 
-def _numbers_of(lower: str, words: list[str], distinct: set[str] | None = None) -> list[float]:
-    found = _digit_values(lower)
-    if not _WORD_NUMBERS.keys().isdisjoint(words if distinct is None else distinct):
-        values = list(map(_WORD_NUMBERS.get, words))
+def numbers_of(lower: str, words: list[str], distinct: set[str] | None = None) -> list[float]:
+    found = digit_values(lower)
+    if not WORD_NUMBERS.keys().isdisjoint(words if distinct is None else distinct):
+        values = list(map(WORD_NUMBERS.get, words))
         previous, last = 0, -2  # the value of the number word at ``last`` (0 once it is used up)
         for i in compress(range(len(values)), values):  # only the number words, found in C
             value = values[i]
@@ -64,11 +64,11 @@ def _numbers_of(lower: str, words: list[str], distinct: set[str] | None = None) 
     return found
 
 
-def _digit_values(lower: str) -> list[float]:
+def digit_values(lower: str) -> list[float]:
     """Numbers written in digits (thousands separators and multipliers such as "million", 万, 억
     applied); codes like "v2" count too, alike on both sides."""
-    if _has_multiplier(lower):
-        return [value for value, _ in _digit_numbers(lower)]
+    if has_multiplier(lower):
+        return [value for value, _ in digit_numbers(lower)]
     if lower.isascii():
         # Runs of digits, commas and periods by one byte translation and a split, each stripped
         # of its leading and trailing commas and periods: what the pattern finds, without a scan
@@ -91,7 +91,7 @@ def _token_values(tokens: list[str]) -> list[float]:
     return found
 
 
-def _has_multiplier(lower: str) -> bool:
+def has_multiplier(lower: str) -> bool:
     """Whether a multiplier word may follow a number (a superset: "bn" also matches "abnormal");
     without one, the plain number pattern finds exactly what ``_NUMBER_RE`` would."""
     if "thousand" in lower or "illion" in lower or "bn" in lower:
@@ -99,9 +99,9 @@ def _has_multiplier(lower: str) -> bool:
     return not lower.isascii() and _CJK_MULTIPLIER_RE.search(lower) is not None
 
 
-def _digit_numbers(lower: str) -> list[tuple[float, int]]:
+def digit_numbers(lower: str) -> list[tuple[float, int]]:
     """Numbers written in digits, with their positions."""
-    if not _has_multiplier(lower):
+    if not has_multiplier(lower):
         return [(value, m.start()) for m in _PLAIN_NUMBER_RE.finditer(lower) for value in _parse_digits(m.group())]
     found: list[tuple[float, int]] = []
     for m in _NUMBER_RE.finditer(lower):
@@ -126,7 +126,7 @@ def _parse_digits(tok: str) -> list[float]:
     return [float(digits.replace(",", ""))]
 
 
-def _zh_numbers(text: str) -> list[float]:
+def zh_numbers(text: str) -> list[float]:
     return [v for m in _ZH_NUMBER_RE.finditer(text) if (v := _zh_value(m.group(1))) is not None]
 
 

@@ -11,13 +11,13 @@ import re
 import unicodedata
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_HANGUL = "\uac00-\ud7a3"
-_CJK_RE = re.compile(f"[{_HAN}{_HANGUL}]")
-_HAN_RE = re.compile(f"[{_HAN}]")
-_HAN_RUN_RE = re.compile(f"[{_HAN}]+")
-_HANGUL_RE = re.compile(f"[{_HANGUL}]")
-_HANGUL_WORD_RE = re.compile(f"[{_HANGUL}]+")
-_HANGUL_FIRST, _HANGUL_LAST = "\uac00", "\ud7a3"
+HANGUL = "\uac00-\ud7a3"
+CJK_RE = re.compile(f"[{_HAN}{HANGUL}]")
+HAN_RE = re.compile(f"[{_HAN}]")
+HAN_RUN_RE = re.compile(f"[{_HAN}]+")
+HANGUL_RE = re.compile(f"[{HANGUL}]")
+HANGUL_WORD_RE = re.compile(f"[{HANGUL}]+")
+HANGUL_FIRST, HANGUL_LAST = "\uac00", "\ud7a3"
 
 # Traditional -> Simplified for the commonest characters that differ (pairs: T then S). Both the
 # claim and the context are folded, so a zh-TW answer still matches a zh-CN context.

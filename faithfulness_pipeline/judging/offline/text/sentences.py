@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import re
 
-from faithfulness_pipeline.judging.offline.text.scripts import _CJK_RE
-from faithfulness_pipeline.judging.offline.text.words import _words
+from faithfulness_pipeline.judging.offline.text.scripts import CJK_RE
+from faithfulness_pipeline.judging.offline.text.words import word_set
 
 # Never end a sentence: titles and Latin abbreviations that are always followed by more text.
-_ABBREV_INNER = _words(
+_ABBREV_INNER = word_set(
     "mr mrs ms dr prof st vs e.g i.e cf approx dept univ gen col capt lt sgt rev hon gov sen rep mt ft al"
 )
 # Abbreviations that end a sentence only when no number follows ("No. 5", "Fig. 2", "Sept. 2017").
-_ABBREV_BEFORE_NUMBER = _words(
+_ABBREV_BEFORE_NUMBER = word_set(
     "no nos vol vols fig figs op p pp jan feb mar apr jun jul aug sep sept oct nov dec"
 )
 # Abbreviations that end a sentence only when a capital letter (or CJK text) follows.
-_ABBREV_FINAL = _words("etc inc ltd co corp jr sr a.m p.m bros esp")
+_ABBREV_FINAL = word_set("etc inc ltd co corp jr sr a.m p.m bros esp")
 
 _TERMINATOR_RE = re.compile(r"[.!?…。！？；]+[\"'”’»)\]」』）》]*")
 _CLOSERS = "\"'”’»)]」』）》"
@@ -48,7 +48,7 @@ def _is_boundary(line: str, start: int, end: int) -> bool:
         # "3.5", "U.S.A", "Yahoo!Inc" continue; CJK text written without a space after "!?" or
         # after "다." does not.
         prev = line[start - 1 : start]
-        return bool(_CJK_RE.match(after)) and (punct[0] != "." or bool(_CJK_RE.match(prev)))
+        return bool(CJK_RE.match(after)) and (punct[0] != "." or bool(CJK_RE.match(prev)))
     if not nxt or punct != ".":
         return True
     j = start
@@ -63,7 +63,7 @@ def _is_boundary(line: str, start: int, end: int) -> bool:
     if word in _ABBREV_BEFORE_NUMBER:
         return not nxt.isdigit()
     if word in _ABBREV_FINAL:
-        return nxt.isupper() or bool(_CJK_RE.match(nxt))
+        return nxt.isupper() or bool(CJK_RE.match(nxt))
     # "U.S. Army", "J. K. Rowling": initials continue; "Francis I. The" and "Charles V. He" do not.
     return not _INITIALS_RE.fullmatch(word) or word in ("i", "v", "x")
 

@@ -14,45 +14,45 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from faithfulness_pipeline.judging.offline.text.cues import (
-    _CJK_ABSOLUTE_RE,
-    _EN_ABSOLUTES,
-    _EN_NEGATION_WORDS,
-    _KO_NEGATION_RE,
-    _ZH_HEDGE_RE,
-    _ZH_NEGATION_RE,
-    _ZH_NOT_NEGATION_RE,
-    _en_hedged,
-    _en_negations,
-    _has_ko_negation,
-    _ko_hedged,
+    CJK_ABSOLUTE_RE,
+    EN_ABSOLUTES,
+    EN_NEGATION_WORDS,
+    KO_NEGATION_RE,
+    ZH_HEDGE_RE,
+    ZH_NEGATION_RE,
+    ZH_NOT_NEGATION_RE,
+    en_hedged,
+    en_negations,
+    has_ko_negation,
+    ko_hedged,
 )
-from faithfulness_pipeline.judging.offline.text.numbers import _DIGIT_RE, _numbers_of, _zh_numbers
+from faithfulness_pipeline.judging.offline.text.numbers import DIGIT_RE, numbers_of, zh_numbers
 from faithfulness_pipeline.judging.offline.text.scripts import (
-    _CJK_RE,
-    _HAN_RE,
-    _HAN_RUN_RE,
-    _HANGUL,
-    _HANGUL_RE,
-    _HANGUL_WORD_RE,
+    CJK_RE,
+    HAN_RE,
+    HAN_RUN_RE,
+    HANGUL,
+    HANGUL_RE,
+    HANGUL_WORD_RE,
     fold_chinese,
     prepare,
 )
-from faithfulness_pipeline.judging.offline.text.words import _ZH_STOP, _latin_words, _word_units
+from faithfulness_pipeline.judging.offline.text.words import ZH_STOP, latin_words, word_units
 
 #: A content unit: an English stem (str), or a CJK character or pair as an int (see ``_cjk_key``).
 Unit = str | int
 
-_HANGUL_STEM_RE = re.compile(f"(?<![{_HANGUL}])[{_HANGUL}]{{2}}")
-_HANGUL_SYLLABLE_WORD_RE = re.compile(f"(?<![{_HANGUL}])[{_HANGUL}](?![{_HANGUL}])")
+_HANGUL_STEM_RE = re.compile(f"(?<![{HANGUL}])[{HANGUL}]{{2}}")
+_HANGUL_SYLLABLE_WORD_RE = re.compile(f"(?<![{HANGUL}])[{HANGUL}](?![{HANGUL}])")
 
 
-def _latin_part(lower: str, words: list[str]) -> tuple[set[str], list[float]]:
+def latin_part(lower: str, words: list[str]) -> tuple[set[str], list[float]]:
     """Units of the Latin words and the (digit or English word) numbers of lowercased text."""
     distinct = set(words)
-    unit_of = _word_units(distinct)
+    unit_of = word_units(distinct)
     units = set(map(unit_of.__getitem__, distinct))
     units.discard("")
-    return units, _numbers_of(lower, words, distinct)
+    return units, numbers_of(lower, words, distinct)
 
 
 # CJK units are ints: a character is its code, a pair of characters the 32-bit number their
@@ -74,12 +74,12 @@ def _cjk_part(text: str, found: list[float], has_han: bool, has_hangul: bool) ->
     to ``found``."""
     chars: list[str] = []
     pairs: list[str] = []
-    han_runs = _HAN_RUN_RE.findall(fold_chinese(text)) if has_han else []
+    han_runs = HAN_RUN_RE.findall(fold_chinese(text)) if has_han else []
     if han_runs:
-        chars = list(set("".join(han_runs)).difference(_ZH_STOP))
+        chars = list(set("".join(han_runs)).difference(ZH_STOP))
         pairs = list({run[i : i + 2] for run in han_runs for i in range(len(run) - 1)})
-        found.extend(_zh_numbers(text))
-    words = _HANGUL_WORD_RE.findall(text) if has_hangul else []
+        found.extend(zh_numbers(text))
+    words = HANGUL_WORD_RE.findall(text) if has_hangul else []
     stems: list[str] = []
     singles: list[str] = []
     inner: list[str] = []
@@ -125,16 +125,16 @@ def _cjk_context_units(text: str, found: list[float]) -> set[Unit]:
     for) and the stems of its Hangul words; adds its Chinese numerals to ``found``."""
     folded = fold_chinese(text)
     units: set[Unit] = set(_pairs(folded))
-    has_han = bool(_HAN_RE.search(folded))
+    has_han = bool(HAN_RE.search(folded))
     if has_han:
         # single characters: only Han ones are ever asked for
         units.update(memoryview(folded.encode(_UTF16)).cast("H"))
-    if _HANGUL_RE.search(folded):
+    if HANGUL_RE.search(folded):
         # Each two-syllable stem is exactly two characters: joined, they cast like the pairs.
         units.update(_stem_units(_HANGUL_STEM_RE.findall(folded)))
         units.update(_stem_units(_HANGUL_SYLLABLE_WORD_RE.findall(folded)))
     if has_han:
-        found.extend(_zh_numbers(text))
+        found.extend(zh_numbers(text))
     return units
 
 
@@ -201,26 +201,26 @@ def features(text: str) -> Features:
     """Units, numbers, negation, hedging and absolute quantifiers of a sentence, in one scan."""
     text = prepare(text)
     lower = text.lower()
-    words = _latin_words(lower)
-    latin, found = _latin_part(lower, words)
-    negations = _en_negations(words, lower)
-    hedged = _en_hedged(words, text)
-    absolute = _EN_ABSOLUTES.intersection(words)
+    words = latin_words(lower)
+    latin, found = latin_part(lower, words)
+    negations = en_negations(words, lower)
+    hedged = en_hedged(words, text)
+    absolute = EN_ABSOLUTES.intersection(words)
     if text.isascii():
         return Features(frozenset(latin), found, negations, hedged, absolute)
     # Every Chinese cue is written in Han and every Korean one in Hangul: a script the claim lacks
     # needs no scan.
-    has_han = _HAN_RE.search(text) is not None
-    has_hangul = _HANGUL_RE.search(text) is not None
+    has_han = HAN_RE.search(text) is not None
+    has_hangul = HANGUL_RE.search(text) is not None
     n = _cjk_part(text, found, has_han, has_hangul)
     if has_han:
-        negations += len(_ZH_NEGATION_RE.findall(_ZH_NOT_NEGATION_RE.sub("", text)))
-        hedged = hedged or bool(_ZH_HEDGE_RE.search(text))
+        negations += len(ZH_NEGATION_RE.findall(ZH_NOT_NEGATION_RE.sub("", text)))
+        hedged = hedged or bool(ZH_HEDGE_RE.search(text))
     if has_hangul:
-        negations += len(_KO_NEGATION_RE.findall(text))
-        hedged = hedged or _ko_hedged(text)
+        negations += len(KO_NEGATION_RE.findall(text))
+        hedged = hedged or ko_hedged(text)
     if has_han or has_hangul:
-        absolute = absolute.union(_CJK_ABSOLUTE_RE.findall(text))
+        absolute = absolute.union(CJK_ABSOLUTE_RE.findall(text))
     han = len(n.han_pairs) + 0.5 * len(n.han_chars)
     hangul = len(n.stems) + len(n.words) + 0.5 * len(n.hangul_pairs)
     return Features(frozenset(latin), found, negations, hedged, absolute, n, han, hangul)
@@ -228,10 +228,10 @@ def features(text: str) -> Features:
 
 def has_content(text: str) -> bool:
     """Whether a sentence holds any content unit or number (cheaper than ``features``)."""
-    if _DIGIT_RE.search(text) or (not text.isascii() and _CJK_RE.search(text)):
+    if DIGIT_RE.search(text) or (not text.isascii() and CJK_RE.search(text)):
         return True
-    distinct = set(_latin_words(prepare(text).lower()))
-    return any(map(_word_units(distinct).__getitem__, distinct))
+    distinct = set(latin_words(prepare(text).lower()))
+    return any(map(word_units(distinct).__getitem__, distinct))
 
 
 def numbers(text: str) -> list[float]:
@@ -249,12 +249,12 @@ def passage_units(text: str) -> tuple[set[Unit], tuple[float, ...], bool]:
     finds the same units in the text without building them."""
     text = prepare(text)
     lower = text.lower()
-    words = _latin_words(lower)
-    latin, found = _latin_part(lower, words)
-    may_negate = "n't" in lower or not _EN_NEGATION_WORDS.isdisjoint(words)
+    words = latin_words(lower)
+    latin, found = latin_part(lower, words)
+    may_negate = "n't" in lower or not EN_NEGATION_WORDS.isdisjoint(words)
     units: set[Unit] = set(latin)
     if text.isascii():
         return units, tuple(found), may_negate
     units.update(_cjk_context_units(text, found))
-    may_negate = may_negate or bool(_ZH_NEGATION_RE.search(text)) or _has_ko_negation(text)
+    may_negate = may_negate or bool(ZH_NEGATION_RE.search(text)) or has_ko_negation(text)
     return units, tuple(found), may_negate

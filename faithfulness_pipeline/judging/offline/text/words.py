@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 
-from faithfulness_pipeline.judging.offline.text.numbers import _WORD_NUMBERS
+from faithfulness_pipeline.judging.offline.text.numbers import WORD_NUMBERS
 
 
-def _words(text: str) -> frozenset[str]:
+def word_set(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-_STOPWORDS = _words(
+_STOPWORDS = word_set(
     """a an the and or but if then else so as of at by for with about against between into through
     during before after above below to from up down in out on off over under again further once here
     there when where why how all any both each few more most other some such only own same than too
@@ -34,7 +34,7 @@ _STOPWORDS = _words(
 # Words a summary or answer uses to talk about its source rather than to state facts ("The passage
 # discusses ...", "Firstly, it mentions ..."): leaving them out of the content is what lets a
 # faithful summary match its document.
-_DISCOURSE = _words(
+_DISCOURSE = word_set(
     """passage article text document documents summary summarize summarizes transcript excerpt source
     speaker speakers narrator discuss discusses discussed discussion mention mentions mentioned describe
     describes described explain explains explained highlight highlights highlighted emphasize
@@ -45,27 +45,27 @@ _DISCOURSE = _words(
     concerning individual individuals"""
 )
 
-_SKIP = _STOPWORDS | _DISCOURSE | frozenset(_WORD_NUMBERS) | _words("thousand million billion trillion bn")
+_SKIP = _STOPWORDS | _DISCOURSE | frozenset(WORD_NUMBERS) | word_set("thousand million billion trillion bn")
 _CLITICS = ("'s", "'re", "'ve", "'ll", "'d", "'m")
 
-_ZH_STOP = frozenset(
+ZH_STOP = frozenset(
     "的了是在和与及也就都而着之其这那个们我你他她它吗呢吧啊呀嘛把被对从向于以为等将又还很更该此些地得所"
 )
-_ZH_STOP_CHARS = "".join(sorted(_ZH_STOP))
+ZH_STOP_CHARS = "".join(sorted(ZH_STOP))
 
 _LATIN_RE = re.compile(r"[a-zß-öø-ÿĀ-ɏ][a-zß-öø-ÿĀ-ɏ']*")
-_LATIN_OR_BREAK_RE = re.compile(r"[a-zß-öø-ÿĀ-ɏ][a-zß-öø-ÿĀ-ɏ']*|\n")
+LATIN_OR_BREAK_RE = re.compile(r"[a-zß-öø-ÿĀ-ɏ][a-zß-öø-ÿĀ-ɏ']*|\n")
 
 # ASCII text: every byte but letters, apostrophes and line breaks becomes a space, so that
 # ``split`` yields the same words as ``_LATIN_RE`` at a third of the cost.
 _NOT_WORD = bytes(c for c in range(128) if not (chr(c).isalpha() or chr(c) in "'\n"))
-_ASCII_WORDS = bytes.maketrans(_NOT_WORD, b" " * len(_NOT_WORD))
-_LATIN_SURFACE_RE = re.compile(r"[A-Za-zß-öø-ÿÀ-ÖØ-ÞĀ-ɏ][A-Za-zß-öø-ÿÀ-ÖØ-ÞĀ-ɏ']*")
+ASCII_WORDS = bytes.maketrans(_NOT_WORD, b" " * len(_NOT_WORD))
+LATIN_SURFACE_RE = re.compile(r"[A-Za-zß-öø-ÿÀ-ÖØ-ÞĀ-ɏ][A-Za-zß-öø-ÿÀ-ÖØ-ÞĀ-ɏ']*")
 
 
-def _latin_words(lower: str) -> list[str]:
+def latin_words(lower: str) -> list[str]:
     if lower.isascii():
-        return lower.encode("ascii").translate(_ASCII_WORDS).decode("ascii").split()
+        return lower.encode("ascii").translate(ASCII_WORDS).decode("ascii").split()
     return _LATIN_RE.findall(lower)
 
 
@@ -113,7 +113,7 @@ _unit_cache: dict[str, str] = {}
 _UNIT_CACHE_MAX = 100_000
 
 
-def _word_units(words: set[str]) -> dict[str, str]:
+def word_units(words: set[str]) -> dict[str, str]:
     global _unit_cache
     cache = _unit_cache
     if len(cache) > _UNIT_CACHE_MAX:

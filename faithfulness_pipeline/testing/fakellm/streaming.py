@@ -1,0 +1,87 @@
+"""A chat reply as OpenAI streams it: server-sent events of ``chat.completion.chunk`` objects, paced by the
+modelled latency, optionally ending with the usage, then ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, Final
+
+from aiohttp import web
+
+from faithfulness_pipeline.testing.fakellm.faults import Latency
+from faithfulness_pipeline.testing.fakellm.wire import ChatRequest, Reply
+
+_STREAM_CHUNK_CHARS: Final = 16
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    # Escaped: a reply may hold a lone surrogate (half an emoji), which has no UTF-8; its JSON escape is valid.
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def _chunk(
+    completion_id: str, created: int, model: str, choices: list[dict[str, Any]], usage: dict[str, Any]
+) -> bytes:
+    """One ``chat.completion.chunk`` event; ``usage`` is empty, or holds the one key "usage"."""
+    payload: dict[str, Any] = {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": "fakellm",
+        "choices": choices,
+        **usage,
+    }
+    return _sse(payload)
+
+
+async def stream_reply(
+    request: web.Request,
+    chat: ChatRequest,
+    reply: Reply,
+    completion_id: str,
+    *,
+    stall: bool,
+    latency: Latency,
+    include_usage: bool,
+) -> web.StreamResponse:
+    """The reply as server-sent events, a piece every ``per_output_token_s`` times its tokens; ``stall``:
+    only its first half, then silence until the client leaves or the server stops. ``include_usage``: the
+    client asked for the usage and the server sends it, in a last chunk."""
+    created = int(time.time())
+    pieces = [
+        reply.content[i : i + _STREAM_CHUNK_CHARS] for i in range(0, len(reply.content), _STREAM_CHUNK_CHARS)
+    ]
+    per_piece_s = (
+        latency.per_output_token_s * reply.completion_tokens / len(pieces) if pieces else 0.0
+    )
+
+    # A null usage in every chunk but the last is how OpenAI streams when the usage was asked for.
+    usage: dict[str, Any] = {"usage": None} if include_usage else {}
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return _chunk(completion_id, created, chat.model, [choice], usage)
+
+    response = web.StreamResponse(
+        status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    if latency.base_s > 0:  # time to first token
+        await asyncio.sleep(latency.base_s)
+    await response.prepare(request)
+    await response.write(chunk({"role": "assistant", "content": ""}, None))
+    for k, piece in enumerate(pieces):
+        if stall and k == len(pieces) // 2:
+            await asyncio.get_running_loop().create_future()  # only cancellation ends this
+        if per_piece_s > 0:
+            await asyncio.sleep(per_piece_s)
+        await response.write(chunk({"content": piece}, None))
+    await response.write(chunk({}, reply.finish_reason))
+    if include_usage:
+        await response.write(_chunk(completion_id, created, chat.model, [], {"usage": reply.usage()}))
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
