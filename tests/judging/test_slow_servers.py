@@ -21,7 +21,7 @@ from faithfulness_pipeline.judging.llm.card import model_card
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
 from faithfulness_pipeline.judging.llm.requests import Receiving
 from faithfulness_pipeline.settings.judge import JudgeSettings
-from faithfulness_pipeline.testing.fakellm import ChatRequest, FakeLLMServer, FaultPlan, Latency
+from faithfulness_pipeline.testing.fakellm import ChatRequest, FakeLLMServer, FaultPlan, Latency, ServedLimits
 from faithfulness_pipeline.testing.scripted import ScriptedJudge, TypicalRow, script_verdicts, typical_rows
 
 KEY_ENV = "FP_TEST_SLOW_KEY"
@@ -128,6 +128,33 @@ def test_a_server_that_always_goes_silent_ends_in_visible_error_rows() -> None:
         assert result.claims is None and result.error is not None
         assert "timed out: nothing came for 0.3 s in the middle of a streamed reply (--timeout)" in result.error
         assert result.usage.llm_calls > 0  # what the attempts cost stays on the rows
+
+
+#: Every streamed reply goes silent for 1.2 s halfway, as llama.cpp's streams do while it reads another
+#: request's prompt, then goes on.
+PAUSING = Latency(pause_s=1.2)
+
+
+@pytest.mark.parametrize("kind", ["llama.cpp", "vllm"])
+def test_a_silence_the_server_says_is_work_is_waited_out_and_other_silences_are_not(kind: str) -> None:
+    """llama.cpp says which slots are working (``/slots``): a stream quiet past the timeout while it says so is
+    waited for, not cancelled. vLLM says nothing of the kind: the same silence is a timeout, asked again."""
+    rows = typical_rows(4, seed=1)
+    limits = ServedLimits(kind, 8192, slots=4)  # type: ignore[arg-type]
+    with FakeLLMServer(ScriptedJudge(), latency=PAUSING, limits=limits) as server:
+        judge = _judge(server, timeout_s=0.5, max_retries=1)
+        extracted, verdicts = _run(judge, rows)
+        stats = server.stats()
+        probes = list(server.probes_log)
+    if kind == "llama.cpp":
+        _all_scripted(rows, extracted, verdicts)
+        assert stats.by_outcome == {"ok": stats.requests} and judge.stats().retries == 0  # nothing cancelled
+        assert "GET /slots" in probes
+        assert any("said it was working (llama.cpp /slots" in note for note in judge.stats().notes)
+    else:
+        assert "GET /slots" not in probes
+        assert stats.by_outcome.get("cancelled", 0) > 0
+        assert all(e.error is not None and "nothing came for 0.5 s" in e.error for e in extracted)
 
 
 def test_a_server_that_sends_nothing_at_all_is_cut_by_the_bound_on_the_whole_request() -> None:

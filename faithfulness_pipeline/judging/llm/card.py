@@ -58,6 +58,9 @@ class ModelCard:
     #: is a server of one's own (llama.cpp, vLLM, Ollama publish their window) and packed anywhere else
     #: (``settings.judge``)
     max_items_per_pack: int = DEFAULT_MAX_ITEMS_PER_PACK
+    #: where the server says whether it is working (llama.cpp's ``/slots``): a stream silent past ``timeout_s``
+    #: is waited for while it says so (``streams.read_stream``), up to ``stream_max_s``
+    working_url: str | None = None
 
     @property
     def priced(self) -> bool:
@@ -210,6 +213,7 @@ def model_card(
         input_cost_per_token=in_cost,
         output_cost_per_token=out_cost,
         notes=tuple(notes),
+        working_url=None if served is None else served.working_url,
     )
 
 

@@ -182,6 +182,7 @@ class LiteLLMJudge:
             output=self.output,
             stream=self.card.stream,
             receiving=receiving,
+            working_url=self.card.working_url,
         )
         self._runner = PackRunner(
             sizing=self.sizing,

@@ -41,6 +41,7 @@ from faithfulness_pipeline.judging.llm.replies import (
     int_or_none,
     reported_tokens,
 )
+from faithfulness_pipeline.judging.llm.server_limits import server_working
 from faithfulness_pipeline.judging.llm.streams import StreamTimeout, read_stream
 from faithfulness_pipeline.judging.llm.valid_text import valid_text
 
@@ -85,10 +86,12 @@ class Sender:
         output: OutputMode,
         stream: bool = False,
         receiving: Receiving | None = None,
+        working_url: str | None = None,
     ) -> None:
         self.config = config
         self.output = output
         self.stream = stream
+        self._working_url = working_url
         self._receiving = receiving
         self.model = config.model or ""
         self.endpoint = shown(config.api_base) if config.api_base else None
@@ -110,6 +113,7 @@ class Sender:
         self._held_until = float("-inf")  # on the limiter's clock: until then requests fail unsent
         self._held_reason = ""
         self._unmetered = 0  # streamed replies whose server sent no usage: their tokens are estimates
+        self._waited_out = 0  # silences past timeout_s waited out because the server said it was working
 
     async def send(
         self,
@@ -218,10 +222,25 @@ class Sender:
             kwargs["api_key"] = self._api_key
         return kwargs
 
+    async def _working(self) -> bool:
+        """Whether the server says it is working now (a thread: the probe is a blocking standard-library call)."""
+        assert self._working_url is not None
+        busy = await asyncio.to_thread(server_working, self._working_url, api_key=self._api_key,
+                                       timeout_s=self.config.timeout_s)  # fmt: skip
+        if busy:
+            self._waited_out += 1
+            if self._waited_out == 1:
+                self._stats.notes.append(
+                    f"a streamed reply went silent for over {self.config.timeout_s:g} s (--timeout) while the server "
+                    "said it was working (llama.cpp /slots: reading another request's prompt): waited for, not "
+                    f"cancelled, up to --stream-max {self.config.stream_max_s:g} s")
+        return busy
+
     async def _streamed(self, litellm: Any, kwargs: dict[str, Any]) -> Answer:
         """One streamed request, read to its end under the judge's own bounds (``streams.read_stream``)."""
         answer, streamed = await read_stream(litellm, kwargs, stream_max_s=self.config.stream_max_s,
-                                             timeout_s=self.config.timeout_s, on_piece=self._piece)
+                                             timeout_s=self.config.timeout_s, on_piece=self._piece,
+                                             still_working=None if self._working_url is None else self._working)
         if streamed and answer.usage is None:
             self._unmetered += 1
             if self._unmetered == 1:

@@ -39,11 +39,13 @@ OLLAMA_DEFAULT_NUM_CTX: Final = 4096
 
 @dataclass(frozen=True, slots=True)
 class ServerWindow:
-    """A server's window per request (prompt and reply), its own cap on a reply, and where they were read."""
+    """A server's window per request (prompt and reply), its own cap on a reply, and where they were read;
+    ``working_url``: where the server says whether it is working now (llama.cpp's ``/slots``), if it does."""
 
     context_window: int
     max_output_tokens: int | None
     source: str
+    working_url: str | None = None
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -74,7 +76,7 @@ def ask_server(api_base: str, model: str, *, api_key: str | None, timeout_s: flo
     timeout = min(timeout_s, PROBE_TIMEOUT_S)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     probes: tuple[Callable[[], ServerWindow | None], ...] = (
-        lambda: _llama_cpp(_get(f"{root}/props", headers, timeout)),
+        lambda: _llama_cpp(_get(f"{root}/props", headers, timeout), f"{root}/slots"),
         lambda: _vllm(_get(f"{base}/models", headers, timeout), name),
         lambda: _ollama(_post(f"{root}/api/show", {"model": name}, headers, timeout)),
     )
@@ -97,7 +99,7 @@ def ask_server(api_base: str, model: str, *, api_key: str | None, timeout_s: flo
 # ------------------------------------------------------------------------------------------- the kinds
 
 
-def _llama_cpp(props: Any) -> ServerWindow | None:
+def _llama_cpp(props: Any, slots_url: str) -> ServerWindow | None:
     """llama.cpp's ``/props``: ``default_generation_settings.n_ctx`` is a slot's window (``-c`` shared by
     ``-np`` slots); builds that report only the whole ``n_ctx`` share it out over ``total_slots`` here."""
     if not isinstance(props, dict):
@@ -117,7 +119,7 @@ def _llama_cpp(props: Any) -> ServerWindow | None:
     params = settings.get("params")
     n_predict = _positive(params.get("n_predict")) if isinstance(params, dict) else None
     cap = f", replies cut at {n_predict} tokens (n_predict)" if n_predict else ""
-    return ServerWindow(per_slot, n_predict, f"llama.cpp /props: {how}{cap}")
+    return ServerWindow(per_slot, n_predict, f"llama.cpp /props: {how}{cap}", slots_url)
 
 
 def _vllm(models: Any, name: str) -> ServerWindow | None:
@@ -153,6 +155,18 @@ def _ollama(show: Any) -> ServerWindow | None:
     return ServerWindow(window, None, f"Ollama /api/show: no num_ctx set, so {window}, Ollama's smallest default "
                                       "(for more, set num_ctx in the Modelfile, or --context-window to what "
                                       "OLLAMA_CONTEXT_LENGTH gives)")
+
+
+def server_working(url: str, *, api_key: str | None, timeout_s: float) -> bool:
+    """Whether llama.cpp's ``/slots`` at ``url`` shows a slot processing (reading a prompt or generating).
+    False when it cannot tell (the endpoint disabled with ``--no-slots``, an error, no answer): silence is
+    then taken for what it looks like."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        slots = _get(url, headers, min(timeout_s, PROBE_TIMEOUT_S))
+    except _Unreachable:
+        return False
+    return isinstance(slots, list) and any(isinstance(s, dict) and s.get("is_processing") is True for s in slots)
 
 
 def _positive(value: Any) -> int | None:

@@ -5,7 +5,7 @@ silence between pieces), and telling a stream from a reply that came whole to a 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from faithfulness_pipeline.judging.llm.replies import Answer, whole_answer
@@ -42,6 +42,32 @@ def says(exc: BaseException, words: str) -> bool:
 UNKNOWN: Final = object()
 
 
+async def _read_pieces(stream: Any, answer: Answer, timeout_s: float, on_piece: Callable[[str], None],
+                       still_working: Callable[[], Awaitable[bool]] | None) -> None:
+    """The stream's chunks into ``answer``. Each next chunk is awaited as a task of its own, so that a silence
+    can be looked into (is the server working?) without cancelling the read that is under way."""
+    chunks = aiter(stream)
+    started = False  # before the first chunk only ``stream_max_s`` bounds the wait (queue, prompt)
+    while True:
+        step = asyncio.ensure_future(anext(chunks))
+        try:
+            while not (await asyncio.wait({step}, timeout=timeout_s if started else None))[0]:
+                if still_working is None or not await still_working():
+                    raise StreamTimeout(f"timed out: nothing came for {timeout_s:g} s in the middle of a streamed "
+                                        f"reply (--timeout)")
+        finally:
+            if not step.done():
+                step.cancel()
+        try:
+            chunk = step.result()
+        except StopAsyncIteration:
+            return
+        started = True
+        piece = answer.add(chunk)
+        if piece:
+            on_piece(piece)
+
+
 def kept_usage(stream: Any) -> Any:
     """The usage the server sent in a stream, None when it sent none, :data:`UNKNOWN` when litellm does not
     say. litellm keeps the server's usage chunk among the stream's chunks (``CustomStreamWrapper.chunks``)."""
@@ -70,14 +96,19 @@ async def not_streamed(stream: Any) -> str | None:
 
 
 async def read_stream(litellm: Any, kwargs: dict[str, Any], *, stream_max_s: float, timeout_s: float,
-                      on_piece: Callable[[str], None]) -> tuple[Answer, bool]:
+                      on_piece: Callable[[str], None],
+                      still_working: Callable[[], Awaitable[bool]] | None = None) -> tuple[Answer, bool]:
     """One streamed request, read to its end, and whether it came as a stream (not whole). Two bounds of
     the judge's own: ``stream_max_s`` on the whole request, the wait for its first piece included, and,
     once pieces come, ``timeout_s`` on the silence after each. A request that breaks one is closed (the
-    server stops generating) and raises :class:`StreamTimeout`. ``on_piece`` hears each piece of text."""
-    loop = asyncio.get_running_loop()
+    server stops generating) and raises :class:`StreamTimeout`. ``on_piece`` hears each piece of text.
+
+    ``still_working``, where the server can say it is working (llama.cpp's ``/slots``), is asked when a
+    silence reaches ``timeout_s``: while it says yes the silence is waited out, up to ``stream_max_s``.
+    llama.cpp generates for no slot while it reads a prompt, so on a CPU every stream goes quiet for as long
+    as a new request's prompt takes; that is work, not a hung server."""
     answer = Answer(choices=False)
-    whole, silence = asyncio.timeout(stream_max_s), asyncio.timeout(None)
+    whole = asyncio.timeout(stream_max_s)
     stream: Any = None
     try:
         async with whole:
@@ -85,28 +116,21 @@ async def read_stream(litellm: Any, kwargs: dict[str, Any], *, stream_max_s: flo
             body = await not_streamed(stream)
             if body is not None:
                 return whole_answer(body), False
-            async with silence:
-                try:
-                    async for chunk in stream:
-                        # A new deadline per piece: a reply may take as long as it likes while pieces come.
-                        silence.reschedule(loop.time() + timeout_s)
-                        piece = answer.add(chunk)
-                        if piece:
-                            on_piece(piece)
-                except Exception as exc:
-                    if answer.pieces and says(exc, REPEATING):
-                        # litellm ends a reply that repeats one piece over and over (a model in a loop). What
-                        # came is the reply, cut: sent again unchanged it would loop again; parsed, it is
-                        # re-asked in smaller packs or with a repair message.
-                        answer.finish_reason = "length"
-                    elif not says(exc, UNFINISHED):
-                        raise
-                    # else the server ended the stream properly, if without a finish_reason: what came is the
-                    # reply (none at all: a reply without choices, never sent again unchanged)
+            try:
+                await _read_pieces(stream, answer, timeout_s, on_piece, still_working)
+            except StreamTimeout:
+                raise
+            except Exception as exc:
+                if answer.pieces and says(exc, REPEATING):
+                    # litellm ends a reply that repeats one piece over and over (a model in a loop). What
+                    # came is the reply, cut: sent again unchanged it would loop again; parsed, it is
+                    # re-asked in smaller packs or with a repair message.
+                    answer.finish_reason = "length"
+                elif not says(exc, UNFINISHED):
+                    raise
+                # else the server ended the stream properly, if without a finish_reason: what came is the
+                # reply (none at all: a reply without choices, never sent again unchanged)
     except TimeoutError:
-        if silence.expired():
-            raise StreamTimeout(f"timed out: nothing came for {timeout_s:g} s in the middle of a streamed "
-                                f"reply (--timeout)") from None
         if whole.expired():
             raise StreamTimeout(f"timed out: a streamed reply took over {stream_max_s:g} s in all, the wait "
                                 f"for its first token included (--stream-max)") from None

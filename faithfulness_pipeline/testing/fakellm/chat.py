@@ -153,6 +153,12 @@ class ChatService:
 
     # ------------------------------------------------------------------------------- concurrency
 
+    @property
+    def in_flight(self) -> int:
+        """Requests being answered now (not those queued for a slot)."""
+        with self._lock:
+            return self._in_flight
+
     def fill_slots(self) -> None:
         """Lets queued requests in while the cap allows (call on the server's loop)."""
         cap = self.latency.max_in_flight

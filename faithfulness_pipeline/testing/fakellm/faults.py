@@ -17,15 +17,18 @@ class Latency:
     """Modelled service time: ``base_s + per_output_token_s * completion_tokens``, slept, never spun.
 
     ``max_in_flight`` caps how many requests the "model" works on at once; the rest wait in FIFO order
-    (they are queued, not rejected), like a provider's server-side concurrency.
+    (they are queued, not rejected), like a provider's server-side concurrency. ``pause_s``: a streamed reply
+    goes silent for that long halfway, then goes on, as llama.cpp's streams all do while it reads another
+    request's prompt (it generates for no slot meanwhile).
     """
 
     base_s: float = 0.0
     per_output_token_s: float = 0.0
     max_in_flight: int | None = None
+    pause_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.base_s < 0 or self.per_output_token_s < 0:
+        if self.base_s < 0 or self.per_output_token_s < 0 or self.pause_s < 0:
             raise ValueError("latencies must be >= 0")
         if self.max_in_flight is not None and self.max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1 or None")

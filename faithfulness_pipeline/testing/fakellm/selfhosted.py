@@ -8,7 +8,8 @@ own limits, and what it refuses.
 - ``refuse_formats``: the ``response_format`` types the server answers with a 400 naming them, the way a
   build without grammar support for JSON schemas (or a server with no JSON mode) does.
 
-- :class:`LimitProbes`: the endpoints a client reads those limits from, logged (``probes_log``).
+- :class:`LimitProbes`: the endpoints a client reads those limits from, and llama.cpp's ``/slots`` (which
+  slots are working now), logged (``probes_log``).
 
 The chat endpoint (``chat.py``) enforces the window, the cap and the refusals; what is here is pure functions
 of the request and the settings, and the endpoints that publish them.
@@ -141,8 +142,9 @@ class LimitProbes:
     """``GET /v1/models``, llama.cpp's ``GET /props`` and Ollama's ``POST /api/show``, answered from the limits
     the server has now (``limits``, read at each request: the server may change them while it runs)."""
 
-    def __init__(self, limits: Callable[[], ServedLimits | None]) -> None:
+    def __init__(self, limits: Callable[[], ServedLimits | None], working: Callable[[], int] = lambda: 0) -> None:
         self._limits = limits
+        self._working = working  # requests being answered now: llama.cpp's /slots shows them as processing
         self._lock = threading.Lock()
         #: GET and POST requests of the endpoints a client reads a server's limits from (``/props`` ...)
         self.log: list[str] = []
@@ -151,6 +153,7 @@ class LimitProbes:
         router.add_get("/v1/models", self._models)
         router.add_get("/models", self._models)
         router.add_get("/props", self._props)
+        router.add_get("/slots", self._slots)
         router.add_post("/api/show", self._show)
 
     def reset(self) -> None:
@@ -174,6 +177,16 @@ class LimitProbes:
         if limits is None or limits.kind != "llama.cpp":
             return web.json_response(error_body("File Not Found", "not_found_error", None), status=404)
         return web.json_response(limits.props("fake-model"))
+
+    async def _slots(self, request: web.Request) -> web.Response:
+        """llama.cpp's ``GET /slots``: each slot, ``is_processing`` while it reads a prompt or generates."""
+        self._probed(request)
+        limits = self._limits()
+        if limits is None or limits.kind != "llama.cpp":
+            return web.json_response(error_body("File Not Found", "not_found_error", None), status=404)
+        busy = self._working()
+        return web.json_response([{"id": k, "id_task": -1, "n_ctx": limits.context_window, "is_processing": k < busy}
+                                  for k in range(limits.slots)])  # fmt: skip
 
     async def _show(self, request: web.Request) -> web.Response:
         self._probed(request)

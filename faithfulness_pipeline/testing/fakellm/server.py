@@ -114,7 +114,7 @@ class FakeLLMServer:
             prompt_cache=PromptCache() if prompt_cache else None,
             stream_usage=stream_usage,
         )
-        self._probes = LimitProbes(lambda: self._chat.limits)
+        self._probes = LimitProbes(lambda: self._chat.limits, lambda: self._chat.in_flight)
         #: GET and POST requests of the endpoints a client reads a server's limits from (``/props`` ...)
         self.probes_log: list[str] = self._probes.log
         self.requests_log: list[ChatRequest] = self._chat.requests_log

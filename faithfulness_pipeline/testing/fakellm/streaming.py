@@ -76,6 +76,8 @@ async def stream_reply(
     for k, piece in enumerate(pieces):
         if stall and k == len(pieces) // 2:
             await asyncio.get_running_loop().create_future()  # only cancellation ends this
+        if latency.pause_s > 0 and k == len(pieces) // 2:
+            await asyncio.sleep(latency.pause_s)
         if per_piece_s > 0:
             await asyncio.sleep(per_piece_s)
         await response.write(chunk({"content": piece}, None))
