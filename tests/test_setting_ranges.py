@@ -10,8 +10,10 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
+import pydantic
 import pytest
 from click.testing import CliRunner
 
@@ -156,3 +158,15 @@ def test_an_unknown_model_is_refused_when_dagster_passes_the_key_itself() -> Non
     resource = JudgeResource(model="no-such-model-xyz", api_key="sk-ranges-1234567890")
     with pytest.raises(ConfigError, match="does not know which provider"):
         resource.make()
+
+
+FLOATS = [s for s in settings() if s.kind is float]
+
+
+@pytest.mark.parametrize("setting", FLOATS, ids=[f"{s.model.__name__}.{s.name}" for s in FLOATS])
+@pytest.mark.parametrize("raw", [math.inf, -math.inf, math.nan])
+def test_no_setting_takes_an_infinite_or_not_a_number_value(setting: Any, raw: float) -> None:
+    """One rule for every float setting (issue 40: --batch-poll inf and --store-lease inf were accepted where
+    --timeout inf was refused, and the first then stopped after about 10 s)."""
+    with pytest.raises(pydantic.ValidationError, match="finite"):
+        setting.model.model_validate({setting.name: raw})

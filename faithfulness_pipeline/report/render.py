@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from faithfulness_pipeline.core.money import usd
 from faithfulness_pipeline.report import charts
 from faithfulness_pipeline.report.data import ReportData
 from faithfulness_pipeline.tables.storage import Place
@@ -60,7 +61,7 @@ class Headline:
             ("mean hallucination", num(self.hallucination_mean)),
             (f"over {threshold:g}", pct(self.over_threshold_share)),
             ("mean faithfulness", num(self.faithfulness_mean)),
-            ("billed cost", "unknown" if self.billed_cost_usd is None else f"${self.billed_cost_usd:.4f}"),
+            ("billed cost", "unknown" if self.billed_cost_usd is None else usd(self.billed_cost_usd)),
         ]
 
 

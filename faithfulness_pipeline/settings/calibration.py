@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from faithfulness_pipeline.settings.fields import flag
+from faithfulness_pipeline.settings.model_config import SETTINGS_CONFIG
 
 
 class CalibrationSettings(BaseModel):
@@ -14,7 +15,7 @@ class CalibrationSettings(BaseModel):
     variables and the Dagster ``calibration`` resource fields are derived
     (``faithfulness_pipeline.settings.derive``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SETTINGS_CONFIG
 
     claim_labelled: str | None = Field(
         default=None, description="optional per-claim labels (Parquet file, folder or glob): the row key columns, "

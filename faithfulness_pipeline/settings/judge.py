@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from faithfulness_pipeline.settings.fields import flag, no_flag
+from faithfulness_pipeline.settings.model_config import SETTINGS_CONFIG
 
 #: Prompt tokens per request, instructions included. Chosen by measurement on typical RAG rows (3-6
 #: sentence answers, 3-8 passages of 60-150 words; see BENCHMARKS.md and bench/overhead.py): ~8 answers'
@@ -40,7 +41,7 @@ DEFAULT_STREAM_MAX_S: Final = 3600.0
 class JudgeSettings(BaseModel):
     """Which judge scores, how it is limited, what it costs and where its results are kept."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SETTINGS_CONFIG
 
     model: str | None = Field(
         default=None,

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.settings.fields import flag, variable
+from faithfulness_pipeline.settings.model_config import SETTINGS_CONFIG
 from faithfulness_pipeline.tables.storage import Place
 
 #: The sample data's first day.
@@ -26,7 +27,7 @@ DEFAULT_PARTITIONS_START: Final = "2026-11-24"
 class LandingSettings(BaseModel):
     """Where raw conversations land and how a row's day is read from them."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SETTINGS_CONFIG
 
     path: str = Field(
         default="sample_data",
@@ -79,7 +80,7 @@ class LandingSettings(BaseModel):
 class WarehouseSettings(BaseModel):
     """Where tables, the BI database and the report are written."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SETTINGS_CONFIG
 
     root: str = Field(
         default="warehouse",
@@ -136,7 +137,7 @@ class PartitionSettings(BaseModel):
     """The daily partitions' first day. The partitions are built once, when the code location loads, so this is
     no resource field: a value in the launchpad could not change them."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SETTINGS_CONFIG
 
     partitions_start: str = Field(
         default=DEFAULT_PARTITIONS_START,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from faithfulness_pipeline.core.config import (
     DEFAULT_COLUMNS,
@@ -17,6 +17,7 @@ from faithfulness_pipeline.core.config import (
     ZeroClaimPolicy,
 )
 from faithfulness_pipeline.settings.fields import flag
+from faithfulness_pipeline.settings.model_config import SETTINGS_CONFIG
 
 # Short names: every field's default below reads one, and the long ones would not fit its line.
 _COLUMNS = DEFAULT_COLUMNS
@@ -29,7 +30,7 @@ class ScoringSettings(BaseModel):
     table of docs/settings.md. Defaults are :class:`ScoringConfig`'s. ``cli`` in a field's ``json_schema_extra`` names
     its flag where the flag is not ``--`` and the field name with dashes."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SETTINGS_CONFIG
 
     output_column: str = Field(default=_COLUMNS.output, description="column holding the answer (flat shape)",
                                json_schema_extra=flag("--output-col"))
