@@ -147,7 +147,8 @@ class LiteLLMJudge:
         self.model_name: str = config.model
         self.prompt_version: str = prompts.PROMPT_VERSION
         # The key comes first: a missing one must fail before anything else is done.
-        self.api_key_env, api_key = judge_key(self.model_name, config.api_key_env, api_key, need_key=need_key)
+        self.api_key_env, api_key = judge_key(self.model_name, config.api_key_env, api_key, need_key=need_key,
+                                               api_base=config.api_base)
         #: where requests go: the configured base, else the provider's default where litellm knows one
         self.endpoint: str | None = config.api_base or model_provider(self.model_name)[1]
         self.redact = Redactor(api_key)

@@ -12,10 +12,11 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from typing import Final
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, urlsplit
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.judging.llm.card import import_litellm, lenient
+from faithfulness_pipeline.judging.llm.reachability import shown
 
 
 class MissingAPIKeyError(ConfigError, ValueError):
@@ -68,6 +69,10 @@ def model_provider(model: str) -> tuple[str, str | None]:
         ) from None
 
 
+#: What a shell accepts as a variable's name: anything else given as api_key_env is not one (a key, pasted).
+VARIABLE_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def resolve_api_key(model: str, api_key_env: str | None) -> tuple[str | None, str | None]:
     """``(variable name, key)`` for ``model``; ``(None, None)`` when it needs none or litellm finds it.
 
@@ -80,6 +85,10 @@ def resolve_api_key(model: str, api_key_env: str | None) -> tuple[str | None, st
         name = api_key_env.strip()
         if not name:
             raise ConfigError("api_key_env is empty: give the name of an environment variable")
+        if not VARIABLE_NAME.fullmatch(name):
+            # Most likely the key itself: never repeated, in this message or any other.
+            raise ConfigError("api_key_env must name an environment variable (letters, digits and _, as "
+                              "OPENAI_API_KEY), not hold the key: put the key in a variable and give its name")
         value = os.environ.get(name)
         if not value:
             raise _missing(name, model)
@@ -153,11 +162,29 @@ class Redactor:
         return "".join(out)
 
 
-def judge_key(model: str, api_key_env: str | None, api_key: str | None, *,
-              need_key: bool) -> tuple[str | None, str | None]:
+def refuse_credentials_in(api_base: str | None) -> None:
+    """Raises :class:`ConfigError` for an ``api_base`` that carries a user name or password: the client would
+    send them as Basic auth beside the key's bearer token, and servers refuse every such request (after
+    retries, and billed as sent). The message shows the address without them."""
+    if not api_base:
+        return
+    try:
+        parts = urlsplit(api_base)
+        userinfo = parts.username is not None or parts.password is not None
+    except ValueError:  # a malformed address is for the reachability check to name
+        return
+    if userinfo:
+        raise ConfigError(f"api_base {shown(api_base)!r} carries a user name or password (user:password@host): "
+                          "give the address without them, and the key with api_key_env (--api-key-env)")
+
+
+def judge_key(model: str, api_key_env: str | None, api_key: str | None, *, need_key: bool,
+              api_base: str | None = None) -> tuple[str | None, str | None]:
     """``(variable name, key)`` a judge of ``model`` sends with: ``api_key`` when given (the settings' variable
     name kept for messages), else :func:`resolve_api_key`. A judge that only estimates (the dry run,
-    ``need_key`` False) never sends a request, so a missing key is ``(None, None)`` for it, not an error."""
+    ``need_key`` False) never sends a request, so a missing key is ``(None, None)`` for it, not an error.
+    Credentials inside ``api_base`` are refused first (:func:`refuse_credentials_in`)."""
+    refuse_credentials_in(api_base)
     if api_key:
         return api_key_env, api_key
     try:

@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
+from typing import Final
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.judging.store.protocol import Store, StoreError
+
+#: A libpq ``key=value`` pair (``host=db dbname=fp``): no file path a user means starts a word that way.
+LIBPQ_PAIR: Final = re.compile(r"(?:^|\s)(?:host|hostaddr|dbname|user|password|port|sslmode|service)\s*=")
 
 
 def open_store(spec: Path | str) -> Store:
@@ -23,6 +28,11 @@ def open_store(spec: Path | str) -> Store:
         scheme = text.split("://", 1)[0]
         raise ConfigError(f"result store {text.split('@')[-1]!r}: unknown scheme {scheme!r}; use a file path, "
                           "sqlite:///path or postgresql://user@host/database")
+    elif LIBPQ_PAIR.search(text):
+        # A libpq key=value DSN would otherwise be a SQLite file named after it, password included.
+        raise ConfigError("the result store looks like a libpq key=value connection string (host=... dbname=...): "
+                          "give it as a URL, postgresql://user@host:5432/database (the password in PGPASSWORD or "
+                          "~/.pgpass), or a SQLite file path")
     else:
         store = ResultStore(text.removeprefix("sqlite://") if text.startswith("sqlite://") else text)
     try:

@@ -104,7 +104,8 @@ class BatchJudge:
     ) -> None:
         if store is None:
             raise ConfigError(NEEDS_A_STORE)
-        _, api_key = judge_key(config.model or "", config.api_key_env, api_key, need_key=need_key)
+        _, api_key = judge_key(config.model or "", config.api_key_env, api_key, need_key=need_key,
+                              api_base=config.api_base)
         self.interactive = LiteLLMJudge(config, api_key=api_key, need_key=need_key)
         self.config = config
         self.model_name: str = self.interactive.model_name
