@@ -22,6 +22,7 @@ import polars as pl
 import pyarrow as pa
 
 from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.canonical import canonical, canonical_each
 from faithfulness_pipeline.core.keys import is_blank
 from faithfulness_pipeline.core.port import (
     NO_USAGE,
@@ -74,10 +75,13 @@ _NO_CONTEXT_VERDICT: Final = ClaimVerdict("unsupported", False, NO_CONTEXT_REASO
 
 def row_frame(df: pl.DataFrame, sample: Sample = EVERY_ROW) -> pl.DataFrame:
     """The :data:`ROW_COLUMNS` of a prepared chunk's rows in ``sample`` (``core.sampling``; all of them by
-    default): what a judge is given of it."""
+    default): what a judge is given of it, its text in the canonical form (``core.canonical``), so that
+    text that looks the same is judged, deduplicated and stored as one."""
+    answer = canonical(pl.col(S.ANSWER))
     rows = df.select(
-        pl.int_range(df.height, dtype=pl.Int64).alias(INDEX), S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT,
-        is_blank(pl.col(S.ANSWER)).alias(BLANK),
+        pl.int_range(df.height, dtype=pl.Int64).alias(INDEX), S.ROW_KEY, answer.alias(S.ANSWER),
+        canonical(pl.col(S.QUESTION)).alias(S.QUESTION), canonical_each(pl.col(S.CONTEXT)).alias(S.CONTEXT),
+        is_blank(answer).alias(BLANK),
     )
     return rows if sample.everything else rows.filter(sample.selects(df))
 
