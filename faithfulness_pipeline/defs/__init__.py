@@ -36,9 +36,11 @@ from faithfulness_pipeline.defs.schedules import build_job, build_schedule, buil
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import from_env
+from faithfulness_pipeline.settings.derive import settings as registered
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.landing import LandingSettings, PartitionSettings, WarehouseSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.settings.sensitive import holds_password
 
 
 @dataclass(frozen=True)
@@ -60,12 +62,12 @@ class DefsSettings:
         judge_settings = from_env(JudgeSettings, env)
         key_env = judge_settings.api_key_env
         # dg.EnvVar: Dagster reads the key in each step process and shows only the variable's name.
-        judge = JudgeResource(**_given(judge_settings), api_key=dg.EnvVar(key_env) if key_env else None)
-        scoring = ScoringResource(**_given(from_env(ScoringSettings, env)))
-        landing = LandingResource(**_given(from_env(LandingSettings, env)))
+        judge = JudgeResource(**_given(judge_settings, env), api_key=dg.EnvVar(key_env) if key_env else None)
+        scoring = ScoringResource(**_given(from_env(ScoringSettings, env), env))
+        landing = LandingResource(**_given(from_env(LandingSettings, env), env))
         landing.zone()  # a bad FP_TIMEZONE stops the code location with one line
-        warehouse = WarehouseResource(**_given(from_env(WarehouseSettings, env)))
-        calibration = CalibrationResource(**_given(from_env(CalibrationSettings, env)))
+        warehouse = WarehouseResource(**_given(from_env(WarehouseSettings, env), env))
+        calibration = CalibrationResource(**_given(from_env(CalibrationSettings, env), env))
         return DefsSettings(
             partitions_start=from_env(PartitionSettings, env).partitions_start,
             judge=judge,
@@ -76,9 +78,16 @@ class DefsSettings:
         )
 
 
-def _given(settings: BaseModel) -> dict[str, Any]:
-    """The values that differ from the defaults: the resource shows only what was set."""
-    return settings.model_dump(exclude_defaults=True)
+def _given(settings: BaseModel, env: Mapping[str, str]) -> dict[str, Any]:
+    """The values that differ from the defaults: the resource shows only what was set. A value that holds a
+    password (a store's ``postgresql://user:secret@...``) enters as ``dg.EnvVar`` of its variable: Dagster reads
+    it in each step process, and run storage (the job snapshot its UI shows) keeps only the variable's name."""
+    given = settings.model_dump(exclude_defaults=True)
+    for setting in registered(type(settings)):
+        raw = env.get(setting.env, "").strip()
+        if setting.name in given and raw and holds_password(raw):
+            given[setting.name] = dg.EnvVar(setting.env)
+    return given
 
 
 def build_defs(

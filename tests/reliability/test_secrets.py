@@ -15,6 +15,7 @@ import base64
 import sqlite3
 import subprocess
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -72,6 +73,15 @@ def _texts(path: Path) -> Iterator[str]:
                 for row in conn.execute(f'SELECT * FROM "{table}"'):  # names come from the file itself
                     yield repr(row)
                     yield " ".join(c.decode("utf-8", "ignore") for c in row if isinstance(c, bytes))
+                    yield " ".join(_inflated(c) for c in row if isinstance(c, bytes))  # Dagster's snapshots
+
+
+def _inflated(blob: bytes) -> str:
+    """A zlib blob's text (Dagster keeps job snapshots compressed in run storage), else nothing."""
+    try:
+        return zlib.decompress(blob).decode("utf-8", "ignore")
+    except zlib.error:
+        return ""
 
 
 def leaks(text: str) -> list[str]:
