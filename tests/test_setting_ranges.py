@@ -170,3 +170,20 @@ def test_no_setting_takes_an_infinite_or_not_a_number_value(setting: Any, raw: f
     --timeout inf was refused, and the first then stopped after about 10 s)."""
     with pytest.raises(pydantic.ValidationError, match="finite"):
         setting.model.model_validate({setting.name: raw})
+
+
+def test_a_window_too_small_for_the_instructions_is_refused_before_any_row(src: Path) -> None:
+    """issue 40: --context-window 512 (the setting's own floor) failed every row as "the answer (49 tokens) is
+    too long", naming no flag, and the summary said rows were asked of the LLM while no request went out."""
+    with pytest.raises(ConfigError, match=r"cannot hold the judge's instructions .* --context-window"):
+        LiteLLMJudge(JudgeSettings(model="openai/fake-judge", api_base="http://127.0.0.1:9/v1", context_window=512),
+                     api_key="sk-window")  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "faithfulness_pipeline.cli", "score", str(src), "-o", str(src.parent / "o.parquet"),
+         "--model", "openai/fake-judge", "--api-base", "http://127.0.0.1:9/v1", "--api-key-env", "FP_RANGES_KEY",
+         "--context-window", "512"],
+        capture_output=True, text=True, env=child_env(FP_RANGES_KEY="sk-window"), timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "--context-window" in done.stderr and "Traceback" not in done.stderr
+    assert not (src.parent / "o.parquet").exists()

@@ -45,9 +45,10 @@ nothing else, and scrubbed from every error text.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.core.port import (
@@ -65,7 +66,7 @@ from faithfulness_pipeline.judging.llm import prompts
 from faithfulness_pipeline.judging.llm.card import ModelCard, import_litellm, model_card, token_counter
 from faithfulness_pipeline.judging.llm.limits import Clock, RequestLimiter, Sleep
 from faithfulness_pipeline.judging.llm.output_mode import OutputMode
-from faithfulness_pipeline.judging.llm.packing import Count, Limits
+from faithfulness_pipeline.judging.llm.packing import REPLY_SLACK_TOKENS, WINDOW_MARGIN, Count, Limits
 from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, R, Sizing, VerdictPlan
 from faithfulness_pipeline.judging.llm.requests import Receiving, Sender
 from faithfulness_pipeline.judging.llm.runner import PackRunner
@@ -106,6 +107,10 @@ def _limiter(config: JudgeSettings, clock: Clock | None, sleep: Sleep | None) ->
     )
 
 
+#: The smallest item worth a request: a one-sentence answer and its reply, in tokens.
+SHORTEST_ITEM_TOKENS: Final = 64
+
+
 def _sizing(config: JudgeSettings, card: ModelCard, count_tokens: Count) -> Sizing:
     """What packing needs of the model: its counter, its limits, and the tokens of each step's fixed frame."""
     limits = Limits(
@@ -119,6 +124,16 @@ def _sizing(config: JudgeSettings, card: ModelCard, count_tokens: Count) -> Sizi
         + prompts.REPLY_PRIMING_TOKENS
         for step in ("extract", "verdict")
     }
+    # Room for the instructions, the reply's slack and one short answer with its reply: a smaller window
+    # would fail every row as "too long", whatever the rows hold.
+    need = max(frame.values()) + REPLY_SLACK_TOKENS + SHORTEST_ITEM_TOKENS
+    if limits.usable_window < need:
+        least = math.ceil(need / (1 - WINDOW_MARGIN))
+        raise ConfigError(
+            f"a context window of {card.context_window} tokens cannot hold the judge's instructions "
+            f"({max(frame.values())} tokens) and a reply: the judge needs at least {least}; set --context-window "
+            "(context_window) to the model's real window, or use a model with a larger one"
+        )
     return Sizing(count_tokens, limits, frame, card.priced)
 
 

@@ -143,7 +143,7 @@ class ExtractPlan(Plan[ExtractResult]):
             if room < prompt * 5 // 4 + 16:
                 self.oversize[i] = (
                     f"the answer ({prompt} tokens) is too long for the model's context window "
-                    f"of {sizing.limits.context_window} tokens"
+                    f"of {sizing.limits.context_window} tokens (--context-window, if the model's is larger)"
                 )
                 return None
             bound = room
