@@ -35,6 +35,28 @@ PARQUET: Final = "Parquet"
 log = logging.getLogger(__name__)
 
 
+#: Compression suffixes of text files, by the program that makes them. Inputs are read uncompressed (Parquet
+#: compresses itself): such a file is refused by name rather than read as Parquet or skipped in a folder.
+COMPRESSED: Final = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd", ".zip": "zip"}
+
+
+def compression_of(path: str) -> str | None:
+    """The compression ``path``'s suffix names (``gzip`` for ``day.jsonl.gz``), or None."""
+    return COMPRESSED.get(os.path.splitext(path)[1].lower())
+
+
+def _refuse_compressed(paths: Iterable[str]) -> None:
+    """An :class:`InputError` naming the first compressed file among ``paths`` and how to read it."""
+    for path in paths:
+        kind = compression_of(path)
+        if kind is not None:
+            raise InputError(
+                f"{path!r} is {kind}-compressed, and inputs are read uncompressed: decompress it first "
+                f"({'unzip' if kind == 'zip' else kind + ' -d'} {os.path.basename(path)!r}), or write the table as "
+                "Parquet, which compresses itself"
+            )
+
+
 def input_format(path: str) -> str:
     """``Parquet``, ``JSON Lines`` or ``CSV``, from the suffix of ``path``."""
     return FORMATS.get(os.path.splitext(path)[1].lower(), PARQUET)
@@ -114,14 +136,19 @@ def resolve_inputs(spec: str | os.PathLike[str]) -> list[str]:
     text = text.removeprefix("file://")
     path = Path(text)
     if path.is_dir():
-        files = _each_file_once(p for p in _walk(text) if _is_input(os.path.basename(p)))
+        found = list(_walk(text))
+        # A compressed table in the folder is named, not skipped: its rows would be missing without a word.
+        _refuse_compressed(p for p in found if _is_input(os.path.splitext(os.path.basename(p))[0]))
+        files = _each_file_once(p for p in found if _is_input(os.path.basename(p)))
         if not files:
             raise InputError(f"directory {text!r} holds no *.parquet, *.jsonl, *.ndjson or *.csv files")
         return files
     if path.is_file():
+        _refuse_compressed([str(path)])
         return [str(path)]
     if glob.has_magic(text):
         files = _each_file_once(_matches(text))
+        _refuse_compressed(files)
         if not files:
             raise InputError(f"the pattern {text!r} matches no files")
         return files

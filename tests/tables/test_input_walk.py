@@ -80,3 +80,19 @@ def test_the_cli_scores_a_looped_folder_s_row_once(looped: Path, tmp_path: Path)
                            "--quiet"], capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert pl.read_parquet(out).get_column("conversation_id").to_list() == ["c1"]
+
+
+def test_a_compressed_table_is_named_never_read_as_parquet_or_skipped(tmp_path: Path) -> None:
+    """issue 40: a .jsonl.gz was read "as Parquet" (a confusing error) when named, and skipped without a word
+    in a folder (its rows missing from the run)."""
+    import gzip
+
+    plain = _jsonl(tmp_path / "in" / "a.jsonl")
+    packed = tmp_path / "in" / "b.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    (tmp_path / "in" / "notes.txt.gz").write_bytes(gzip.compress(b"not a table"))
+    for spec in (packed, tmp_path / "in", f"{tmp_path}/in/*"):
+        with pytest.raises(InputError, match=r"b\.jsonl\.gz' is gzip-compressed.*gzip -d"):
+            resolve_inputs(spec)
+    packed.unlink()
+    assert resolve_inputs(tmp_path / "in") == [str(plain)]  # a compressed file that is no table is no input
