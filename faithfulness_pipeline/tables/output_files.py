@@ -24,7 +24,7 @@ from pathlib import Path
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError, InputError
 from faithfulness_pipeline.tables.read import is_uri
 from faithfulness_pipeline.tables.storage import COPY_CHUNK, Place, StorageError, describe, is_remote, scrub
-from faithfulness_pipeline.tables.write import sweep_orphans
+from faithfulness_pipeline.tables.write import real_target, sweep_orphans
 
 _COUNTER = itertools.count()
 
@@ -123,7 +123,7 @@ def committed_together(targets: Mapping[str, str]) -> Iterator[dict[str, Path]]:
                 os.close(descriptor)
                 tmps[option] = Path(name)
                 continue
-            path = Path(target)
+            path = real_target(target)
             path.parent.mkdir(parents=True, exist_ok=True)
             sweep_orphans(path)
             tmp = path.parent / f".{path.name}.{os.getpid()}-{next(_COUNTER)}.tmp"
@@ -132,7 +132,7 @@ def committed_together(targets: Mapping[str, str]) -> Iterator[dict[str, Path]]:
         yield tmps
         moves: list[tuple[Place, Place]] = []
         for option, target in targets.items():
-            final = Place.of(target)
+            final = Place.of(target if is_remote(target) else str(real_target(target)))
             if final.remote:
                 # Every upload completes before any target changes: the slow part cannot leave a mix.
                 staging = final.staging_sibling()

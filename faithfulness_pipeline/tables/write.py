@@ -48,6 +48,13 @@ def sweep_orphans(final: Path) -> None:
             sibling.unlink(missing_ok=True)
 
 
+def real_target(target: str | os.PathLike[str]) -> Path:
+    """``target`` in the folder the system would put it in: its folder's ``..`` and links resolved, as opening
+    it would resolve them. Only that folder is made, so ``-o nope/../x.parquet`` leaves no empty ``nope/``."""
+    path = Path(target)
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
 @contextmanager
 def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
     """A temporary path beside ``target`` that replaces it only when the block finishes without error.
@@ -55,7 +62,7 @@ def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Pa
     The temporary name carries the writer's pid, so a later writer can tell an orphan (its process is gone)
     from a file another live process is still writing, and remove only the orphan.
     """
-    final = Path(target)
+    final = real_target(target)
     final.parent.mkdir(parents=True, exist_ok=True)
     sweep_orphans(final)
     tmp = final.parent / f".{final.name}.{os.getpid()}-{next(_TMP_COUNTER)}{suffix}.tmp"

@@ -1,5 +1,6 @@
-"""Which files an input folder or glob names, with symlinks in the way: each real file once, and no walk that
-loops (issue 40: a link to ``.`` made one row 41 rows, and two such links a walk of about 2^40 paths)."""
+"""Which files an input names and where an output goes, with the paths users really give (issue 40): symlinks
+in an input folder (each real file once, no walk that loops: a link to ``.`` made one row 41 rows, two such
+links a walk of about 2^40 paths), compressed tables, and output paths through folders that do not exist."""
 
 from __future__ import annotations
 
@@ -96,3 +97,16 @@ def test_a_compressed_table_is_named_never_read_as_parquet_or_skipped(tmp_path: 
             resolve_inputs(spec)
     packed.unlink()
     assert resolve_inputs(tmp_path / "in") == [str(plain)]  # a compressed file that is no table is no input
+
+
+def test_an_output_path_through_a_folder_that_does_not_exist_leaves_no_folder(tmp_path: Path) -> None:
+    """issue 40: -o nope/../x.parquet wrote x.parquet and left an empty folder nope/."""
+    src = _jsonl(tmp_path / "in" / "day.jsonl")
+    for extra in ((), ("--claims-out", "gone/../claims.parquet")):
+        done = subprocess.run([sys.executable, "-m", "faithfulness_pipeline.cli", "score", str(src), "-o",
+                               "nope/deeper/../../x.parquet", "--quiet", *extra], capture_output=True, text=True,
+                              timeout=120, check=False, cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in", "x.parquet", *(["claims.parquet"] if extra
+                                                                                           else [])])  # fmt: skip
+        assert pl.read_parquet(tmp_path / "x.parquet").height == 1
