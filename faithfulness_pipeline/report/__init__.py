@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.report.data import (
     ReportData,
     is_warehouse,
@@ -20,6 +21,7 @@ from faithfulness_pipeline.report.data import (
     summarise,
 )
 from faithfulness_pipeline.report.render import Headline, headline, render_html, write_report
+from faithfulness_pipeline.settings.derive import settings as registered
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.storage import Place, is_remote
 
@@ -42,6 +44,11 @@ def build_report_to(
     columns, the hallucination threshold and the scale, as they were when the table was scored."""
     scored = load_scored(source, timestamp_column=timestamp_column, timezone=timezone,
                          columns=(scoring.model_column, "language"), answer_column=scoring.output_column)
+    if scoring.model_column != _DEFAULT_SCORING.model_column and scoring.model_column not in scored.columns:
+        # A column named on purpose that is not there: the report would draw every row as one unnamed model.
+        flag = next(s.flag for s in registered(ScoringSettings) if s.name == "model_column")
+        raise InputError(f"{source!r} has no column {scoring.model_column!r} ({flag}): name one of its columns, "
+                         f"or leave {flag} out for {_DEFAULT_SCORING.model_column!r}")
     warehouse = Place.of(source) if is_warehouse(source) else None
     data = summarise(scored, source=source, scoring=scoring, worst=worst,
                      calibration=load_calibration(calibration, warehouse),

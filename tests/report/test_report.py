@@ -154,6 +154,10 @@ def test_report_command(tmp_path: Path) -> None:
     assert "Traceback" not in not_scored.stderr and not (tmp_path / "x.html").exists()
     bad_zone = _cli(str(GOLDEN), "-o", str(tmp_path / "x.html"), "--timezone", "Mars/Olympus")
     assert bad_zone.returncode == 2 and "FP_TIMEZONE" in bad_zone.stderr
+    # issue 40: a model column the table lacks was silently ignored (every row drawn as one unnamed model)
+    no_column = _cli(str(GOLDEN), "-o", str(tmp_path / "x.html"), "--model-col", "deployment")
+    assert no_column.returncode == 2 and "no column 'deployment' (--model-col)" in no_column.stderr
+    assert "Traceback" not in no_column.stderr and not (tmp_path / "x.html").exists()
 
 
 @pytest.mark.parametrize("case", ["empty", "all errors"])
