@@ -22,6 +22,7 @@ from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.judging.llm.card import import_litellm
 from faithfulness_pipeline.judging.llm.failures import quota_used_up
 from faithfulness_pipeline.judging.llm.limits import retry_after_from_headers
+from faithfulness_pipeline.judging.llm.reachability import shown
 from faithfulness_pipeline.settings.judge import JudgeSettings
 
 #: Providers whose batch endpoints litellm speaks (``litellm.acreate_batch``'s ``custom_llm_provider``).
@@ -122,7 +123,7 @@ class BatchAPI:
             # The first call of a batch run: a server without a files endpoint (llama.cpp, vLLM, Ollama, TGI:
             # chat completions only) answers 404 here, and no later call could succeed.
             detail = self._redact(" ".join(str(exc).split()))[:200]
-            where = self.api_base or f"provider {self.provider}"
+            where = shown(self.api_base) if self.api_base else f"provider {self.provider}"
             raise BatchAPIError(f"{where} has no Batch API (uploading the batch input file: {detail}); "
                                 "self-hosted servers serve chat completions only: use --mode interactive",
                                 fatal=True) from None
