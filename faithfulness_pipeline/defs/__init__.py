@@ -81,11 +81,13 @@ class DefsSettings:
 def _given(settings: BaseModel, env: Mapping[str, str]) -> dict[str, Any]:
     """The values that differ from the defaults: the resource shows only what was set. A value that holds a
     password (a store's ``postgresql://user:secret@...``) enters as ``dg.EnvVar`` of its variable: Dagster reads
-    it in each step process, and run storage (the job snapshot its UI shows) keeps only the variable's name."""
+    it in each step process, and run storage (the job snapshot its UI shows) keeps only the variable's name.
+    Values from a mapping that is not this process's environment are taken as given."""
     given = settings.model_dump(exclude_defaults=True)
     for setting in registered(type(settings)):
         raw = env.get(setting.env, "").strip()
-        if setting.name in given and raw and holds_password(raw):
+        # Only a variable of this process can be read back by name (a mapping of one's own cannot).
+        if setting.name in given and raw and holds_password(raw) and os.environ.get(setting.env, "").strip() == raw:
             given[setting.name] = dg.EnvVar(setting.env)
     return given
 

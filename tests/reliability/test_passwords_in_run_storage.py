@@ -74,9 +74,14 @@ def test_which_values_hold_a_password(text: str, secret: bool) -> None:
     assert holds_password(text) is secret
 
 
-def test_the_resource_holds_the_variable_not_the_password() -> None:
+def test_the_resource_holds_the_variable_not_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
     url = "postgresql://fp:s3cret-pw@db.internal:5432/fp"
-    settings = DefsSettings.from_env({"FP_JUDGE_STORE": url, "FP_JUDGE_TIMEOUT_S": "30"})
+    monkeypatch.setenv("FP_JUDGE_STORE", url)
+    monkeypatch.setenv("FP_JUDGE_TIMEOUT_S", "30")
+    settings = DefsSettings.from_env()
     config = repr(settings.judge)
     assert "s3cret-pw" not in config and "FP_JUDGE_STORE" in config
     assert settings.judge.timeout_s == 30  # values without a password are given as they are
+    # a mapping of one's own is no environment a step process could read the variable from: taken as given
+    assert DefsSettings.from_env({"FP_JUDGE_STORE": url.replace("s3cret", "other")}).judge.store == url.replace(
+        "s3cret", "other")
