@@ -15,10 +15,11 @@ from typing import Any, TypeAlias
 import polars as pl
 import pyarrow as pa
 
+from faithfulness_pipeline.api.run import judge_run
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.flow import RowProgress
-from faithfulness_pipeline.core.pipeline import chunks_of, prepared_chunks, rows_of, sample_of, score_chunks
+from faithfulness_pipeline.core.pipeline import chunks_of
 from faithfulness_pipeline.core.port import Judge
 
 #: What the entry points take: a polars DataFrame, a pyarrow Table or RecordBatch, or a pandas DataFrame
@@ -60,20 +61,12 @@ async def score_frame_async(
 ) -> pl.DataFrame:
     """:func:`score_frame` for code already in an event loop (``await`` it in a notebook cell); closes the
     judge when done."""
-    from faithfulness_pipeline.judging.stack import stack_of
-
     frame = to_polars(df)
     config = config or ScoringConfig()
-    stack = stack_of(judge if judge is not None else default_judge())
-    try:
-        # read (lazily) only when a cap per stratum needs the run's keys first
-        sample = sample_of(config, prepared_chunks(chunks_of(frame, config.chunk_rows), config))
-        await stack.prepay(rows_of(lambda: chunks_of(frame, config.chunk_rows), config, sample))
-        parts = [part async for part in score_chunks(chunks_of(frame, config.chunk_rows), stack.judging(), config,
-                                                     progress, sample=sample)]
-        return pl.concat(parts, how="vertical")
-    finally:
-        await stack.aclose()
+    chunk_rows = config.chunk_rows
+    async with judge_run(judge if judge is not None else default_judge(), lambda: chunks_of(frame, chunk_rows), config,
+                         progress=progress) as scored:
+        return pl.concat([part async for part in scored], how="vertical")
 
 
 def score_frame(

@@ -18,6 +18,7 @@ from typing import Any
 import click
 import polars as pl
 
+from faithfulness_pipeline.api.run import judge_run
 from faithfulness_pipeline.cli.options import resolve_settings, setting_options
 from faithfulness_pipeline.cli.process import freeze_loaded_objects
 from faithfulness_pipeline.cli.progress import Progress
@@ -28,15 +29,7 @@ from faithfulness_pipeline.core.combine import conform
 from faithfulness_pipeline.core.config import ContextHook, ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
 from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
-from faithfulness_pipeline.core.pipeline import (
-    check_inputs,
-    new_run_id,
-    prepared_chunks,
-    sample_of,
-    score_chunks,
-    scored_schema,
-)
-from faithfulness_pipeline.core.sampling import Sample
+from faithfulness_pipeline.core.pipeline import check_inputs, new_run_id, scored_schema
 from faithfulness_pipeline.judging.dryrun import estimate_cost
 from faithfulness_pipeline.judging.factory import check_key, make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
@@ -44,7 +37,6 @@ from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.tables.read import count_rows, file_schema, iter_chunks, resolve_inputs
-from faithfulness_pipeline.tables.spill import spilled_rows
 from faithfulness_pipeline.tables.write import ParquetChunkWriter, input_arrow_types
 
 #: A run whose spend cap left rows unjudged (status skipped): its outputs are written, and complete but for them.
@@ -108,49 +100,47 @@ async def _run(
     outputs: dict[str, str],
     progress: Callable[[float], None] | None,
     summary: Summary,
-    sample: Sample,
 ) -> None:
     """Scores ``chunks`` (read from ``paths``, whose columns make ``out_schema``) into ``outputs`` (option ->
     path: ``-o`` and optionally ``--claims-out``, ``--mastra-out``), which appear together when the run is
-    complete, or not at all. A judge that answers the whole run in bulk (batch mode) reads ``paths`` first."""
+    complete, or not at all. A cap per model, or a judge that answers the whole run in bulk (batch mode), reads
+    ``paths`` first."""
     with committed_together(outputs) as tmps, ExitStack() as stack:
         scored_writer = ParquetChunkWriter(tmps["-o"], arrow_types=input_arrow_types(paths))
         claims_writer = ParquetChunkWriter(tmps["--claims-out"]) if "--claims-out" in tmps else None
         mastra_handle = (
             stack.enter_context(open(tmps["--mastra-out"], "w", encoding="utf-8")) if "--mastra-out" in tmps else None
         )
-        wrote_any = False
-        try:
-            text = config.columns.key_columns()
-            with spilled_rows(lambda: iter_chunks(paths, config.chunk_rows, text), config, sample) as rows:
-                await judge.prepay(rows)
-            async for chunk in score_chunks(chunks, judge.judging(), config, progress, run_id=summary.run_id,
-                                            sample=sample):
-                wrote_any = True
-                scored = conform(chunk, out_schema)  # files of other shapes or columns: one table
-                summary.add(scored)
-                with _naming(tmps["-o"]):
-                    scored_writer.write(scored)
-                if claims_writer is not None:
-                    with _naming(tmps["--claims-out"]):
-                        claims_writer.write(claim_table(scored))
-                if mastra_handle is not None:
-                    with _naming(tmps["--mastra-out"]):
-                        mastra_handle.writelines(mastra_jsonl_lines(scored))
-            if not wrote_any:
-                empty = pl.DataFrame(schema=out_schema)
-                scored_writer.write(empty)
-                if claims_writer is not None:
-                    claims_writer.write(claim_table(empty))
-        finally:
+        text = config.columns.key_columns()
+        # The writers close inside the run, before its judge does; a run that fails before its first chunk (in
+        # the prepay) has written nothing, so there is no writer to close then.
+        async with judge_run(judge, lambda: iter_chunks(paths, config.chunk_rows, text), config, progress=progress,
+                             run_id=summary.run_id, spill=True, first_pass=chunks) as scored_chunks:
+            wrote_any = False
             try:
+                async for chunk in scored_chunks:
+                    wrote_any = True
+                    scored = conform(chunk, out_schema)  # files of other shapes or columns: one table
+                    summary.add(scored)
+                    with _naming(tmps["-o"]):
+                        scored_writer.write(scored)
+                    if claims_writer is not None:
+                        with _naming(tmps["--claims-out"]):
+                            claims_writer.write(claim_table(scored))
+                    if mastra_handle is not None:
+                        with _naming(tmps["--mastra-out"]):
+                            mastra_handle.writelines(mastra_jsonl_lines(scored))
+                if not wrote_any:
+                    empty = pl.DataFrame(schema=out_schema)
+                    scored_writer.write(empty)
+                    if claims_writer is not None:
+                        claims_writer.write(claim_table(empty))
+            finally:
                 with _naming(tmps["-o"]):
                     scored_writer.close()
                 if claims_writer is not None:
                     with _naming(tmps["--claims-out"]):
                         claims_writer.close()
-            finally:
-                await judge.aclose()
 
 
 @contextmanager
@@ -238,11 +228,9 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             summary = Summary(model_column=scoring.model_column, answer_column=scoring.output_column,
                               threshold=scoring.hallucination_threshold, run_id=new_run_id(),
                               sample_rate=scoring.sample_rate, sample_max_rows=scoring.sample_max_rows)
-            # a cap per model reads the inputs' keys once first (and only then)
-            sample = sample_of(config, prepared_chunks(iter_chunks(paths, config.chunk_rows, text), config))
             try:
                 given = {option: path for option, path in outputs.items() if path}
-                asyncio.run(_run(paths, chunks, out_schema, judge, config, given, progress, summary, sample))
+                asyncio.run(_run(paths, chunks, out_schema, judge, config, given, progress, summary))
             finally:
                 progress.close()
         except OutputError as exc:  # the machine's fault (a full disk, a read-only folder), not the command's

@@ -24,11 +24,12 @@ from typing import Any, Final
 import dagster as dg
 import polars as pl
 
+from faithfulness_pipeline.api.run import judge_run
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.flow import V_USAGE, X_USAGE, RowProgress
 from faithfulness_pipeline.core.normalize import with_internals
-from faithfulness_pipeline.core.pipeline import judge_chunks, rows_of, sample_of
+from faithfulness_pipeline.core.pipeline import sample_of
 from faithfulness_pipeline.core.port import JudgeStats
 from faithfulness_pipeline.core.sampling import Sample
 from faithfulness_pipeline.defs.io import STEP_IO
@@ -161,15 +162,12 @@ def judge_one_shard(
 
     async def run() -> int:
         written = 0
-        try:
-            await made.prepay(rows_of(lambda: _shard_rows(warehouse, day, config, shard, shards), None, sample))
+        async with judge_run(made, lambda: _shard_rows(warehouse, day, config, shard, shards), config, prepared=True,
+                             sample=sample, progress=progress) as judged_chunks:
             with staging.writer() as out:
-                chunks = _shard_rows(warehouse, day, config, shard, shards)
-                async for judged in judge_chunks(chunks, made.judging(), progress, sample):
+                async for judged in judged_chunks:
                     out.write(_shard_columns(judged))
                     written += judged.height
-        finally:
-            await made.aclose()
         return written
 
     written = asyncio.run(run())

@@ -17,7 +17,7 @@ from faithfulness_pipeline.core.sampling import EVERY_ROW, Sample
 
 @contextmanager
 def spilled_rows(
-    chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig, sample: Sample = EVERY_ROW
+    chunks: Callable[[], Iterable[pl.DataFrame]], config: ScoringConfig | None, sample: Sample = EVERY_ROW
 ) -> Iterator[Rows]:
     """``core.pipeline.rows_of`` (the rows in ``sample``), the input read once however often the rows are:
     the first pass keeps each chunk's rows in a temporary Parquet file, later passes read those files (a bulk
