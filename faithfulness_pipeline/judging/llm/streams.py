@@ -44,8 +44,12 @@ UNKNOWN: Final = object()
 
 async def _read_pieces(stream: Any, answer: Answer, timeout_s: float, on_piece: Callable[[str], None],
                        still_working: Callable[[], Awaitable[bool]] | None) -> None:
-    """The stream's chunks into ``answer``. Each next chunk is awaited as a task of its own, so that a silence
-    can be looked into (is the server working?) without cancelling the read that is under way."""
+    """The stream's chunks into ``answer``. Where the server can say whether it is working, each next chunk
+    is awaited as a task of its own, so that a silence can be looked into without cancelling the read under
+    way; elsewhere a silence is simply a timeout, and one deadline moved at each chunk costs less CPU a piece."""
+    if still_working is None:
+        await _read_until_silent(stream, answer, timeout_s, on_piece)
+        return
     chunks = aiter(stream)
     started = False  # before the first chunk only ``stream_max_s`` bounds the wait (queue, prompt)
     while True:
@@ -66,6 +70,24 @@ async def _read_pieces(stream: Any, answer: Answer, timeout_s: float, on_piece: 
         piece = answer.add(chunk)
         if piece:
             on_piece(piece)
+
+
+async def _read_until_silent(stream: Any, answer: Answer, timeout_s: float, on_piece: Callable[[str], None]) -> None:
+    """The stream's chunks into ``answer``, a silence of ``timeout_s`` after the first one a timeout."""
+    loop = asyncio.get_running_loop()
+    silence = asyncio.timeout(None)  # before the first chunk only ``stream_max_s`` bounds the wait
+    try:
+        async with silence:
+            async for chunk in stream:
+                silence.reschedule(loop.time() + timeout_s)  # a reply may take as long as it likes while pieces come
+                piece = answer.add(chunk)
+                if piece:
+                    on_piece(piece)
+    except TimeoutError:
+        if silence.expired():
+            raise StreamTimeout(f"timed out: nothing came for {timeout_s:g} s in the middle of a streamed reply "
+                                f"(--timeout)") from None
+        raise
 
 
 def kept_usage(stream: Any) -> Any:
