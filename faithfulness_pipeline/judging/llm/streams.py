@@ -56,7 +56,7 @@ async def _read_pieces(stream: Any, answer: Answer, timeout_s: float, on_piece: 
         step = asyncio.ensure_future(anext(chunks))
         try:
             while not (await asyncio.wait({step}, timeout=timeout_s if started else None))[0]:
-                if still_working is None or not await still_working():
+                if not await still_working():
                     raise StreamTimeout(f"timed out: nothing came for {timeout_s:g} s in the middle of a streamed "
                                         f"reply (--timeout)")
         finally:
