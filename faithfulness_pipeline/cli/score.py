@@ -35,8 +35,9 @@ from faithfulness_pipeline.judging.factory import check_key, make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.tables.inputs import resolve_inputs
 from faithfulness_pipeline.tables.output_files import OutputError, check_outputs, committed_together
-from faithfulness_pipeline.tables.read import count_rows, file_schema, iter_chunks, resolve_inputs
+from faithfulness_pipeline.tables.read import count_rows, file_schema, iter_chunks
 from faithfulness_pipeline.tables.write import ParquetChunkWriter, input_arrow_types
 
 #: A run whose spend cap left rows unjudged (status skipped): its outputs are written, and complete but for them.

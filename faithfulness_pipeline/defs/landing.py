@@ -24,15 +24,13 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.tables.inputs import PARQUET, input_format, resolve_inputs
 from faithfulness_pipeline.tables.read import (
-    PARQUET,
     READ_ERRORS,
     check_utf8,
     file_schema,
-    input_format,
     parquet_batches,
     read_error,
-    resolve_inputs,
     scan_input,
 )
 from faithfulness_pipeline.tables.storage import Place, StorageError, is_remote

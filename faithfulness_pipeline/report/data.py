@@ -21,14 +21,8 @@ from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.claimless import Claimless, answer_words, count_claimless
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.settings.scoring import ScoringSettings
-from faithfulness_pipeline.tables.read import (
-    PARQUET,
-    READ_ERRORS,
-    input_format,
-    parquet_schema,
-    read_error,
-    resolve_inputs,
-)
+from faithfulness_pipeline.tables.inputs import PARQUET, input_format, resolve_inputs
+from faithfulness_pipeline.tables.read import READ_ERRORS, parquet_schema, read_error
 from faithfulness_pipeline.tables.storage import Place
 
 #: Folder names a calibration table may have in a warehouse (issue 16 builds it; the report only shows it).

@@ -22,7 +22,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError, InputError
-from faithfulness_pipeline.tables.read import is_uri
+from faithfulness_pipeline.tables.inputs import is_uri
 from faithfulness_pipeline.tables.storage import COPY_CHUNK, Place, StorageError, describe, is_remote, scrub
 from faithfulness_pipeline.tables.write import real_target, sweep_orphans
 

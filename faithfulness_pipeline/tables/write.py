@@ -22,7 +22,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from faithfulness_pipeline.tables.read import PARQUET, file_schema, input_format, parquet_schema
+from faithfulness_pipeline.tables.inputs import PARQUET, input_format
+from faithfulness_pipeline.tables.read import file_schema, parquet_schema
 
 # Distinguishes temporaries of one process (threads may write several outputs at once).
 _TMP_COUNTER = itertools.count()

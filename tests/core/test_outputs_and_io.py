@@ -11,7 +11,8 @@ import pytest
 
 from faithfulness_pipeline import InputError, score_frame
 from faithfulness_pipeline.core.outputs import claim_table, mastra_records
-from faithfulness_pipeline.tables.read import file_schema, iter_chunks, resolve_inputs
+from faithfulness_pipeline.tables.inputs import resolve_inputs
+from faithfulness_pipeline.tables.read import file_schema, iter_chunks
 from faithfulness_pipeline.tables.write import ParquetChunkWriter, atomic_path
 from faithfulness_pipeline.testing.marker_judge import MarkerJudge
 

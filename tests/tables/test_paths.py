@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.tables.read import resolve_inputs
+from faithfulness_pipeline.tables.inputs import resolve_inputs
 
 ROW = {"conversation_id": "c1", "input": "Where is the tower?", "output": "The tower is in Paris.",
        "context": ["The tower stands in Paris."]}  # fmt: skip
