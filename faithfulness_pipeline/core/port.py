@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Final, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
@@ -167,20 +167,11 @@ class JudgeStats:
         the order first seen). ``JudgeStats()`` adds nothing, so ``sum(stats, JudgeStats())`` is the total."""
         if not isinstance(other, JudgeStats):
             return NotImplemented
+        # Every count is added by going over the fields, so a counter added later cannot be left out here.
+        counts = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)
+                  if f.name not in ("cost_usd", "notes")}  # fmt: skip
         cost = None if self.cost_usd is None or other.cost_usd is None else self.cost_usd + other.cost_usd
-        return JudgeStats(
-            requests=self.requests + other.requests,
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            cost_usd=cost,
-            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
-            cached_items=self.cached_items + other.cached_items,
-            duplicate_items=self.duplicate_items + other.duplicate_items,
-            failed_items=self.failed_items + other.failed_items,
-            retries=self.retries + other.retries,
-            refused_usage=self.refused_usage + other.refused_usage,
-            notes=list(dict.fromkeys([*self.notes, *other.notes])),
-        )
+        return JudgeStats(**counts, cost_usd=cost, notes=list(dict.fromkeys([*self.notes, *other.notes])))
 
     def __radd__(self, other: object) -> JudgeStats:
         # ``sum(stats)`` starts from the integer 0.
