@@ -33,8 +33,8 @@ from faithfulness_pipeline.core.labels import (
     check_labels,
     key_columns,
 )
+from faithfulness_pipeline.judging.catalog import note_on
 from faithfulness_pipeline.judging.factory import make_judge
-from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import from_env, settings
 from faithfulness_pipeline.settings.judge import JudgeSettings
@@ -80,7 +80,7 @@ class CalibrationRun:
     judges: list[str]
     skipped_groups: list[str]
     labelled_rows: int
-    offline_judges: list[str]  # judges among them that are the offline baseline
+    judge_notes: dict[str, str]  # judge → what a reader of its scores must know (a baseline judge's caveat)
     floor: float
     problems: list[str]  # judges below the agreement floor
 
@@ -152,7 +152,7 @@ def run(
         ),
         on=["judge", "group_by"], how="left", maintain_order="left",
     )
-    offline = sorted({n for n, m in joined.select(JUDGE, "judge_model").unique().rows() if m == OFFLINE_MODEL_NAME})
+    noted = {n: note for n, m in joined.select(JUDGE, "judge_model").unique().rows() if (note := note_on(m))}
     return CalibrationRun(
         table=table,
         disagreements=disagreements(joined, keys, config) if len(names) > 1 else joined.clear().select(keys),
@@ -161,7 +161,7 @@ def run(
         judges=names,
         skipped_groups=missing_groups(joined, config),
         labelled_rows=joined.select(keys).n_unique(),
-        offline_judges=offline,
+        judge_notes=dict(sorted(noted.items())),
         floor=calibration.agreement_floor,
         problems=below_floor(table, calibration.agreement_floor),
     )
@@ -202,8 +202,8 @@ def report(result: CalibrationRun) -> str:
                 label = mine.get_column("label").item(0)
                 lines.append(f"  {' / '.join(str(k) for k in key)}: label {'hallucinated' if label else 'faithful'}"
                              f"; {views}")
-    for name in result.offline_judges:
-        lines += ["", f"note: {name}: {OFFLINE_FALLBACK_NOTE}"]
+    for name, note in result.judge_notes.items():
+        lines += ["", f"note: {name}: {note}"]
     lines += [""] + ([f"below the agreement floor: {p}" for p in result.problems] or
                      [f"every judge is at or above the agreement floor {result.floor:g}"])
     return "\n".join(lines)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import click
 import polars as pl
 
-from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
+from faithfulness_pipeline.judging.catalog import note_on
 
 if TYPE_CHECKING:  # dagster is imported once DAGSTER_HOME is set (run_demo)
     from dagster import DagsterInstance
@@ -214,8 +214,8 @@ def _summary(result: DemoResult) -> str:
             "By language:  "
             + "   ".join(f"{lang} n={n} h={h:.2f} f={f:.2f}" for lang, n, h, f in by_language.iter_rows())
         )
-    if OFFLINE_MODEL_NAME in judge:
-        lines.append(f"Judge: {OFFLINE_FALLBACK_NOTE}.")
+    if (note := note_on(judge)) is not None:
+        lines.append(f"Judge: {note}.")
     if result.calibration:
         lines.append(result.calibration)
     if result.failed_checks:

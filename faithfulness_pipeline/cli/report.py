@@ -54,7 +54,7 @@ def report(source: str, output: str, calibration: str | None, timestamp_col: str
            worst: int, **options: Any) -> None:
     """Write the answer-quality report of a warehouse folder or a scored table (Parquet file, folder or glob),
     local or in an object store (s3://bucket/warehouse)."""
-    from faithfulness_pipeline.judging.offline.judge import OFFLINE_MODEL_NAME
+    from faithfulness_pipeline.judging.catalog import baseline_judges
     from faithfulness_pipeline.report import build_report_to, headline
 
     started = time.monotonic()
@@ -65,7 +65,7 @@ def report(source: str, output: str, calibration: str | None, timestamp_col: str
         place, data = build_report_to(
             source,
             output,
-            baseline_judges=frozenset({OFFLINE_MODEL_NAME}),
+            baseline_judges=baseline_judges(),
             calibration=calibration,
             timestamp_column=timestamp_col,
             timezone=_zone(zone),

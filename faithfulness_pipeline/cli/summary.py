@@ -10,7 +10,6 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.claimless import Claimless, count_claimless
 from faithfulness_pipeline.core.money import dollars
 from faithfulness_pipeline.core.port import Judge
-from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
 
 
 @dataclass
@@ -122,8 +121,6 @@ class Summary:
         for model, (rows, n, total) in sorted(self.by_model.items()):
             lines.append(f"  {self.model_column} {model}: {rows} rows, mean hallucination {mean(total, n)}")
         lines += [f"  note: {note}" for note in stats.notes]
-        if judge.model_name == OFFLINE_MODEL_NAME:
-            lines.append(f"  note: {OFFLINE_FALLBACK_NOTE}")
         judged = sampled - self.skipped
         if judged and self.errors / judged > max_error_rate:
             lines.append(f"  warning: {self.errors / judged:.1%} of the judged rows are errors, more than "

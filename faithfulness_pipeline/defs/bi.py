@@ -50,13 +50,13 @@ def answer_quality_duckdb(warehouse: WarehouseResource) -> dg.MaterializeResult:
     "calibration when the warehouse has one). Opens offline; small enough to mail.",
 )
 def answer_quality_report(warehouse: WarehouseResource, scoring: ScoringResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
-    from faithfulness_pipeline.judging.offline.judge import OFFLINE_MODEL_NAME
+    from faithfulness_pipeline.judging.catalog import baseline_judges
     from faithfulness_pipeline.report import build_report_to, headline
 
     place, data = build_report_to(
         warehouse.root_place().uri,
         warehouse.report_place(),
-        baseline_judges=frozenset({OFFLINE_MODEL_NAME}),
+        baseline_judges=baseline_judges(),
         scoring=scoring,
     )
     return dg.MaterializeResult(metadata=report_metadata(place, headline(data), data.threshold))

@@ -26,7 +26,7 @@ from faithfulness_pipeline.core.combine import column_types
 from faithfulness_pipeline.defs.landing import LandingFile
 from faithfulness_pipeline.defs.resources import ScoringResource
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
-from faithfulness_pipeline.judging.offline.judge import OFFLINE_FALLBACK_NOTE, OFFLINE_MODEL_NAME
+from faithfulness_pipeline.judging.catalog import baseline_judges, note_on
 
 _EXAMPLES = 10
 
@@ -379,12 +379,14 @@ def offline_fallback_check(asset: str, partitions: dg.PartitionsDefinition[str])
     def _check(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource) -> dg.AssetCheckResult:
         day = context.partition_key
         rows = warehouse.rows(asset, day)
+        baselines = sorted(baseline_judges())
         offline = int(warehouse.scan(asset, [day]).filter(
-            pl.col("judge_model").str.contains(OFFLINE_MODEL_NAME, literal=True)).select(pl.len()).collect().item())
+            pl.col("judge_model").str.contains_any(baselines)).select(pl.len()).collect().item())
+        reason = "; ".join(note for name in baselines if (note := note_on(name)))
         return dg.AssetCheckResult(
             passed=offline == 0,
             severity=dg.AssetCheckSeverity.WARN,
-            metadata={"offline_rows": offline, "rows": rows, "reason": OFFLINE_FALLBACK_NOTE},
+            metadata={"offline_rows": offline, "rows": rows, "reason": reason},
             description=f"{offline} of {rows} row(s) scored by the offline baseline judge: no model is set "
             f"(FP_JUDGE_MODEL); see the reason in the metadata" if offline else None,
         )

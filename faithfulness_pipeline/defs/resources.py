@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.defs.warehouse import WarehouseResource  # a resource like these, in a module of its own
+from faithfulness_pipeline.judging.catalog import judge_identity
 from faithfulness_pipeline.judging.factory import make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
@@ -67,17 +68,6 @@ class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[typ
         return judge_identity(self.model)
 
 
-def judge_identity(model: str | None) -> tuple[str, str]:
-    """(judge model, prompt version) without building a judge or importing litellm: for code versions."""
-    if not model:
-        from faithfulness_pipeline.judging.offline.judge import OFFLINE_MODEL_NAME, OFFLINE_PROMPT_VERSION
-
-        return OFFLINE_MODEL_NAME, OFFLINE_PROMPT_VERSION
-    from faithfulness_pipeline.judging.llm.prompts import PROMPT_VERSION
-
-    return model, PROMPT_VERSION
-
-
 class ScoringResource(dg.ConfigurableResource, ScoringSettings):  # type: ignore[type-arg]
     """How rows are read and scored, and the thresholds of the checks and BI aggregates: the
     ``ScoringSettings`` fields (described there, and in docs/settings.md)."""
@@ -105,5 +95,4 @@ class LandingResource(dg.ConfigurableResource, LandingSettings):  # type: ignore
     docs/settings.md). ``timezone`` is best set with FP_TIMEZONE: the partitions are fixed when the code location
     loads."""
 
-__all__ = ["CalibrationResource", "JudgeResource", "LandingResource", "ScoringResource", "WarehouseResource",
-           "judge_identity"]
+__all__ = ["CalibrationResource", "JudgeResource", "LandingResource", "ScoringResource", "WarehouseResource"]

@@ -145,7 +145,8 @@ class OfflineJudge:
     prompt_version: str = OFFLINE_PROMPT_VERSION
 
     def __init__(self, processes: int | None = None, parallel_min_items: int = PARALLEL_MIN_ITEMS) -> None:
-        self._stats = JudgeStats()
+        # The caveat travels with the judge's counts, so every summary of a run says what scored it.
+        self._stats = JudgeStats(notes=[OFFLINE_FALLBACK_NOTE])
         self._processes = default_processes() if processes is None else processes
         if self._processes < 1:
             raise ConfigError(f"processes must be at least 1, got {self._processes}")
