@@ -207,7 +207,6 @@ class LiteLLMJudge:
             sender=sender,
             stats=self._stats,
             redact=self.redact,
-            max_concurrency=config.max_concurrency,
             max_retries=config.max_retries,
             budget=self.budget,
         )

@@ -104,7 +104,8 @@ class Sender:
         self._stats = stats  # the judge's: requests are counted as they are sent
         self._replies = 0  # successful requests so far
         self._unreachable = 0  # connection failures (and HTML pages) since the endpoint last answered anything
-        self._breaker = breaker_threshold(config.max_concurrency)
+        # The limiter holds the concurrency the settings asked for: read there, as every other part does.
+        self._breaker = breaker_threshold(limiter.max_in_flight)
         #: a Retry-After longer than this fails the requests it holds back instead of pausing them
         self.retry_after_max_s = (
             config.retry_after_max_s if config.retry_after_max_s is not None

@@ -65,7 +65,6 @@ class PackRunner:
         sender: Sender,
         stats: JudgeStats,
         redact: Callable[[str], str],
-        max_concurrency: int,
         max_retries: int,
         budget: Budget | None = None,
     ) -> None:
@@ -75,7 +74,6 @@ class PackRunner:
         self.limiter = limiter
         self.sender = sender
         self.redact = redact
-        self.max_concurrency = max_concurrency
         self.max_retries = max_retries
         self._stats = stats
         self._turns: Turns | None = None
@@ -91,7 +89,7 @@ class PackRunner:
         request slots (``Turns.packs``), so that a pack sleeping out a back-off never leaves a slot idle.
         """
         queue: asyncio.Queue[Pack | None] = asyncio.Queue()  # packs in the order they closed; None: no more
-        workers = [asyncio.create_task(self._work(plan, queue, hooks)) for _ in range(2 * self.max_concurrency)]
+        workers = [asyncio.create_task(self._work(plan, queue, hooks)) for _ in range(2 * self.limiter.max_in_flight)]
         try:
             packer = Packer(self.sizing.frame_tokens[plan.step], self.sizing.limits)
             order = plan.order()
@@ -131,7 +129,7 @@ class PackRunner:
     def _loop_bound(self) -> Turns:
         loop = asyncio.get_running_loop()
         if self._turns is None or self._turns.loop is not loop:  # asyncio locks belong to one event loop
-            self._turns = Turns(loop, asyncio.Semaphore(2 * self.max_concurrency), asyncio.Lock())
+            self._turns = Turns(loop, asyncio.Semaphore(2 * self.limiter.max_in_flight), asyncio.Lock())
         return self._turns
 
     async def _guarded(self, plan: Plan[R], indices: tuple[int, ...], hooks: Hooks[R]) -> None:
