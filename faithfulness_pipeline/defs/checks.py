@@ -1,8 +1,6 @@
 """Asset checks. Each failed check says which rows (or files, or columns) broke the rule, and why.
 
-- ``raw_conversations``: ``input_schema`` and ``unique_row_keys`` are evaluated while loading (that is
-  when every landing file's own schema is at hand) and are *blocking*: a failure stops the LLM steps
-  of the run, so a bad delivery costs nothing.
+- ``raw_conversations``: the checks evaluated while loading are in ``defs.load_checks``.
 - every later asset: ``no_rows_lost`` compares its rows with its upstream partition.
 - ``scored_conversations``: ``scores_in_range``, ``error_rate``, ``llm_judge_used`` (a WARN when the rows were
   scored by the offline baseline because no model is set) and ``claims_found`` (a WARN when too many answers of
@@ -14,163 +12,23 @@ re-run on their own from the UI.
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
-from collections.abc import Callable, Sequence
-from typing import Any
 
 import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.claimless import MIN_WORDS, count_claimless
-from faithfulness_pipeline.core.combine import column_types
-from faithfulness_pipeline.defs.landing import LandingFile
+from faithfulness_pipeline.defs.metadata import EXAMPLES, md_list
 from faithfulness_pipeline.defs.resources import ScoringResource
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
 from faithfulness_pipeline.judging.catalog import baseline_judges, note_on
 
-_EXAMPLES = 10
-
-INPUT_SCHEMA = "input_schema"
-UNIQUE_KEYS = "unique_row_keys"
-BEFORE_START = "rows_before_partitions_start"
 NO_ROWS_LOST = "no_rows_lost"
 SCORES_IN_RANGE = "scores_in_range"
 ERROR_RATE = "error_rate"
 LLM_JUDGE_USED = "llm_judge_used"
 CLAIMS_FOUND = "claims_found"
 WITHIN_SPEND_CAP = "within_spend_cap"
-
-
-def input_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
-    return [
-        dg.AssetCheckSpec(
-            INPUT_SCHEMA,
-            asset=asset,
-            blocking=True,
-            description="Landing files of this day agree on column types; required columns are there; the model "
-            "column is text.",
-        ),
-        dg.AssetCheckSpec(
-            UNIQUE_KEYS,
-            asset=asset,
-            blocking=True,
-            description="Every judged answer has its own row key, across all landing files of this day.",
-        ),
-        dg.AssetCheckSpec(
-            BEFORE_START,
-            asset=asset,
-            blocking=False,
-            description="No landing row is dated before the first daily partition (FP_PARTITIONS_START): such rows "
-            "belong to no partition and would never be scored. Warns with their count and files.",
-        ),
-    ]
-
-
-def before_start_result(asset: str, first_day: str, counts: Sequence[tuple[LandingFile, int]]) -> dg.AssetCheckResult:
-    """Rows of the landing location dated before ``first_day``, per file: they are in no partition."""
-    found = [(f, n) for f, n in counts if n]
-    total = sum(n for _, n in found)
-    return dg.AssetCheckResult(
-        asset_key=asset,
-        check_name=BEFORE_START,
-        passed=not found,
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={
-            "rows_before_partitions_start": total,
-            "first_partition": first_day,
-            "files": _md_list([f"`{f.path}`: {n} row(s)" for f, n in found[:_EXAMPLES]]),
-        },
-        description=(
-            f"{total} landing row(s) in {len(found)} file(s) are dated before the first partition {first_day} and "
-            f"will never be scored: set FP_PARTITIONS_START to their first day (or earlier) to score them"
-            if found else None
-        ),
-    )
-
-
-def _md_list(items: Sequence[str]) -> dg.MetadataValue:
-    return dg.MetadataValue.md("\n".join(f"- {i}" for i in items) or "-")
-
-
-def _is_text(dtype: pl.DataType) -> bool:
-    return dtype in (pl.String, pl.Null) or isinstance(dtype, pl.Categorical | pl.Enum)
-
-
-def input_schema_result(
-    asset: str,
-    files: Sequence[tuple[LandingFile, pl.Schema, int]],
-    *,
-    required: Sequence[str],
-    model_column: str,
-    timestamp_column: str,
-) -> dg.AssetCheckResult:
-    """``files`` = (file, its schema, its rows of this day); files without rows that day are ignored."""
-    used = [(f, schema) for f, schema, rows in files if rows]
-    problems: list[str] = []
-    # The rule the CLI applies to its input files too (core.combine): one type per column across files.
-    seen = column_types([(f.path, schema) for f, schema in used])
-    for file, schema in used:
-        missing = [c for c in required if c not in schema]
-        if missing:
-            problems.append(f"`{file.path}` lacks required column(s) {missing}; it has {list(schema.names())}")
-        if model_column in schema and not _is_text(schema[model_column]):
-            problems.append(
-                f"`{file.path}`: model column `{model_column}` is {schema[model_column]}, expected text "
-                f"(the BI aggregates group by it)"
-            )
-    for name, types in sorted(seen.items()):
-        if len(types) > 1:
-            detail = "; ".join(f"{t} in {', '.join(f'`{p}`' for p in paths)}" for t, paths in sorted(types.items()))
-            problems.append(f"column `{name}` has different types across files: {detail}")
-    undated = [f.path for f, schema in used if timestamp_column not in schema]
-    metadata: dict[str, Any] = {
-        "files": _md_list([f"`{f.path}`: {rows} row(s)" for f, _, rows in files if rows]),
-        "problems": _md_list(problems),
-        "files_without_timestamp_column": _md_list(undated),
-    }
-    return dg.AssetCheckResult(
-        asset_key=asset,
-        check_name=INPUT_SCHEMA,
-        passed=not problems,
-        metadata=metadata,
-        description=problems[0] if problems else None,
-    )
-
-
-def unique_keys_result(
-    asset: str, hashed: Sequence[tuple[LandingFile, pl.Series]], named: Callable[[set[int]], dict[int, str]]
-) -> dg.AssetCheckResult:
-    """Keys are unique within one file already (normalisation refuses duplicates); this looks across files,
-    by the keys' 64-bit hashes (8 bytes a row); ``named`` gives the keys of the hashes it reports."""
-    frames = [
-        pl.DataFrame({"hash": hashes, "file": pl.Series([f.path] * len(hashes), dtype=pl.String)})
-        for f, hashes in hashed
-    ]
-    frame = pl.concat(frames) if frames else pl.DataFrame(schema={"hash": pl.UInt64, "file": pl.String})
-    dupes = (
-        frame.group_by("hash")
-        .agg(pl.len().alias("rows"), pl.col("file").unique().sort().alias("files"))
-        .filter(pl.col("rows") > 1)
-    )
-    names = named(set(dupes.get_column("hash").to_list())) if dupes.height else {}
-    dupes = dupes.with_columns(
-        pl.col("hash").replace_strict(names, default=None, return_dtype=pl.String).alias("row_key")
-    ).sort("row_key")
-    examples = [
-        f"`{r['row_key']}` x{r['rows']} in {', '.join(f'`{p}`' for p in r['files'])}"
-        for r in dupes.head(_EXAMPLES).iter_rows(named=True)
-    ]
-    return dg.AssetCheckResult(
-        asset_key=asset,
-        check_name=UNIQUE_KEYS,
-        passed=dupes.is_empty(),
-        metadata={"duplicate_keys": dupes.height, "examples": _md_list(examples)},
-        description=(
-            f"{dupes.height} row key(s) appear in more than one landing file (a file delivered twice?)"
-            if examples
-            else None
-        ),
-    )
 
 
 def _key_diff(table: pl.LazyFrame, upstream: pl.LazyFrame) -> tuple[tuple[int, list[str]], tuple[int, list[str]], int]:
@@ -180,7 +38,7 @@ def _key_diff(table: pl.LazyFrame, upstream: pl.LazyFrame) -> tuple[tuple[int, l
 
     def counted(rows: pl.LazyFrame) -> tuple[int, list[str]]:
         n = int(rows.select(pl.len()).collect().item())
-        return n, rows.sort(S.ROW_KEY).head(_EXAMPLES).collect().get_column(S.ROW_KEY).to_list() if n else []
+        return n, rows.sort(S.ROW_KEY).head(EXAMPLES).collect().get_column(S.ROW_KEY).to_list() if n else []
 
     repeated = mine.select(pl.len() - pl.col(S.ROW_KEY).n_unique()).collect().item()
     return (counted(theirs.join(mine, on=S.ROW_KEY, how="anti")), counted(mine.join(theirs, on=S.ROW_KEY, how="anti")),
@@ -213,7 +71,7 @@ def rows_preserved_check(
             problems.append(f"{duplicated} row(s) repeat a key")
         return dg.AssetCheckResult(
             passed=not problems,
-            metadata={"rows": rows, "upstream_rows": upstream_rows, "problems": _md_list(problems)},
+            metadata={"rows": rows, "upstream_rows": upstream_rows, "problems": md_list(problems)},
             description="; ".join(problems) or None,
         )
 
@@ -246,11 +104,11 @@ def claims_preserved_check(
         off = int(wrong.select(pl.len()).collect().item())
         examples = [
             f"`{r[S.ROW_KEY]}`: {r['got']} claim row(s), n_claims = {r['expected']}"
-            for r in wrong.sort(S.ROW_KEY).head(_EXAMPLES).collect().iter_rows(named=True)
+            for r in wrong.sort(S.ROW_KEY).head(EXAMPLES).collect().iter_rows(named=True)
         ]
         return dg.AssetCheckResult(
             passed=off == 0,
-            metadata={"claim_rows": warehouse.rows(asset, day), "answers_off": off, "examples": _md_list(examples)},
+            metadata={"claim_rows": warehouse.rows(asset, day), "answers_off": off, "examples": md_list(examples)},
             description=f"{off} answer(s) have the wrong number of claim rows" if examples else None,
         )
 
@@ -311,11 +169,11 @@ def scores_in_range_check(asset: str, partitions: dg.PartitionsDefinition[str]) 
             for rule, says in rules:
                 broken = table.filter(rule)
                 bad_rows += int(broken.select(pl.len()).collect().item())
-                for key, value in broken.select(S.ROW_KEY, column).head(_EXAMPLES).collect().rows():
+                for key, value in broken.select(S.ROW_KEY, column).head(EXAMPLES).collect().rows():
                     problems.append(f"`{key}`: " + says.format("" if value is None else value))
         return dg.AssetCheckResult(
             passed=bad_rows == 0,
-            metadata={"scale": scale, "bad_rows": bad_rows, "examples": _md_list(problems[:_EXAMPLES])},
+            metadata={"scale": scale, "bad_rows": bad_rows, "examples": md_list(problems[:EXAMPLES])},
             description=problems[0] if problems else None,
         )
 
@@ -345,7 +203,7 @@ def error_rate_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg
         rate = failed / judged if judged else 0.0
         passed = rate <= scoring.max_error_rate
         examples = [f"`{k}`: {e}" for k, e in errors.select(S.ROW_KEY, "error").sort(S.ROW_KEY)
-                    .head(_EXAMPLES).collect().rows()]
+                    .head(EXAMPLES).collect().rows()]
         return dg.AssetCheckResult(
             passed=passed,
             metadata={
@@ -355,7 +213,7 @@ def error_rate_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg
                 "skipped_rows": skipped,
                 "error_rate": rate,
                 "max_error_rate": scoring.max_error_rate,
-                "examples": _md_list(examples),
+                "examples": md_list(examples),
             },
             description=None
             if passed
@@ -441,11 +299,11 @@ def spend_cap_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg.
         scan = warehouse.scan(asset, [context.partition_key])
         rows, skipped = scan.select(pl.len(), (pl.col("status") == S.STATUS_SKIPPED).sum()).collect().row(0)
         examples = [f"`{k}`" for (k,) in scan.filter(pl.col("status") == S.STATUS_SKIPPED).select(S.ROW_KEY)
-                    .sort(S.ROW_KEY).head(_EXAMPLES).collect().rows()]
+                    .sort(S.ROW_KEY).head(EXAMPLES).collect().rows()]
         return dg.AssetCheckResult(
             passed=skipped == 0,
             severity=dg.AssetCheckSeverity.WARN,
-            metadata={"skipped_rows": skipped, "rows": rows, "examples": _md_list(examples)},
+            metadata={"skipped_rows": skipped, "rows": rows, "examples": md_list(examples)},
             description=f"{skipped} of {rows} rows were left unjudged: the spend cap (max_cost_usd) was reached; "
             "they have status skipped and null scores" if skipped else None,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -16,7 +17,14 @@ if TYPE_CHECKING:
     from faithfulness_pipeline.report import Headline
 
 _BINS = 5
+#: Examples a check or a table of metadata names at most: enough to find the rest by.
+EXAMPLES = 10
 _TEXT_LIMIT = 160
+
+
+def md_list(items: Sequence[str]) -> dg.MetadataValue:
+    """A markdown list for the UI; "-" when there is nothing to list."""
+    return dg.MetadataValue.md("\n".join(f"- {i}" for i in items) or "-")
 
 
 def table_metadata(schema: pl.Schema, table: str, rows: int | None = None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.keys import KeyRegistry, key_hashes
 from faithfulness_pipeline.core.normalize import derives_flat, prepare, without_internals
-from faithfulness_pipeline.defs import checks
+from faithfulness_pipeline.defs import load_checks as checks
 from faithfulness_pipeline.defs.landing import LandingFile, day_batches, list_landing, rows_before
 from faithfulness_pipeline.defs.metadata import table_metadata
 from faithfulness_pipeline.defs.names import GROUP, RAW, RAW_REVISION
