@@ -53,7 +53,7 @@ TIMEOUT_S = "300"
 MAX_RETRIES = "1"
 #: Gemma's rows per language in the CLI runs: each of its answers costs a cut reply of hundreds of tokens on two
 #: cores, and the plumbing these tests prove does not grow with the rows (sample_data/flat has 17).
-ROWS_PER_LANGUAGE = 2
+ROWS_PER_LANGUAGE = 1
 
 
 @pytest.fixture(scope="module")
