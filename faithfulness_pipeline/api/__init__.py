@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from typing import Any, TypeAlias
 
 import polars as pl
@@ -21,6 +22,10 @@ from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.flow import RowProgress
 from faithfulness_pipeline.core.pipeline import chunks_of
 from faithfulness_pipeline.core.port import Judge
+from faithfulness_pipeline.traces.conversations import spans_to_conversations
+from faithfulness_pipeline.traces.staging import frame_spans
+
+log = logging.getLogger(__name__)
 
 #: What the entry points take: a polars DataFrame, a pyarrow Table or RecordBatch, or a pandas DataFrame
 #: (pandas is optional: it is never imported here, only recognised, so it cannot be named in the type).
@@ -53,6 +58,19 @@ def to_polars(table: Table) -> pl.DataFrame:
     )
 
 
+def from_spans(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` itself, or its conversation rows when it is a table of spans (``traces.spans``: Phoenix's spans
+    dataframe, or trace_id / span_id / name / attributes): one row per LLM span. Spans whose attributes
+    could not be read are named in a warning of this module's logger: their rows have nothing to judge."""
+    spans = frame_spans(frame)
+    if spans is None:
+        return frame
+    rows, count = spans_to_conversations(spans)
+    for line in count.lines():
+        (log.warning if count.unreadable else log.info)("%s", line)
+    return rows
+
+
 async def score_frame_async(
     df: Table,
     judge: Judge | None = None,
@@ -61,7 +79,7 @@ async def score_frame_async(
 ) -> pl.DataFrame:
     """:func:`score_frame` for code already in an event loop (``await`` it in a notebook cell); closes the
     judge when done."""
-    frame = to_polars(df)
+    frame = from_spans(to_polars(df))
     config = config or ScoringConfig()
     chunk_rows = config.chunk_rows
     async with judge_run(judge if judge is not None else default_judge(), lambda: chunks_of(frame, chunk_rows), config,

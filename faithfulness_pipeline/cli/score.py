@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -35,10 +36,10 @@ from faithfulness_pipeline.judging.factory import check_key, make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
-from faithfulness_pipeline.tables.inputs import resolve_inputs
 from faithfulness_pipeline.tables.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.tables.read import count_rows, file_schema, iter_chunks
 from faithfulness_pipeline.tables.write import ParquetChunkWriter, input_arrow_types
+from faithfulness_pipeline.traces.staging import stage_inputs
 
 #: A run whose spend cap left rows unjudged (status skipped): its outputs are written, and complete but for them.
 SKIPPED_EXIT = 3
@@ -199,7 +200,10 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
                 static_context=_static_context(static_texts, context_file),
                 context_hook=_load_hook(context_hook) if context_hook else None,
             )
-            paths = resolve_inputs(input_spec)
+            # Span exports become conversation tables in a folder of the run's, removed with the process at the latest.
+            staging = tempfile.TemporaryDirectory(prefix="fp-spans-")
+            staged = stage_inputs(input_spec, staging.name)
+            paths = staged.paths
             # Every file's columns are validated before any call is paid for.
             text = config.columns.key_columns()
             out_schema = scored_schema([(p, file_schema(p, text)) for p in paths], config)
@@ -213,7 +217,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             check_key(judge_settings)
             # So do outputs that could not be written, or would overwrite each other or an input.
             outputs = {"-o": output, "--claims-out": claims_out, "--mastra-out": mastra_out}
-            check_outputs(outputs, paths)
+            check_outputs(outputs, [*paths, *staged.staged.values()])
             if judge_settings.model is not None:
                 # Requests cost money: whatever the inputs alone can refuse (a duplicate key in the last
                 # file) is found before the first one (the offline judge pays nothing: it is not read twice).
@@ -228,7 +232,8 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             progress.start()
             summary = Summary(model_column=scoring.model_column, answer_column=scoring.output_column,
                               threshold=scoring.hallucination_threshold, run_id=new_run_id(),
-                              sample_rate=scoring.sample_rate, sample_max_rows=scoring.sample_max_rows)
+                              sample_rate=scoring.sample_rate, sample_max_rows=scoring.sample_max_rows,
+                              input_notes=staged.spans.lines() if staged.spans is not None else [])
             try:
                 given = {option: path for option, path in outputs.items() if path}
                 asyncio.run(_run(paths, chunks, out_schema, judge, config, given, progress, summary))

@@ -44,6 +44,7 @@ class Summary:
     by_source: dict[str, int] = field(default_factory=dict)
     first_errors: list[str] = field(default_factory=list)
     claimless: Claimless = field(default_factory=Claimless)
+    input_notes: list[str] = field(default_factory=list)  # what reading the input found (span exports' counts)
 
     def add(self, scored: pl.DataFrame) -> None:
         self.rows += scored.height
@@ -107,6 +108,7 @@ class Summary:
             + (f"   skipped (spend cap): {self.skipped}" if self.skipped else ""),
             f"  mean hallucination: {mean(self.hallucination_sum)}   mean faithfulness: {mean(self.faithfulness_sum)}",
             f"  hallucination above {self.threshold:g}: {self.over_threshold} of {self.scored_rows} scored answers",
+            *(f"  {note}" for note in self.input_notes),
             f"  results: {sources or 'none'}",
             f"  billed this run: {stats.requests} requests, {self.billed_prompt_tokens} prompt{cached} + "
             f"{self.billed_completion_tokens} completion tokens, {dollars(self.billed_cost_usd)}",

@@ -74,7 +74,7 @@ def question_before(messages: Sequence[Message], answer_index: int) -> str | Non
     return last_user
 
 
-def _parse_result(raw: Any) -> Any:
+def parse_result(raw: Any) -> Any:
     """A tool result as JSON when it is JSON text (so it renders like Mastra's object results)."""
     if isinstance(raw, str):
         try:
@@ -110,7 +110,7 @@ def _tool_calls(message: Message) -> list[tuple[str | None, _ToolCall]]:
         # Some logs (Vercel AI SDK style) keep the result on the call itself.
         has_result = call.get("result") is not None
         call_id = call.get("id") if isinstance(call.get("id"), str) else None
-        out.append((call_id, _ToolCall(name, has_result, _parse_result(call.get("result")))))
+        out.append((call_id, _ToolCall(name, has_result, parse_result(call.get("result")))))
     return out
 
 
@@ -138,5 +138,5 @@ def tool_results_before(messages: Sequence[Message], answer_index: int) -> list[
             if name is None:
                 call_id = message.get("tool_call_id")
                 name = names_by_id.get(call_id) if isinstance(call_id, str) else None
-            rendered.append(render_tool_result(name, _parse_result(text)))
+            rendered.append(render_tool_result(name, parse_result(text)))
     return rendered

@@ -202,6 +202,9 @@ def _key_expr(df: pl.DataFrame, config: ScoringConfig) -> pl.Expr | None:
     """The row key from id columns, or None when the table has none (then content hashes are used)."""
     columns = config.columns
     if columns.key is None and columns.conversation_id not in df.columns:
+        if S.TRACE_ID in df.columns and S.SPAN_ID in df.columns:
+            # rows made of spans: the LLM span is the answer, and its ids are what a trace viewer finds it by
+            return pl.concat_str(pl.col(S.TRACE_ID).cast(pl.String), pl.lit("/"), pl.col(S.SPAN_ID).cast(pl.String))
         return None
     name = columns.key if columns.key is not None else columns.conversation_id
     key = pl.col(name).cast(pl.String)

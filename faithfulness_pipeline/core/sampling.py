@@ -51,6 +51,15 @@ def sample_points(keys: pl.Series) -> pl.Series:
     return pl.Series("sample_point", [point(k) for k in keys.to_list()], dtype=pl.Float64)
 
 
+def sample_keys(rows: pl.DataFrame) -> pl.Series:
+    """What each row's point is drawn from: its trace id where the rows came from spans (every answer of a
+    trace is in the sample or none is, so a sampled trace is whole), else its row key."""
+    keys = rows.get_column(S.ROW_KEY)
+    if S.TRACE_ID in rows.columns:
+        keys = rows.get_column(S.TRACE_ID).cast(pl.String).fill_null(keys)
+    return keys
+
+
 def in_sample(keys: pl.Series, rate: float) -> pl.Series:
     """Whether each row key is in the sample at ``rate`` (all of them at 1, without hashing)."""
     if rate >= 1.0:
@@ -75,8 +84,8 @@ class Sample:
     def selects(self, rows: pl.DataFrame) -> pl.Series:
         """Whether each of ``rows`` (with the row key and, when cutoffs exist, the stratum column) is in."""
         if self.everything or not self.cutoffs:
-            return in_sample(rows.get_column(S.ROW_KEY), self.rate)
-        points = sample_points(rows.get_column(S.ROW_KEY))
+            return in_sample(sample_keys(rows), self.rate)
+        points = sample_points(sample_keys(rows))
         cutoff = strata(rows, self.stratum_column).replace_strict(dict(self.cutoffs), default=self.rate,
                                                                    return_dtype=pl.Float64)
         return (points < cutoff).alias("sampled")
@@ -103,7 +112,7 @@ def plan_sample(chunks: Iterable[pl.DataFrame], rate: float, max_rows: int | Non
     smallest: dict[str, list[float]] = {}
     over: set[str] = set()
     for chunk in chunks:
-        frame = pl.DataFrame([sample_points(chunk.get_column(S.ROW_KEY)).alias("point"),
+        frame = pl.DataFrame([sample_points(sample_keys(chunk)).alias("point"),
                               strata(chunk, stratum_column)]).filter(pl.col("point") < rate)
         for stratum, points in frame.group_by("stratum").agg(pl.col("point").bottom_k(max_rows + 1)).iter_rows():
             merged = sorted([*smallest.get(stratum, []), *points])

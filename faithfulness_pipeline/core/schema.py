@@ -19,6 +19,10 @@ INTERNAL_COLUMNS = (ANSWER, QUESTION, CONTEXT, CLAIMS, VERDICTS, ERROR)
 
 # --- public columns -------------------------------------------------------------------------------------
 ROW_KEY = "row_key"
+#: A span input's ids (traces.conversations): its rows' key when no conversation id is there, and a trace is
+#: one sampling decision.
+TRACE_ID = "trace_id"
+SPAN_ID = "span_id"
 ASSISTANT_TURN = "assistant_turn"
 CONTEXT_TRUNCATED = "context_truncated"
 #: ``cached_prompt_tokens`` (the part of ``prompt_tokens`` served from the provider's prompt cache) comes last:

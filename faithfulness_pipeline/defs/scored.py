@@ -243,5 +243,6 @@ def _carried(columns: list[str], scoring: ScoringResource, day: date) -> dict[st
         "model": pl.col(scoring.model_column).cast(pl.String) if scoring.model_column in columns
         else pl.lit(None, dtype=pl.String),
         "conversation_id": pl.col(scoring.id_column).cast(pl.String) if scoring.id_column in columns
-        else pl.lit(None, dtype=pl.String),
+        # rows made of spans: the trace is the conversation
+        else pl.col(S.TRACE_ID).cast(pl.String) if S.TRACE_ID in columns else pl.lit(None, dtype=pl.String),
     }

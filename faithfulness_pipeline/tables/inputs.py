@@ -11,7 +11,7 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -36,7 +36,7 @@ def compression_of(path: str) -> str | None:
     return COMPRESSED.get(os.path.splitext(path)[1].lower())
 
 
-def _refuse_compressed(paths: Iterable[str]) -> None:
+def refuse_compressed(paths: Iterable[str]) -> None:
     """An :class:`InputError` naming the first compressed file among ``paths`` and how to read it."""
     for path in paths:
         kind = compression_of(path)
@@ -117,11 +117,18 @@ def _remote_inputs(text: str) -> list[str]:
     raise InputError(f"input {text!r} does not exist (give a Parquet, JSON Lines or CSV object, a prefix or a glob)")
 
 
-def resolve_inputs(spec: str | os.PathLike[str]) -> list[str]:
+def resolve_inputs(spec: str | os.PathLike[str], *, compressed: bool = False) -> list[str]:
     """The input files that ``spec`` names, sorted, so runs are reproducible. Each real file comes once: a
     symlinked folder is followed but never into a folder already walked (a link to ``.`` cannot loop), and two
-    names of one file (``latest.jsonl -> 2026-11-25.jsonl``) are read once, under the name that is not a link."""
-    text = os.fspath(spec)
+    names of one file (``latest.jsonl -> 2026-11-25.jsonl``) are read once, under the name that is not a link.
+    A compressed file is refused unless ``compressed`` (a reader that can tell a compressed span export from a
+    compressed table, ``traces.staging``, refuses the tables itself)."""
+    if compressed:
+        return _resolve(os.fspath(spec), lambda paths: None)
+    return _resolve(os.fspath(spec), refuse_compressed)
+
+
+def _resolve(text: str, refuse: Callable[[Iterable[str]], None]) -> list[str]:
     if is_uri(text):
         return _remote_inputs(text)
     text = text.removeprefix("file://")
@@ -129,17 +136,18 @@ def resolve_inputs(spec: str | os.PathLike[str]) -> list[str]:
     if path.is_dir():
         found = list(_walk(text))
         # A compressed table in the folder is named, not skipped: its rows would be missing without a word.
-        _refuse_compressed(p for p in found if _is_input(os.path.splitext(os.path.basename(p))[0]))
-        files = _each_file_once(p for p in found if _is_input(os.path.basename(p)))
+        packed = [p for p in found if _is_input(os.path.splitext(os.path.basename(p))[0])]
+        refuse(packed)
+        files = _each_file_once([*(p for p in found if _is_input(os.path.basename(p))), *packed])
         if not files:
             raise InputError(f"directory {text!r} holds no *.parquet, *.jsonl, *.ndjson or *.csv files")
         return files
     if path.is_file():
-        _refuse_compressed([str(path)])
+        refuse([str(path)])
         return [str(path)]
     if glob.has_magic(text):
         files = _each_file_once(_matches(text))
-        _refuse_compressed(files)
+        refuse(files)
         if not files:
             raise InputError(f"the pattern {text!r} matches no files")
         return files
