@@ -26,12 +26,14 @@ from faithfulness_pipeline.defs.resources import (
     JudgeResource,
     LandingResource,
     ScoringResource,
+    TracesResource,
     WarehouseResource,
 )
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import Setting, markdown_table, settings
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.settings.traces import TraceExportSettings
 
 SETTINGS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
 SETTINGS = settings()
@@ -39,7 +41,7 @@ SCORE_SETTINGS = [s for s in SETTINGS if s.model in (JudgeSettings, ScoringSetti
 CALIBRATION_SETTINGS = settings(CalibrationSettings)
 RESOURCES: dict[str, type[Any]] = {"judge": JudgeResource, "scoring": ScoringResource,
                                    "calibration": CalibrationResource, "landing": LandingResource,
-                                   "warehouse": WarehouseResource}  # fmt: skip
+                                   "warehouse": WarehouseResource, "traces": TracesResource}  # fmt: skip
 #: Settings whose other value must mean something to the code location (it checks the time zone on load).
 OTHER_TEXT: dict[str, str] = {"timezone": "Asia/Seoul", "undated_day": "2026-01-02", "partitions_start": "2026-01-01"}
 
@@ -171,7 +173,8 @@ def test_a_variable_that_is_not_a_number_is_refused_by_name() -> None:
     assert math.isclose(DefsSettings.from_env({"FP_JUDGE_TIMEOUT_S": " 2.5 "}).judge.timeout_s, 2.5)
 
 
-DAGSTER_LAYER = [s for s in SETTINGS if s.model not in (JudgeSettings, ScoringSettings, CalibrationSettings)]
+DAGSTER_LAYER = [s for s in SETTINGS
+                 if s.model not in (JudgeSettings, ScoringSettings, CalibrationSettings, TraceExportSettings)]
 
 
 def test_shards_shape_the_dagster_day_only() -> None:

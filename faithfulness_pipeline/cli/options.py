@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from pydantic import BaseModel
@@ -11,6 +11,8 @@ from pydantic import BaseModel
 from faithfulness_pipeline.settings.derive import Setting, from_env, settings
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def _click_type(setting: Setting) -> Any:
@@ -44,11 +46,12 @@ def setting_options(*models: type[BaseModel]) -> Callable[[Callable[..., None]],
     return decorate
 
 
+def resolved(model: type[M], options: Mapping[str, Any], env: Mapping[str, str]) -> M:
+    """``model``'s settings of a run: the flags given, then the ``FP_*`` variables, then the defaults.
+    ``options`` may hold the command's other parameters too."""
+    return from_env(model, env, {s.name: options[s.name] for s in settings(model) if options.get(s.name) is not None})
+
+
 def resolve_settings(options: dict[str, Any], env: Mapping[str, str]) -> tuple[JudgeSettings, ScoringSettings]:
-    """The settings of a run: the flags given, then the ``FP_*`` variables, then the defaults. ``options``
-    may hold the command's other parameters too."""
-
-    def given(model: type[BaseModel]) -> dict[str, Any]:
-        return {s.name: options[s.name] for s in settings(model) if options.get(s.name) is not None}
-
-    return from_env(JudgeSettings, env, given(JudgeSettings)), from_env(ScoringSettings, env, given(ScoringSettings))
+    """The judge's and the scoring settings of a run (:func:`resolved`)."""
+    return resolved(JudgeSettings, options, env), resolved(ScoringSettings, options, env)

@@ -20,7 +20,7 @@ import click
 import polars as pl
 
 from faithfulness_pipeline.api.run import judge_run
-from faithfulness_pipeline.cli.options import resolve_settings, setting_options
+from faithfulness_pipeline.cli.options import resolve_settings, resolved, setting_options
 from faithfulness_pipeline.cli.process import freeze_loaded_objects
 from faithfulness_pipeline.cli.progress import Progress
 from faithfulness_pipeline.cli.sigterm import sigterm_as_interrupt, terminated
@@ -36,10 +36,15 @@ from faithfulness_pipeline.judging.factory import check_key, make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.settings.traces import TraceExportSettings
 from faithfulness_pipeline.tables.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.tables.read import count_rows, file_schema, iter_chunks
 from faithfulness_pipeline.tables.write import ParquetChunkWriter, input_arrow_types
 from faithfulness_pipeline.traces.staging import stage_inputs
+
+#: Phoenix's own variable for its API key, as its clients read it.
+PHOENIX_KEY_ENV = "PHOENIX_API_KEY"
+
 
 #: A run whose spend cap left rows unjudged (status skipped): its outputs are written, and complete but for them.
 SKIPPED_EXIT = 3
@@ -162,6 +167,31 @@ def _read_ahead(chunks: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
     return chunks if first is None else itertools.chain([first], chunks)
 
 
+def _write_back(
+    traces: TraceExportSettings, output: str, scoring: ScoringSettings, chunk_rows: int
+) -> tuple[list[str], bool]:
+    """The scored table's scores sent back to the spans it was made of, where the settings name a place:
+    evaluation events to an OTLP endpoint, annotations to Phoenix. One line each, and whether all arrived."""
+    lines: list[str] = []
+    if traces.phoenix_endpoint is not None:
+        from faithfulness_pipeline.judging.catalog import baseline_judges
+        from faithfulness_pipeline.traces.phoenix import PhoenixClient
+
+        code = baseline_judges()
+        with PhoenixClient(traces.phoenix_endpoint, os.environ.get(PHOENIX_KEY_ENV)) as phoenix:
+            lines.append(phoenix.annotate(iter_chunks([output], chunk_rows), threshold=scoring.hallucination_threshold,
+                                          scale=scoring.scale, kind_of=lambda m: "CODE" if m in code else "LLM").line())
+    if traces.otel_endpoint is not None:
+        from faithfulness_pipeline.traces.otel_events import send_evaluation_events
+
+        sent = send_evaluation_events(iter_chunks([output], chunk_rows), traces.otel_endpoint,
+                                      threshold=scoring.hallucination_threshold, scale=scoring.scale,
+                                      timeout_s=traces.otel_timeout_s)
+        lines.append(sent.line())
+        return lines, not sent.failed
+    return lines, True
+
+
 @click.command()
 @click.argument("input_spec", metavar="INPUT")
 @click.option("-o", "--output", required=True, help="Scored table to write (Parquet).")
@@ -173,7 +203,7 @@ def _read_ahead(chunks: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
 @click.option("--dry-run", is_flag=True, help="Print requests, tokens and estimated cost; call nothing.")
 @click.option("--quiet", is_flag=True, help="No progress and no summary.")
 @click.option("--batch", is_flag=True, help="Same as --mode batch: the provider's Batch API, at its batch price.")
-@setting_options(JudgeSettings, ScoringSettings)
+@setting_options(JudgeSettings, ScoringSettings, TraceExportSettings)
 def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str | None,
           static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None, dry_run: bool,
           quiet: bool, batch: bool, **options: Any) -> None:
@@ -190,6 +220,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
                     raise ConfigError(f"--batch contradicts --mode {options['mode']}")
                 options["mode"] = "batch"
             judge_settings, scoring = resolve_settings(options, os.environ)
+            traces = resolved(TraceExportSettings, options, os.environ)
             if judge_settings.model is not None:
                 # litellm takes seconds to import: it loads on a worker thread while the input is checked and
                 # read; building the judge below waits for it.
@@ -202,7 +233,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             )
             # Span exports become conversation tables in a folder of the run's, removed with the process at the latest.
             staging = tempfile.TemporaryDirectory(prefix="fp-spans-")
-            staged = stage_inputs(input_spec, staging.name)
+            staged = stage_inputs(input_spec, staging.name, os.environ.get(PHOENIX_KEY_ENV))
             paths = staged.paths
             # Every file's columns are validated before any call is paid for.
             text = config.columns.key_columns()
@@ -239,6 +270,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
                 asyncio.run(_run(paths, chunks, out_schema, judge, config, given, progress, summary))
             finally:
                 progress.close()
+            written_back, delivered = _write_back(traces, output, scoring, config.chunk_rows)
         except OutputError as exc:  # the machine's fault (a full disk, a read-only folder), not the command's
             click.echo(f"error: {exc}", err=True)
             sys.exit(1)
@@ -253,5 +285,9 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             written = [output] + [p for p in (claims_out, mastra_out) if p]
             click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate,
                                       scoring.max_zero_claim_share), err=True)
+        for line in written_back if not quiet or not delivered else []:
+            click.echo(line, err=True)
+        if not delivered:  # the endpoint's fault, not the command's: the scored table is written all the same
+            sys.exit(1)
         if summary.skipped:  # the outputs are written: a scheduler still hears the run is not complete
             sys.exit(SKIPPED_EXIT)

@@ -31,8 +31,10 @@ from faithfulness_pipeline.defs.resources import (
     JudgeResource,
     LandingResource,
     ScoringResource,
+    TracesResource,
 )
 from faithfulness_pipeline.defs.schedules import build_job, build_schedule, build_sensor
+from faithfulness_pipeline.defs.traces import build_trace_assets
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import from_env
@@ -41,6 +43,7 @@ from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.landing import LandingSettings, PartitionSettings, WarehouseSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.sensitive import holds_password
+from faithfulness_pipeline.settings.traces import TraceExportSettings
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class DefsSettings:
     landing: LandingResource = field(default_factory=LandingResource)
     warehouse: WarehouseResource = field(default_factory=WarehouseResource)
     calibration: CalibrationResource = field(default_factory=CalibrationResource)
+    traces: TracesResource = field(default_factory=TracesResource)
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> DefsSettings:
@@ -68,6 +72,7 @@ class DefsSettings:
         landing.zone()  # a bad FP_TIMEZONE stops the code location with one line
         warehouse = WarehouseResource(**_given(from_env(WarehouseSettings, env), env))
         calibration = CalibrationResource(**_given(from_env(CalibrationSettings, env), env))
+        traces = TracesResource(**_given(from_env(TraceExportSettings, env), env))
         return DefsSettings(
             partitions_start=from_env(PartitionSettings, env).partitions_start,
             judge=judge,
@@ -75,6 +80,7 @@ class DefsSettings:
             landing=landing,
             warehouse=warehouse,
             calibration=calibration,
+            traces=traces,
         )
 
 
@@ -107,6 +113,8 @@ def build_defs(
     model, prompt_version = settings.judge.identity()
     assets = build_assets(partitions, judge_version=f"{model}:{prompt_version}")
     assets += build_calibration_assets(f"{model}:{prompt_version}", LLM_POOL)
+    if settings.traces.otel_endpoint is not None:
+        assets += build_trace_assets(partitions)
     job = build_job()
     return dg.Definitions(
         assets=assets,
@@ -122,6 +130,7 @@ def build_defs(
             "io_manager": WarehouseIOManager(warehouse=settings.warehouse),
             STEP_IO: step_io_manager or dg.FilesystemIOManager(),
             "calibration": settings.calibration,
+            "traces": settings.traces,
         },
         executor=executor or _executor(),
     )

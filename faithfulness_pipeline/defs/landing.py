@@ -15,9 +15,11 @@ when it was uploaded), its rows read by polars' scans, which take the URI as the
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from typing import Final
 from zoneinfo import ZoneInfo
 
 import polars as pl
@@ -34,6 +36,10 @@ from faithfulness_pipeline.tables.read import (
     scan_input,
 )
 from faithfulness_pipeline.tables.storage import Place, StorageError, is_remote
+from faithfulness_pipeline.traces.staging import landed_spans
+
+#: Where span exports of the landing are staged as conversation tables (one file per version of an export).
+SPAN_CACHE: Final = os.path.join(tempfile.gettempdir(), "faithfulness-pipeline-spans")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +62,22 @@ def _stat(path: str) -> LandingFile:
 
 
 def list_landing(spec: str) -> list[LandingFile]:
-    """Every input file of the landing location, sorted by path; empty when there are none yet."""
+    """Every input file of the landing location, sorted by path; empty when there are none yet. A span export
+    (docs/traces.md) is listed as its conversation table, staged once per version of the export in a local
+    folder, with the export's time and size: the day's rows, checks and partitions are read from it like
+    any table's."""
     try:
-        paths = resolve_inputs(spec)
+        paths = resolve_inputs(spec, compressed=True)
     except InputError:
         if _exists(spec):
             return []  # an existing but empty landing folder is a normal state, not an error
         raise
-    return [_stat(p) for p in paths]
+    files = []
+    for path in paths:
+        file = _stat(path)
+        staged = landed_spans(path, file.fingerprint, SPAN_CACHE)
+        files.append(file if staged is None else LandingFile(staged, file.mtime_ns, file.size))
+    return files
 
 
 def _exists(spec: str) -> bool:

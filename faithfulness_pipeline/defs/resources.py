@@ -23,6 +23,7 @@ from faithfulness_pipeline.settings.derive import config_error
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.landing import LandingSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.settings.traces import TraceExportSettings
 
 
 class JudgeResource(dg.ConfigurableResource, JudgeSettings):  # type: ignore[type-arg]
@@ -90,9 +91,15 @@ class CalibrationResource(dg.ConfigurableResource, CalibrationSettings):  # type
     (described there, and in docs/settings.md)."""
 
 
+class TracesResource(dg.ConfigurableResource, TraceExportSettings):  # type: ignore[type-arg]
+    """Where scores go back to traces: the ``TraceExportSettings`` fields (described there, and in
+    docs/settings.md)."""
+
+
 class LandingResource(dg.ConfigurableResource, LandingSettings):  # type: ignore[type-arg]
     """Where raw conversations land: the ``LandingSettings`` fields (described there, and in
     docs/settings.md). ``timezone`` is best set with FP_TIMEZONE: the partitions are fixed when the code location
     loads."""
 
-__all__ = ["CalibrationResource", "JudgeResource", "LandingResource", "ScoringResource", "WarehouseResource"]
+__all__ = ["CalibrationResource", "JudgeResource", "LandingResource", "ScoringResource", "TracesResource",
+           "WarehouseResource"]

@@ -111,8 +111,8 @@ def _claim_table_asset(
         day = context.partition_key
         columns = warehouse.table_schema(SCORED, day).names()
         carry = _carried(columns, scoring, date.fromisoformat(day))
-        wanted = [c for c in (S.ROW_KEY, scoring.model_column, scoring.id_column, "verdicts", "judge_model",
-                              "prompt_version", "scored_at") if c in columns]
+        wanted = [c for c in (S.ROW_KEY, scoring.model_column, scoring.id_column, S.TRACE_ID, "verdicts",
+                              "judge_model", "prompt_version", "scored_at") if c in columns]
         counts: dict[str, int] = {}
         with warehouse.writer(CLAIM_TABLE, day, empty=build_claim_table(_empty(warehouse, day), carry).schema) as out:
             for chunk in warehouse.batches(SCORED, day, scoring.chunk_rows, columns=list(dict.fromkeys(wanted))):

@@ -34,6 +34,7 @@ from faithfulness_pipeline.settings.fields import CLI, ENV
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.landing import LandingSettings, PartitionSettings, WarehouseSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.settings.traces import TraceExportSettings
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -55,6 +56,7 @@ MODELS: Final[tuple[Registered, ...]] = (
     Registered(JudgeSettings, "FP_JUDGE_", "judge"),
     Registered(ScoringSettings, "FP_", "scoring"),
     Registered(CalibrationSettings, "FP_CALIBRATION_", "calibration"),
+    Registered(TraceExportSettings, "FP_", "traces"),
     Registered(LandingSettings, "FP_", "landing", flags=False),
     Registered(WarehouseSettings, "FP_", "warehouse", flags=False),
     Registered(PartitionSettings, "FP_", None, flags=False),

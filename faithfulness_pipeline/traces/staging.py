@@ -8,10 +8,14 @@ file is handed on as it is. A compressed file that is no span export is refused 
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Final
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -21,11 +25,14 @@ from faithfulness_pipeline.tables.inputs import PARQUET, compression_of, input_f
 from faithfulness_pipeline.tables.read import file_schema, iter_chunks
 from faithfulness_pipeline.tables.storage import Place
 from faithfulness_pipeline.traces.conversations import FACTS_SCHEMA, SpanCount, conversations, span_facts
+from faithfulness_pipeline.traces.phoenix import PhoenixClient
 from faithfulness_pipeline.traces.spans import Span, is_otlp_export, is_span_table, otlp_spans, table_spans
 
 #: Suffixes a table is read by without looking inside: a Parquet or CSV file is never an OTLP export.
 _TABLE_ONLY: Final = frozenset({".parquet", ".csv"})
 _PIECE_ROWS: Final = 5_000
+#: How an input names a Phoenix project instead of files.
+PHOENIX_SCHEMES: Final = ("phoenix+http://", "phoenix+https://")
 
 
 @dataclass(slots=True)
@@ -74,14 +81,14 @@ def _pieces(path: str, kind: str) -> Iterator[list[Span]]:
             yield table_spans(chunk)
 
 
-def stage_spans(path: str, kind: str, workdir: str, count: SpanCount) -> str:
-    """The conversation table of the span file ``path``, written under ``workdir``: the spans go to a facts
+def stage_spans(pieces: Iterable[list[Span]], name: str, workdir: str, count: SpanCount) -> str:
+    """The conversation table of the spans of ``pieces``, written under ``workdir``: the spans go to a facts
     file piece by piece (bounded memory), and the join of each LLM span with its trace's context spans is
     polars' streaming engine's."""
-    stem = f"{len(os.listdir(workdir)):04d}-{os.path.basename(path).split('.')[0] or 'spans'}"
+    stem = f"{len(os.listdir(workdir)):04d}-{name or 'spans'}"
     facts_path = os.path.join(workdir, f"{stem}.facts.parquet")
     with pq.ParquetWriter(facts_path, pl.DataFrame(schema=FACTS_SCHEMA).to_arrow().schema) as writer:
-        for piece in _pieces(path, kind):
+        for piece in pieces:
             writer.write_table(span_facts(piece, count).to_arrow())
     target = os.path.join(workdir, f"{stem}.conversations.parquet")
     conversations(pl.scan_parquet(facts_path)).sink_parquet(target)
@@ -89,19 +96,71 @@ def stage_spans(path: str, kind: str, workdir: str, count: SpanCount) -> str:
     return target
 
 
-def stage_inputs(spec: str, workdir: str) -> StagedInputs:
-    """The files of ``spec`` for a run, span exports staged as conversation tables under ``workdir``."""
+def _name(path: str) -> str:
+    return os.path.basename(path).split(".")[0]
+
+
+def stage_inputs(spec: str, workdir: str, phoenix_api_key: str | None = None) -> StagedInputs:
+    """The files of ``spec`` for a run, span exports staged as conversation tables under ``workdir``; a
+    Phoenix project (``phoenix+http://host:6006/projects/NAME?start=...&end=...``) is pulled and staged alike."""
     staged = StagedInputs([])
+    if spec.startswith(PHOENIX_SCHEMES):
+        staged.spans = SpanCount()
+        staged.paths.append(stage_spans(phoenix_pieces(spec, phoenix_api_key), "phoenix", workdir, staged.spans))
+        return staged
     for path in resolve_inputs(spec, compressed=True):
         kind = _kind_of(path)
         if kind == "table":
             staged.paths.append(path)
             continue
         staged.spans = staged.spans or SpanCount()
-        target = stage_spans(path, kind, workdir, staged.spans)
+        target = stage_spans(_pieces(path, kind), _name(path), workdir, staged.spans)
         staged.staged[target] = path
         staged.paths.append(target)
     return staged
+
+
+def landed_spans(path: str, fingerprint: str, cache: str) -> str | None:
+    """The conversation table of the landing file ``path`` when it is a span export (None when it is a table),
+    staged once per ``fingerprint`` (path, time, size) under the local folder ``cache``: every process of a
+    day (each step, each machine) finds or makes the same file, written whole under a temporary name first."""
+    kind = _kind_of(path)
+    if kind == "table":
+        return None
+    target = os.path.join(cache, hashlib.sha256(fingerprint.encode()).hexdigest()[:32] + ".parquet")
+    if os.path.exists(target):
+        return target
+    os.makedirs(cache, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as work:
+        made = stage_spans(_pieces(path, kind), _name(path), work, SpanCount())
+        os.replace(made, target)
+    return target
+
+
+def phoenix_pieces(spec: str, api_key: str | None) -> Iterator[list[Span]]:
+    """The spans a Phoenix input names, a page at a time: ``phoenix+http(s)://HOST[:PORT][/PREFIX]/projects/NAME``
+    with optional ``start`` and ``end`` (ISO dates or times; a date is its midnight in UTC; end exclusive)."""
+    parts = urlsplit(spec)
+    prefix, marker, project = parts.path.rpartition("/projects/")
+    if not marker or not project.strip("/"):
+        raise InputError(f"{spec!r}: a Phoenix input names its project: "
+                         "phoenix+http://127.0.0.1:6006/projects/NAME?start=2026-12-04&end=2026-12-05")
+    query = parse_qs(parts.query)
+    scheme = parts.scheme.removeprefix("phoenix+")
+    with PhoenixClient(f"{scheme}://{parts.netloc}{prefix}", api_key) as client:
+        yield from client.spans(unquote(project.strip("/")), _when(query, "start", spec), _when(query, "end", spec))
+
+
+def _when(query: dict[str, list[str]], name: str, spec: str) -> datetime | None:
+    if name not in query:
+        return None
+    raw = query[name][-1]
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"{spec!r}: {name}={raw!r} is no ISO date or time (2026-12-04, "
+                         "2026-12-04T06:00:00Z)") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def frame_spans(frame: pl.DataFrame) -> Iterable[Span] | None:

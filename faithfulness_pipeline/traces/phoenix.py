@@ -1,0 +1,146 @@
+"""Arize Phoenix as a source of spans and as the place scores go back to, through its REST API.
+
+- ``PhoenixClient.spans``: a project's spans between two times, page by page (``GET
+  /v1/projects/{project}/spans``, cursor paging): bounded memory, one page at a time;
+- ``PhoenixClient.annotate``: the scores of rows made of spans as span annotations named ``hallucination`` and
+  ``faithfulness`` (score, label, explanation; annotator kind LLM, or CODE for a baseline judge), under one
+  identifier, so that a re-run updates them instead of adding more (``POST /v1/span_annotations``).
+
+The API key (Phoenix's ``PHOENIX_API_KEY``) goes into the authorization header alone: errors name the URL and
+the status, never a header."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Final
+from urllib.parse import quote, urlsplit
+
+import httpx
+import polars as pl
+
+from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.errors import ConfigError, InputError
+from faithfulness_pipeline.traces.attributes import flatten
+from faithfulness_pipeline.traces.evaluations import COLUMNS, evaluations
+from faithfulness_pipeline.traces.spans import Span, span_id_text
+
+#: The identifier of every annotation we write: the key Phoenix updates on, with the span and the name.
+IDENTIFIER: Final = "faithfulness-pipeline"
+_PAGE: Final = 1000
+_POST_BATCH: Final = 500
+
+
+@dataclass(slots=True)
+class AnnotationsSent:
+    endpoint: str
+    rows: int = 0
+    annotations: int = 0
+    without_ids: int = 0
+
+    def line(self) -> str:
+        missing = f"; {self.without_ids} row(s) have no trace_id/span_id" if self.without_ids else ""
+        return f"phoenix annotations: {self.annotations} written to {self.endpoint}{missing}"
+
+
+def _base(endpoint: str) -> str:
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"the Phoenix endpoint must be an http(s) URL such as http://127.0.0.1:6006, "
+                          f"got {endpoint!r}")
+    return endpoint.rstrip("/")
+
+
+def _span(item: Mapping[str, Any]) -> Span | None:
+    context = item.get("context") or {}
+    trace, own = span_id_text(context.get("trace_id")), span_id_text(context.get("span_id"))
+    if trace is None or own is None:
+        return None
+    attributes = flatten(item.get("attributes") or {})
+    kind = item.get("span_kind")
+    if kind and "openinference.span.kind" not in attributes:
+        attributes["openinference.span.kind"] = kind
+    start = item.get("start_time")
+    started = datetime.fromisoformat(start.replace("Z", "+00:00")) if isinstance(start, str) and start else None
+    return Span(trace, own, span_id_text(item.get("parent_id")), str(item.get("name") or ""), started, attributes)
+
+
+class PhoenixClient:
+    def __init__(self, endpoint: str, api_key: str | None = None, timeout_s: float = 30.0) -> None:
+        self.endpoint = _base(endpoint)
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=self.endpoint, headers=headers, timeout=timeout_s)
+
+    def __enter__(self) -> PhoenixClient:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            reply = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise InputError(f"Phoenix at {self.endpoint} did not answer {method} {path}: "
+                             f"{type(exc).__name__}") from None
+        if reply.status_code == 404 and "/projects/" in path:
+            raise InputError(f"Phoenix at {self.endpoint} has no such project ({path}): name one of its projects")
+        if reply.status_code >= 400:
+            raise InputError(f"Phoenix at {self.endpoint} refused {method} {path}: HTTP {reply.status_code} "
+                             f"{reply.text[:200]}")
+        return reply.json()
+
+    def spans(
+        self, project: str, start: datetime | None, end: datetime | None, page: int = _PAGE
+    ) -> Iterator[list[Span]]:
+        """The project's spans that started in [start, end), a page at a time."""
+        params: dict[str, Any] = {"limit": page}
+        if start is not None:
+            params["start_time"] = start.isoformat()
+        if end is not None:
+            params["end_time"] = end.isoformat()
+        path = f"/v1/projects/{quote(project, safe='')}/spans"
+        while True:
+            body = self._call("GET", path, params=params)
+            yield [s for item in body.get("data") or [] if (s := _span(item)) is not None]
+            cursor = body.get("next_cursor")
+            if not cursor:
+                return
+            params["cursor"] = cursor
+
+    def annotate(self, frames: Iterable[pl.DataFrame], *, threshold: float, scale: float,
+                 kind_of: Callable[[str | None], str]) -> AnnotationsSent:
+        """Writes the scores of ``frames`` (scored rows made of spans, chunk by chunk) as span annotations;
+        ``kind_of`` tells a row's annotator kind from its ``judge_model``."""
+        sent = AnnotationsSent(self.endpoint)
+        pending: list[dict[str, Any]] = []
+        for frame in frames:
+            missing = [c for c in (*COLUMNS, "judge_model") if c not in frame.columns]
+            if missing:
+                raise ConfigError(f"the scored table has no {', '.join(missing)} column(s): Phoenix annotations need "
+                                  "rows made of spans (traces as input, docs/traces.md)")
+            for row in frame.select(*COLUMNS, "judge_model").iter_rows(named=True):
+                sent.rows += 1
+                if not row[S.TRACE_ID] or not row[S.SPAN_ID]:
+                    sent.without_ids += 1
+                    continue
+                for evaluation in evaluations(row, threshold, scale):
+                    pending.append({
+                        "span_id": evaluation.span_id, "name": evaluation.name, "identifier": IDENTIFIER,
+                        "annotator_kind": kind_of(row["judge_model"]),
+                        "result": {"score": evaluation.score, "label": evaluation.label,
+                                   "explanation": evaluation.explanation},
+                        "metadata": {"error.type": evaluation.error_type} if evaluation.error_type else {},
+                    })
+                if len(pending) >= _POST_BATCH:
+                    sent.annotations += self._post(pending)
+                    pending = []
+        if pending:
+            sent.annotations += self._post(pending)
+        return sent
+
+    def _post(self, data: list[dict[str, Any]]) -> int:
+        self._call("POST", "/v1/span_annotations", params={"sync": "true"}, json={"data": data})
+        return len(data)

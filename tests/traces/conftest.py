@@ -1,0 +1,3 @@
+from tests.defs.conftest import dagster_home
+
+__all__ = ["dagster_home"]

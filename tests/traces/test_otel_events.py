@@ -1,0 +1,113 @@
+"""Scores back to OpenTelemetry (issue 41, item 2a): a span export scored by the CLI with --otel-endpoint
+sends one gen_ai.evaluation.result event per scorer per judged row, parented to the evaluated span, through
+the real OpenTelemetry SDK to a receiver that decodes the real OTLP protobuf."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import polars as pl
+
+from faithfulness_pipeline.traces.otel_events import logs_url, send_evaluation_events
+from tests.cli.test_cli import run_cli
+from tests.traces.otlp_files import write_export
+from tests.traces.otlp_receiver import OtlpReceiver
+from tests.traces.test_spans_in import TRACE_BAD, TRACE_EN, TRACE_KO, TRACE_ZH, _export
+
+
+def test_the_cli_sends_one_event_per_scorer_per_judged_span(tmp_path: Path) -> None:
+    src = write_export(tmp_path / "traces.jsonl", _export())
+    out = tmp_path / "scored.parquet"
+    with OtlpReceiver() as receiver:
+        result = run_cli("score", str(src), "-o", str(out), "--otel-endpoint", receiver.endpoint)
+    assert result.returncode == 0, result.stderr
+    scored = pl.read_parquet(out)
+    assert scored.height == 4 and set(scored.get_column("status")) == {"ok"}
+    assert len(receiver.records) == 2 * scored.height
+    assert f"evaluation events: 8 of 8 sent to {receiver.endpoint}/v1/logs" in result.stderr
+    for row in scored.iter_rows(named=True):
+        mine = {r.attributes["gen_ai.evaluation.name"]: r for r in receiver.records
+                if (r.trace_id, r.span_id) == (row["trace_id"], row["span_id"])}
+        assert set(mine) == {"hallucination", "faithfulness"}
+        for name, record in mine.items():
+            assert record.event_name == "gen_ai.evaluation.result" and record.service == "faithfulness-pipeline"
+            assert record.attributes.get("gen_ai.evaluation.score.value") == row[f"{name}_score"]
+            assert record.attributes.get("gen_ai.evaluation.explanation") == row[f"{name}_reason"]
+        hallucinated = row["hallucination_score"] > 0.5  # the default threshold, in score units
+        assert mine["hallucination"].attributes["gen_ai.evaluation.score.label"] == (
+            "hallucinated" if hallucinated else "not_hallucinated")
+        assert mine["faithfulness"].attributes["gen_ai.evaluation.score.label"] == (
+            "faithful" if row["faithfulness_score"] >= 0.5 else "unfaithful")
+    by_span = {(r.trace_id, r.attributes["gen_ai.evaluation.name"]): r.attributes for r in receiver.records}
+    assert by_span[(TRACE_EN, "hallucination")]["gen_ai.evaluation.score.value"] > 0  # 1925, where it says 1889
+    assert by_span[(TRACE_ZH, "faithfulness")]["gen_ai.evaluation.score.label"] == "faithful"
+    assert {TRACE_KO, TRACE_BAD} <= {t for t, _ in by_span}
+
+
+def test_error_rows_carry_error_type_and_rows_not_judged_send_nothing() -> None:
+    frame = pl.DataFrame({
+        "trace_id": ["a" * 32, "b" * 32, "c" * 32, None], "span_id": ["1" * 16, "2" * 16, "3" * 16, None],
+        "status": ["error", "not_sampled", "ok", "ok"], "error": ["judge reply was cut: 서울", None, None, None],
+        "hallucination_score": [None, None, 0.0, 1.0], "faithfulness_score": [None, None, 1.0, 0.0],
+        "hallucination_reason": [None, None, "모든 주장이 근거가 있다", "x"], "faithfulness_reason": [None, None, "ok", "x"],
+    })
+    with OtlpReceiver() as receiver:
+        sent = send_evaluation_events([frame], receiver.endpoint, threshold=0.5, scale=1.0, timeout_s=10)
+    assert (sent.rows, sent.events, sent.failed, sent.without_ids) == (4, 4, 0, 1)
+    errors = [r for r in receiver.records if r.trace_id == "a" * 32]
+    assert len(errors) == 2 and all(r.attributes["error.type"] == "judge_error" for r in errors)
+    assert all("gen_ai.evaluation.score.value" not in r.attributes for r in errors)
+    assert errors[0].attributes["gen_ai.evaluation.explanation"] == "judge reply was cut: 서울"
+    ok = {r.attributes["gen_ai.evaluation.name"]: r.attributes for r in receiver.records if r.trace_id == "c" * 32}
+    assert ok["hallucination"]["gen_ai.evaluation.score.label"] == "not_hallucinated"
+    assert ok["hallucination"]["gen_ai.evaluation.explanation"] == "모든 주장이 근거가 있다"
+    assert not [r for r in receiver.records if r.trace_id == "b" * 32]
+
+
+def test_an_endpoint_that_does_not_answer_is_counted_and_fails_the_command(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    src = write_export(tmp_path / "traces.jsonl", _export())
+    out = tmp_path / "scored.parquet"
+    result = run_cli("score", str(src), "-o", str(out), "--otel-endpoint", f"http://127.0.0.1:{port}",
+                     "--otel-timeout-s", "1")
+    assert result.returncode == 1
+    assert out.exists()  # the scores are written all the same
+    assert "evaluation events: 0 of 8 sent" in result.stderr and "8 not delivered" in result.stderr
+    assert logs_url("http://h:4318/") == "http://h:4318/v1/logs" == logs_url("http://h:4318/v1/logs")
+
+
+def test_the_dagster_day_sends_its_events_from_the_evaluation_events_asset(tmp_path: Path, dagster_home: Path) -> None:
+    """A Collector's export landed as it is (gzip), through the whole daily graph; the evaluation_events asset
+    exists because an endpoint is set."""
+    import dagster as dg
+
+    from faithfulness_pipeline.defs import DefsSettings, build_defs
+    from faithfulness_pipeline.defs.resources import LandingResource, TracesResource
+    from faithfulness_pipeline.defs.warehouse import WarehouseResource
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    write_export(landing / "traces.jsonl.gz", _export(), packed=True)
+    without = build_defs(DefsSettings()).resolve_asset_graph().get_all_asset_keys()
+    assert dg.AssetKey("evaluation_events") not in without  # no endpoint set: no asset that could only fail
+    with OtlpReceiver() as receiver:
+        settings = DefsSettings(partitions_start="2025-12-01", landing=LandingResource(path=str(landing)),
+                                warehouse=WarehouseResource(root=str(tmp_path / "warehouse")),
+                                traces=TracesResource(otel_endpoint=receiver.endpoint))
+        defs = build_defs(settings)
+        with dg.instance_for_test() as instance:
+            result = dg.materialize([*(defs.assets or []), *(defs.asset_checks or [])], partition_key="2025-12-05",
+                                    instance=instance, resources=dict(defs.resources or {}),
+                                    selection=dg.AssetSelection.groups("answer_quality"), raise_on_error=False)
+    assert result.success
+    events = [e for e in result.get_asset_materialization_events()
+              if e.asset_key and e.asset_key.to_user_string() == "evaluation_events"]
+    assert len(events) == 1 and events[0].materialization.metadata["events"].value == 8
+    assert len(receiver.records) == 8 and {r.trace_id for r in receiver.records} == {TRACE_EN, TRACE_ZH, TRACE_KO, TRACE_BAD}
+    scored = pl.read_parquet(tmp_path / "warehouse" / "scored_conversations" / "ds=2025-12-05" / "data.parquet")
+    assert scored.height == 4 and set(scored.get_column("row_key")) == {f"{r.trace_id}/{r.span_id}" for r in receiver.records}
+    claims = pl.read_parquet(tmp_path / "warehouse" / "claim_table" / "ds=2025-12-05" / "data.parquet")
+    assert set(claims.get_column("conversation_id")) <= {TRACE_EN, TRACE_ZH}  # the trace is the conversation
