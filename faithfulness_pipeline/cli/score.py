@@ -40,11 +40,8 @@ from faithfulness_pipeline.settings.traces import TraceExportSettings
 from faithfulness_pipeline.tables.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.tables.read import count_rows, file_schema, iter_chunks
 from faithfulness_pipeline.tables.write import ParquetChunkWriter, input_arrow_types
+from faithfulness_pipeline.traces.phoenix import PHOENIX_KEY_ENV
 from faithfulness_pipeline.traces.staging import stage_inputs
-
-#: Phoenix's own variable for its API key, as its clients read it.
-PHOENIX_KEY_ENV = "PHOENIX_API_KEY"
-
 
 #: A run whose spend cap left rows unjudged (status skipped): its outputs are written, and complete but for them.
 SKIPPED_EXIT = 3

@@ -113,8 +113,7 @@ def build_defs(
     model, prompt_version = settings.judge.identity()
     assets = build_assets(partitions, judge_version=f"{model}:{prompt_version}")
     assets += build_calibration_assets(f"{model}:{prompt_version}", LLM_POOL)
-    if settings.traces.otel_endpoint is not None:
-        assets += build_trace_assets(partitions)
+    assets += build_trace_assets(partitions, settings.traces)
     job = build_job()
     return dg.Definitions(
         assets=assets,

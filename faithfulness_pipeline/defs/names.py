@@ -16,6 +16,7 @@ DAILY: Final = "daily_answer_quality"
 DUCKDB: Final = "answer_quality_duckdb"
 REPORT: Final = "answer_quality_report"
 EVENTS: Final = "evaluation_events"
+ANNOTATIONS: Final = "phoenix_annotations"
 
 # Bump a revision when an asset's own code changes what it writes.
 RAW_REVISION: Final = "raw-1"
@@ -27,6 +28,7 @@ DAILY_REVISION: Final = "daily-3"  # 2: sampled answers and 95 % intervals; 3: s
 DUCKDB_REVISION: Final = "duckdb-2"
 REPORT_REVISION: Final = "report-1"
 EVENTS_REVISION: Final = "events-1"
+ANNOTATIONS_REVISION: Final = "annotations-1"
 
 #: Staging columns of tables written before the judge's identity came from the judge resource: they name
 #: the judge that produced a row ("model|prompt version") and are dropped on the way to the scored table.

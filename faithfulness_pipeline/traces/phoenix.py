@@ -27,6 +27,8 @@ from faithfulness_pipeline.traces.attributes import flatten
 from faithfulness_pipeline.traces.evaluations import COLUMNS, evaluations
 from faithfulness_pipeline.traces.spans import Span, span_id_text
 
+#: Phoenix's own variable for its API key, as its clients read it.
+PHOENIX_KEY_ENV: Final = "PHOENIX_API_KEY"
 #: The identifier of every annotation we write: the key Phoenix updates on, with the span and the name.
 IDENTIFIER: Final = "faithfulness-pipeline"
 _PAGE: Final = 1000

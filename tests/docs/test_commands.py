@@ -93,6 +93,9 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("docs/scaling-out.md", "python", "from dagster_k8s import"): (
         f"{THIS}::test_the_executor_snippets_build_the_definitions",
     ),
+    ("docs/traces.md", "bash", "score \"phoenix+http"): (
+        "tests/traces/test_phoenix.py::test_the_documented_phoenix_command_runs_as_printed",
+    ),
     ("docs/traces.md", "bash", "score /var/spans/"): (
         "tests/traces/test_spans_in.py::test_the_documented_collector_recipe_scores_its_folder",
     ),
