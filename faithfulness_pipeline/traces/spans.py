@@ -35,6 +35,7 @@ SPAN_SCHEMA: Final = pl.Schema({
 _CANONICAL: Final = frozenset({"trace_id", "span_id", "name"})
 _PHOENIX: Final = frozenset({"context.trace_id", "context.span_id", "name"})
 _GZIP_MAGIC: Final = b"\x1f\x8b"
+_HEX: Final = frozenset("0123456789abcdefABCDEF")
 #: How far into a file the sniffer looks for the first line of an OTLP export.
 _SNIFF_BYTES: Final = 1 << 16
 
@@ -50,21 +51,18 @@ class Span:
 
 
 def span_id_text(raw: Any) -> str | None:
-    """A trace or span id as lowercase hex: OTLP JSON writes hex, protobuf's JSON mapping base64."""
+    """A trace or span id as lowercase hex: OTLP JSON writes hex (32 and 16 digits), protobuf's JSON mapping
+    base64 (of 16 and 8 bytes); anything else is kept as it is written."""
     if raw is None or raw == "":
         return None
-    text = str(raw).strip()
-    if text.lower().startswith("0x"):
-        text = text[2:]
-    try:
-        int(text, 16)
+    text = str(raw).strip().removeprefix("0x")
+    if len(text) in (16, 32) and all(c in _HEX for c in text):
         return text.lower()
-    except ValueError:
-        pass
     try:
-        return base64.b64decode(text, validate=True).hex()
+        decoded = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         return text
+    return decoded.hex() if len(decoded) in (8, 16) else text
 
 
 def _open_text(path: str) -> IO[str]:

@@ -149,3 +149,37 @@ def test_the_documented_collector_recipe_scores_its_folder(tmp_path: Path) -> No
     scored = pl.read_parquet(tmp_path / "scored.parquet")
     assert sorted(scored.get_column("trace_id").unique().to_list()) == sorted([TRACE_EN, TRACE_ZH, TRACE_KO, TRACE_BAD])
     assert scored.height == 4
+
+
+def test_spans_made_by_the_opentelemetry_sdk_read_as_the_collector_writes_them(tmp_path: Path) -> None:
+    """Spans recorded by the real SDK (GenAI attributes), encoded as OTLP and written with protobuf's JSON
+    mapping, whose ids are base64 where the Collector writes hex: both read the same."""
+    from google.protobuf import json_format
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import set_span_in_context
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("app")
+    root = tracer.start_span("agent")
+    inside = set_span_in_context(root)
+    tool = tracer.start_span("execute_tool lookup", context=inside, attributes=genai_tool("lookup", {"거리": "5km"}))
+    tool.end()
+    chat = tracer.start_span("chat", context=inside, attributes=genai_chat("거리가 얼마나 되나요?", "거리는 5km입니다."))
+    chat.end()
+    root.end()
+    provider.shutdown()
+    request = json_format.MessageToJson(encode_spans(memory.get_finished_spans()), indent=None)
+    src = tmp_path / "sdk.jsonl"
+    src.write_text(request + "\n", encoding="utf-8")
+    rows, count = spans_to_conversations(s for piece in otlp_spans(str(src)) for s in piece)
+    assert (count.spans, count.llm, count.context, count.other) == (3, 1, 1, 1)
+    row = rows.row(0, named=True)
+    assert row["trace_id"] == format(chat.get_span_context().trace_id, "032x")
+    assert row["span_id"] == format(chat.get_span_context().span_id, "016x")
+    assert row["output"] == "거리는 5km입니다." and row["model"] == "claude-x-001"
+    assert row["context"] == ['{"tool":"lookup","result":{"거리":"5km"}}']
