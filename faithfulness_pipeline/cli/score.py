@@ -189,6 +189,30 @@ def _write_back(
     return lines, True
 
 
+def _settings(options: dict[str, Any], batch: bool) -> tuple[JudgeSettings, ScoringSettings, TraceExportSettings]:
+    """The run's settings from its flags, the variables and the defaults."""
+    if batch:
+        if options.get("mode") not in (None, "batch"):
+            raise ConfigError(f"--batch contradicts --mode {options['mode']}")
+        options["mode"] = "batch"
+    judge_settings, scoring = resolve_settings(options, os.environ)
+    if judge_settings.model is not None:
+        # litellm takes seconds to import: it loads on a worker thread while the input is checked and read;
+        # building the judge waits for it.
+        from faithfulness_pipeline.judging.llm.card import import_litellm_in_background
+
+        import_litellm_in_background()
+    return judge_settings, scoring, resolved(TraceExportSettings, options, os.environ)
+
+
+def _dry_run(judge_settings: JudgeSettings, paths: list[str], config: ScoringConfig) -> None:
+    judge = make_judge(judge_settings, need_key=False)
+    freeze_loaded_objects()
+    click.echo(estimate_cost(judge, paths, config, batch=judge_settings.mode == "batch",
+                             max_cost_usd=judge_settings.max_cost_usd))
+    asyncio.run(judge.aclose())
+
+
 @click.command()
 @click.argument("input_spec", metavar="INPUT")
 @click.option("-o", "--output", required=True, help="Scored table to write (Parquet).")
@@ -212,23 +236,12 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
     started = time.monotonic()
     with unfailing_streams(), sigterm_as_interrupt():
         try:
-            if batch:
-                if options.get("mode") not in (None, "batch"):
-                    raise ConfigError(f"--batch contradicts --mode {options['mode']}")
-                options["mode"] = "batch"
-            judge_settings, scoring = resolve_settings(options, os.environ)
-            traces = resolved(TraceExportSettings, options, os.environ)
-            if judge_settings.model is not None:
-                # litellm takes seconds to import: it loads on a worker thread while the input is checked and
-                # read; building the judge below waits for it.
-                from faithfulness_pipeline.judging.llm.card import import_litellm_in_background
-
-                import_litellm_in_background()
+            judge_settings, scoring, traces = _settings(options, batch)
             config = scoring.config(
                 static_context=_static_context(static_texts, context_file),
                 context_hook=_load_hook(context_hook) if context_hook else None,
             )
-            # Span exports become conversation tables in a folder of the run's, removed with the process at the latest.
+            # Span exports become conversation tables in a folder of the run's, gone with the process at the latest.
             staging = tempfile.TemporaryDirectory(prefix="fp-spans-")
             staged = stage_inputs(input_spec, staging.name, os.environ.get(PHOENIX_KEY_ENV))
             paths = staged.paths
@@ -236,11 +249,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             text = config.columns.key_columns()
             out_schema = scored_schema([(p, file_schema(p, text)) for p in paths], config)
             if dry_run:  # a dry run sends nothing, so it needs no key and writes nothing
-                judge = make_judge(judge_settings, need_key=False)
-                freeze_loaded_objects()
-                click.echo(estimate_cost(judge, paths, config, batch=judge_settings.mode == "batch",
-                                         max_cost_usd=judge_settings.max_cost_usd))
-                asyncio.run(judge.aclose())
+                _dry_run(judge_settings, paths, config)
                 return
             check_key(judge_settings)
             # So do outputs that could not be written, or would overwrite each other or an input.
