@@ -96,6 +96,9 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("docs/traces.md", "bash", "score \"phoenix+http"): (
         "tests/traces/test_phoenix.py::test_the_documented_phoenix_command_runs_as_printed",
     ),
+    ("docs/compare.md", "bash", "compare out/before.parquet"): (
+        "tests/cli/test_compare.py::test_the_documented_command_runs_as_printed",
+    ),
     ("docs/traces.md", "bash", "score /var/spans/"): (
         "tests/traces/test_spans_in.py::test_the_documented_collector_recipe_scores_its_folder",
     ),

@@ -1,0 +1,109 @@
+"""``faithfulness-pipeline compare``: two scored tables (or the groups of one) side by side, each difference
+with its interval, and whether it is larger than its noise (``core.compare``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+import polars as pl
+
+from faithfulness_pipeline.cli.streams import unfailing_streams
+from faithfulness_pipeline.core.compare import LARGER, TOO_FEW, CompareConfig, Comparison, compare, compare_segments
+from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
+from faithfulness_pipeline.settings.derive import from_env
+from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.tables.read import read_all
+from faithfulness_pipeline.tables.write import atomic_path
+
+_SHOWN_FLIPS = 5
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _line(row: dict[str, Any]) -> str:
+    where = "all rows" if row["group_by"] == "all" else f"{row['group_by']}={row['group']}"
+    text = (f"  {row['score']:<13} {where:<22} n={row['n_baseline']}/{row['n_candidate']}  "
+            f"{_num(row['mean_baseline'])} -> {_num(row['mean_candidate'])}  ")
+    if row["verdict"] == TOO_FEW:
+        return text + "too few rows for an interval"
+    text += f"difference {_num(row['difference'], 3)} [{_num(row['low'])}, {_num(row['high'])}]: {row['verdict']}"
+    if row.get("share_over_baseline") is not None and row["group_by"] == "all":
+        text += (f"\n  {'':13} {'':22} over the threshold {_num(row['share_over_baseline'])} -> "
+                 f"{_num(row['share_over_candidate'])} ({row['share_test']} p={_num(row['share_p_value'])})")
+        if row.get("kappa") is not None:
+            text += f", agreement kappa {_num(row['kappa'])}, correlation {_num(row['correlation'])}"
+    return text
+
+
+def render(result: Comparison | pl.DataFrame) -> str:
+    table = result.table if isinstance(result, Comparison) else result
+    lines = []
+    if isinstance(result, Comparison):
+        lines.append(f"{result.pairs} row(s) paired on {result.key}" if result.paired
+                     else "no row pairs (no shared key): the tables are compared unpaired (Welch)")
+    segments = table.get_column("segment").unique(maintain_order=True).to_list() if "segment" in table.columns \
+        else [None]
+    for segment in segments:
+        part = table if segment is None else table.filter(pl.col("segment") == segment)
+        if segment is not None:
+            lines.append(segment)
+        lines += [_line(row) for row in part.iter_rows(named=True)]
+    larger = table.filter(pl.col("verdict") == LARGER).height
+    lines.append(f"{larger} difference(s) larger than their noise (95 % intervals that exclude 0)")
+    if isinstance(result, Comparison) and result.flips.height:
+        lines.append(f"{result.flips.height} row(s) crossed the hallucination threshold, worst first:")
+        for row in result.flips.head(_SHOWN_FLIPS).iter_rows(named=True):
+            lines.append(f"  {row[result.key]}: {_num(row['hallucination_score_baseline_table'])} -> "
+                         f"{_num(row['hallucination_score_candidate_table'])}")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("baseline")
+@click.argument("candidate", required=False)
+@click.option("-o", "--output", default=None, help="Write the comparison table (Parquet).")
+@click.option("--flips-out", default=None, help="Write the paired rows that crossed the threshold (Parquet).")
+@click.option("--pair-on", default=None, help="Pair rows on this column (default: the row key when shared).")
+@click.option("--by", default=None, help="Compare the groups of this column of BASELINE (no CANDIDATE then).")
+@click.option("--baseline-group", default=None, help="With --by: the group the others are compared against.")
+@click.option("--groups", default="language,model", show_default=True,
+              help="Columns compared group by group besides all rows (comma-separated; missing ones skipped).")
+@click.option("--min-rows", default=10, show_default=True, type=click.IntRange(min=2),
+              help="Fewer rows (or pairs) in a group: 'too few rows' instead of an interval.")
+def compare_command(baseline: str, candidate: str | None, output: str | None, flips_out: str | None,
+                    pair_on: str | None, by: str | None, baseline_group: str | None, groups: str,
+                    min_rows: int) -> None:
+    """Compare two scored tables (files, folders, globs, s3:// URIs): BASELINE and CANDIDATE, or with --by the
+    groups of one. The hallucination threshold is FP_HALLUCINATION_THRESHOLD's (default 0.5)."""
+    with unfailing_streams():
+        try:
+            scoring = from_env(ScoringSettings, os.environ)
+            config = CompareConfig(threshold=scoring.hallucination_threshold, min_rows=min_rows)
+            columns = [g.strip() for g in groups.split(",") if g.strip()]
+            if (by is None) == (candidate is None):
+                raise click.UsageError("give BASELINE and CANDIDATE, or BASELINE and --by COLUMN")
+            result: Comparison | pl.DataFrame
+            if by is not None:
+                result = compare_segments(read_all(baseline), by, baseline=baseline_group, pair_on=pair_on,
+                                          groups=columns, config=config)
+                table = result
+            else:
+                assert candidate is not None
+                result = compare(read_all(baseline), read_all(candidate), pair_on=pair_on, groups=columns,
+                                 config=config)
+                table = result.table
+                if flips_out:
+                    with atomic_path(flips_out) as path:
+                        result.flips.write_parquet(path)
+            if output:
+                with atomic_path(output) as path:
+                    table.write_parquet(path)
+        except FaithfulnessPipelineError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        click.echo(render(result))
