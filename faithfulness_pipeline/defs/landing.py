@@ -14,11 +14,12 @@ when it was uploaded), its rows read by polars' scans, which take the URI as the
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Final
 from zoneinfo import ZoneInfo
 
@@ -36,7 +37,8 @@ from faithfulness_pipeline.tables.read import (
     scan_input,
 )
 from faithfulness_pipeline.tables.storage import Place, StorageError, is_remote
-from faithfulness_pipeline.traces.staging import landed_spans
+from faithfulness_pipeline.traces.phoenix import PHOENIX_KEY_ENV
+from faithfulness_pipeline.traces.staging import PHOENIX_SCHEMES, landed_spans, stage_phoenix_day
 
 #: Where span exports of the landing are staged as conversation tables (one file per version of an export).
 SPAN_CACHE: Final = os.path.join(tempfile.gettempdir(), "faithfulness-pipeline-spans")
@@ -61,11 +63,14 @@ def _stat(path: str) -> LandingFile:
     return LandingFile(path, int(info.mtime_ns or 0), int(info.size or 0))
 
 
-def list_landing(spec: str) -> list[LandingFile]:
+def list_landing(spec: str, day: date | None = None, timezone: str = "UTC") -> list[LandingFile]:
     """Every input file of the landing location, sorted by path; empty when there are none yet. A span export
     (docs/traces.md) is listed as its conversation table, staged once per version of the export in a local
     folder, with the export's time and size: the day's rows, checks and partitions are read from it like
-    any table's."""
+    any table's. A Phoenix project (``phoenix+http://.../projects/NAME``) has no files: ``day``'s spans (its
+    midnights in ``timezone``) are pulled into one table of that day; without a day there is nothing to list."""
+    if spec.startswith(PHOENIX_SCHEMES):
+        return [] if day is None else [_phoenix_day(spec, day, timezone)]
     try:
         paths = resolve_inputs(spec, compressed=True)
     except InputError:
@@ -78,6 +83,13 @@ def list_landing(spec: str) -> list[LandingFile]:
         staged = landed_spans(path, file.fingerprint, SPAN_CACHE)
         files.append(file if staged is None else LandingFile(staged, file.mtime_ns, file.size))
     return files
+
+
+def _phoenix_day(spec: str, day: date, timezone: str) -> LandingFile:
+    start = datetime.combine(day, time(), ZoneInfo(timezone))
+    target = os.path.join(SPAN_CACHE, hashlib.sha256(f"{spec}|{day}|{timezone}".encode()).hexdigest()[:32] + ".parquet")
+    stage_phoenix_day(spec, (start, start + timedelta(days=1)), target, os.environ.get(PHOENIX_KEY_ENV))
+    return _stat(target)
 
 
 def _exists(spec: str) -> bool:

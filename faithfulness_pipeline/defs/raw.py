@@ -61,7 +61,7 @@ def load_raw(
     first partition key."""
     day = date.fromisoformat(context.partition_key)
     config = scoring.config()
-    files = list_landing(landing.path)
+    files = list_landing(landing.path, day, landing.timezone)
     if not files:
         raise InputError(f"the landing location {landing.path!r} holds no Parquet, JSON Lines or CSV files yet")
     schemas = [(file, file_schema(file.path)) for file in files]

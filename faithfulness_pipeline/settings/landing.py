@@ -32,7 +32,9 @@ class LandingSettings(BaseModel):
     path: str = Field(
         default="sample_data",
         description="landing location: a Parquet, JSON Lines or CSV file, a folder (every such file below it) or a "
-        "glob; local or an object-store URI (relative paths resolve from the working directory)",
+        "glob; local or an object-store URI (relative paths resolve from the working directory); span exports "
+        "among them are read as conversations, and a Phoenix project (phoenix+http://host:6006/projects/NAME) "
+        "gives each day its spans (docs/traces.md)",
         json_schema_extra=variable("FP_LANDING"),
     )
     timestamp_column: str = Field(

@@ -137,9 +137,11 @@ def landed_spans(path: str, fingerprint: str, cache: str) -> str | None:
     return target
 
 
-def phoenix_pieces(spec: str, api_key: str | None) -> Iterator[list[Span]]:
+def phoenix_pieces(spec: str, api_key: str | None, window: tuple[datetime, datetime] | None = None,
+                   ) -> Iterator[list[Span]]:
     """The spans a Phoenix input names, a page at a time: ``phoenix+http(s)://HOST[:PORT][/PREFIX]/projects/NAME``
-    with optional ``start`` and ``end`` (ISO dates or times; a date is its midnight in UTC; end exclusive)."""
+    with optional ``start`` and ``end`` (ISO dates or times; a date is its midnight in UTC; end exclusive), or
+    those of ``window`` (the Dagster landing's day)."""
     parts = urlsplit(spec)
     prefix, marker, project = parts.path.rpartition("/projects/")
     if not marker or not project.strip("/"):
@@ -148,7 +150,8 @@ def phoenix_pieces(spec: str, api_key: str | None) -> Iterator[list[Span]]:
     query = parse_qs(parts.query)
     scheme = parts.scheme.removeprefix("phoenix+")
     with PhoenixClient(f"{scheme}://{parts.netloc}{prefix}", api_key) as client:
-        yield from client.spans(unquote(project.strip("/")), _when(query, "start", spec), _when(query, "end", spec))
+        start, end = window or (_when(query, "start", spec), _when(query, "end", spec))
+        yield from client.spans(unquote(project.strip("/")), start, end)
 
 
 def _when(query: dict[str, list[str]], name: str, spec: str) -> datetime | None:
@@ -161,6 +164,16 @@ def _when(query: dict[str, list[str]], name: str, spec: str) -> datetime | None:
         raise InputError(f"{spec!r}: {name}={raw!r} is no ISO date or time (2026-12-04, "
                          "2026-12-04T06:00:00Z)") from None
     return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def stage_phoenix_day(spec: str, window: tuple[datetime, datetime], target: str, api_key: str | None) -> SpanCount:
+    """The conversation table of a Phoenix project's spans in ``window``, written whole to ``target`` (pulled
+    anew each time: spans arrive late)."""
+    count = SpanCount()
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(target)) as work:
+        os.replace(stage_spans(phoenix_pieces(spec, api_key, window), "phoenix", work, count), target)
+    return count
 
 
 def frame_spans(frame: pl.DataFrame) -> Iterable[Span] | None:

@@ -135,23 +135,19 @@ def test_an_unknown_project_is_refused_in_one_line(server: Phoenix, tmp_path: Pa
 def test_the_dagster_day_writes_its_annotations_from_the_phoenix_annotations_asset(
     server: Phoenix, tmp_path: Path, dagster_home: Path
 ) -> None:
-    """A day of rows pulled from Phoenix (staged as the CLI stages them) through the daily graph: the
+    """A Phoenix project as the landing: the day's spans pulled by the raw step, through the daily graph; the
     phoenix_annotations asset exists because FP_PHOENIX_ENDPOINT is set, and writes two annotations a span."""
     import dagster as dg
 
     from faithfulness_pipeline.defs import DefsSettings, build_defs
     from faithfulness_pipeline.defs.resources import LandingResource, TracesResource
     from faithfulness_pipeline.defs.warehouse import WarehouseResource
-    from faithfulness_pipeline.traces.staging import stage_inputs
 
     traces = _send_traces(server.url, "dagster-day")
     _wait_for_spans(server.url, 3 * len(TURNS), "dagster-day")
-    landing = tmp_path / "landing"
-    landing.mkdir()
-    staged = stage_inputs(f"phoenix+{server.url}/projects/dagster-day", str(landing))
-    day = pl.read_parquet(staged.paths[0]).get_column("created_at").dt.date().unique().to_list()
-    assert len(day) == 1
-    settings = DefsSettings(partitions_start=str(day[0]), landing=LandingResource(path=str(landing)),
+    day = [(datetime.now(UTC) - timedelta(days=1)).date()]  # when _send_traces dates its spans
+    settings = DefsSettings(partitions_start=str(day[0]),
+                            landing=LandingResource(path=f"phoenix+{server.url}/projects/dagster-day"),
                             warehouse=WarehouseResource(root=str(tmp_path / "warehouse")),
                             traces=TracesResource(phoenix_endpoint=server.url))
     defs = build_defs(settings)
