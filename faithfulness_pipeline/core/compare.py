@@ -270,5 +270,7 @@ def compare_segments(frame: pl.DataFrame, by: str, *, baseline: str | None = Non
             continue
         result = compare(frame.filter(as_text == base), frame.filter(as_text == value), pair_on=pair_on,
                          groups=[g for g in groups if g != by], config=config)
-        parts.append(result.table.with_columns(pl.lit(f"{by}={value} vs {base}").alias("segment")))
+        parts.append(result.table.with_columns(pl.lit(f"{by}={value} vs {base}").alias("segment"),
+                                               pl.lit(base).alias("baseline_group"),
+                                               pl.lit(value).alias("candidate_group")))
     return pl.concat(parts, how="diagonal_relaxed")

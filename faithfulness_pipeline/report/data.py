@@ -20,6 +20,7 @@ import polars as pl
 from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.claimless import Claimless, answer_words, count_claimless
 from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.report.comparisons import model_differences
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.inputs import PARQUET, input_format, resolve_inputs
 from faithfulness_pipeline.tables.read import READ_ERRORS, parquet_schema, read_error
@@ -50,6 +51,7 @@ class ReportData:
     scale: float
     calibration: pl.DataFrame | None = None
     warnings: list[str] = field(default_factory=list)  # one line each, shown above the numbers
+    comparisons: list[str] = field(default_factory=list)  # the models against each other, in words
 
 
 def _warehouse_files(root: Place, table: str) -> list[Place]:
@@ -352,6 +354,7 @@ def summarise(
         scale=scoring.scale,
         calibration=calibration,
         warnings=[w for w in [_claimless(scored, answer_column).warning(scoring.max_zero_claim_share)] if w],
+        comparisons=model_differences(scored, model_column, threshold, language_column),
     )
 
 

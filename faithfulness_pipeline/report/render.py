@@ -167,6 +167,7 @@ def render_html(data: ReportData, *, baseline_judges: frozenset[str] = frozenset
         cut_text=_cut,
         num=num,
         calibration=_calibration(data),
+        comparisons=data.comparisons,
     )
 
 

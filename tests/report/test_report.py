@@ -233,3 +233,20 @@ def test_a_sampled_table_shows_what_was_judged_and_the_intervals(tmp_path: Path)
     # the daily table gives each mean and share with its 95 % interval
     assert re.search(r"\d\.\d+ \(\d\.\d+ – \d\.\d+\)", text), text[:2000]
     assert re.search(r"\d+\.\d% \(\d+\.\d% – \d+\.\d%\)", text)
+
+
+def test_the_models_are_compared_in_words_with_their_intervals(tmp_path: Path) -> None:
+    """The golden sample holds two answering models: a sentence per score says whether their difference is
+    larger than its noise, with the numbers core.compare gives for the same rows."""
+    from faithfulness_pipeline.core.compare import compare_segments
+
+    path, data = build_report(str(GOLDEN), tmp_path / "r.html", baseline_judges=OFFLINE)
+    text = "".join(parse(path.read_text(encoding="utf-8")).text)
+    scored = pl.read_parquet(GOLDEN)
+    table = compare_segments(scored, "model", groups=["language"]).filter(pl.col("group_by") == "all")
+    assert len(data.comparisons) >= 2 and 'id="comparisons"' in path.read_text(encoding="utf-8")
+    for row in table.iter_rows(named=True):
+        line = next(c for c in data.comparisons if c.startswith(row["candidate_group"]) and f"mean {row['score']}" in c)
+        assert f"{row['mean_candidate']:.3f}" in line and line in text
+        assert ("too few answers" in line) if row["verdict"] == "too few rows" else (
+            f"{row['difference']:+.3f}" in line and ("larger than" in line) == (row["verdict"] == "larger than noise"))
