@@ -3,12 +3,14 @@ Dagster assets lay it out, for the object-store tests of the views and the repor
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 
 import polars as pl
 
 from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.outputs import claim_table
+from faithfulness_pipeline.defs.compared import day_comparison
 from faithfulness_pipeline.tables.storage import Place
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "offline_sample" / "scored.parquet"
@@ -16,8 +18,8 @@ DAYS = ("2026-11-24", "2026-11-25", "2026-11-26")
 
 
 def write_warehouse(root: Path) -> list[Path]:
-    """``<root>/<table>/ds=<day>/data.parquet`` for scored_conversations, claim_table and
-    daily_answer_quality; returns the files written."""
+    """``<root>/<table>/ds=<day>/data.parquet`` for scored_conversations, claim_table, daily_answer_quality and
+    daily_model_comparison; returns the files written."""
     scored = pl.read_parquet(GOLDEN).with_columns(pl.col("created_at").dt.date().alias("day"))
     written = []
     for day in DAYS:
@@ -27,6 +29,7 @@ def write_warehouse(root: Path) -> list[Path]:
             "claim_table": claim_table(rows, {"day": pl.col("day"), "model": pl.col("model"),
                                               "conversation_id": pl.col("conversation_id")}),
             "daily_answer_quality": daily_aggregates(rows),
+            "daily_model_comparison": day_comparison(rows.drop("day"), date.fromisoformat(day), "model", 0.5),
         }
         for table, frame in tables.items():
             path = root / table / f"ds={day}" / "data.parquet"

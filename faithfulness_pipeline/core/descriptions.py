@@ -130,6 +130,8 @@ TABLE_DESCRIPTIONS = MappingProxyType({
     "conversation id.",
     "daily_answer_quality": "One row per day x model: answers, errors, score means and percentiles, the share over "
     "the hallucination threshold, claim counts, tokens and cost.",
+    "daily_model_comparison": "One row per day x model against the day's first model x score x group (all, each "
+    "language): means, the difference with its 95 % interval, and whether it is larger than its noise.",
 })
 
 #: Column descriptions per table.

@@ -2,6 +2,7 @@
 
 raw_conversations -> extracted_claims -> judged_claims -> scored_conversations -> claim_table
                                                                               -> daily_answer_quality
+                                                                              -> daily_model_comparison
 scored_conversations + claim_table + daily_answer_quality -> answer_quality_duckdb, answer_quality_report
 
 Each stage is a module (``raw``, ``judged``, ``scored``, ``bi``); the daily ones are built here for the
@@ -15,6 +16,7 @@ import dagster as dg
 
 from faithfulness_pipeline.defs import checks
 from faithfulness_pipeline.defs.bi import answer_quality_duckdb, answer_quality_report
+from faithfulness_pipeline.defs.compared import comparison_asset
 from faithfulness_pipeline.defs.judged import judge_assets
 from faithfulness_pipeline.defs.names import CLAIM_TABLE, CLAIMS, DAILY, RAW, SCORED, VERDICTS
 from faithfulness_pipeline.defs.raw import raw_asset
@@ -31,6 +33,7 @@ def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -
         raw_asset(partitions),
         judge_assets(partitions, versioned),
         *scored_assets(partitions, versioned),
+        comparison_asset(partitions, versioned),
         answer_quality_duckdb,
         answer_quality_report,
     ]

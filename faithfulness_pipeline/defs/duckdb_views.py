@@ -32,6 +32,10 @@ Queries (from the warehouse folder: ``duckdb answer_quality.duckdb``)::
     SELECT s.row_key, s.hallucination_score, r.context FROM scored_conversations s
     JOIN raw_conversations r USING (row_key, day) WHERE s.status = 'ok' ORDER BY s.hallucination_score DESC;
 
+    -- which model differences were larger than their noise, day by day
+    SELECT day, segment, score, group_by, "group", difference, low, high FROM daily_model_comparison
+    WHERE verdict = 'larger than noise' ORDER BY day;
+
     -- contradicted claims with the judge's reason and evidence: no join needed
     SELECT day, model, conversation_id, claim, reason, evidence FROM claim_table WHERE verdict = 'contradicted';
 """
@@ -50,7 +54,8 @@ if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection
 
 #: The tables exposed as views, in the order they are created.
-BI_TABLES = ("scored_conversations", "claim_table", "daily_answer_quality", "raw_conversations")
+BI_TABLES = ("scored_conversations", "claim_table", "daily_answer_quality", "raw_conversations",
+             "daily_model_comparison")
 
 
 def _quote(text: str) -> str:
@@ -58,7 +63,7 @@ def _quote(text: str) -> str:
 
 
 #: Tables whose files carry their own ``day`` column; the others get it from the partition folder.
-_DAY_IN_FILE = ("claim_table", "daily_answer_quality")
+_DAY_IN_FILE = ("claim_table", "daily_answer_quality", "daily_model_comparison")
 
 
 def view_sql(table: str, root: Place | None = None) -> str:

@@ -32,6 +32,7 @@ TABLES = (
     "scored_conversations",
     "claim_table",
     "daily_answer_quality",
+    "daily_model_comparison",
 )  # one Parquet table per day each
 ASSETS = {*TABLES, "answer_quality_duckdb", "answer_quality_report"}
 CALIBRATION_ASSETS = {"labelled_conversations", "judge_calibration"}  # unpartitioned, job calibrate_judge

@@ -98,7 +98,8 @@ def test_duckdb_views_answer_bi_queries(built: Built) -> None:
     con = _bi(lake.warehouse)
     try:
         views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-        assert views == {"scored_conversations", "claim_table", "daily_answer_quality", "raw_conversations"}
+        assert views == {"scored_conversations", "claim_table", "daily_answer_quality", "raw_conversations",
+                         "daily_model_comparison"}
         per_day = con.execute(
             "SELECT CAST(day AS VARCHAR), count(*) FROM scored_conversations GROUP BY day ORDER BY day"
         ).fetchall()
@@ -322,3 +323,26 @@ def test_a_day_judged_before_cached_prompt_tokens_were_counted_still_scores(
     again = lake.materialize(day, instance, selection=dg.AssetSelection.assets("scored_conversations"))
     assert again.success
     assert lake.read("scored_conversations", day).drop("scored_at", "scoring_run_id").equals(expected)
+
+
+def test_each_day_compares_its_models_as_the_compare_command_does(built: Built) -> None:
+    from faithfulness_pipeline.core.compare import compare_segments
+
+    lake = built.lake
+    compared = 0
+    for day in DAYS:
+        table = lake.read("daily_model_comparison", day)
+        scored = lake.read("scored_conversations", day)
+        if scored.get_column("model").n_unique() < 2:
+            assert table.height == 0
+            continue
+        expected = compare_segments(scored, "model", groups=["language"])
+        assert table.height == expected.height and set(table.get_column("day").cast(pl.String)) == {day}
+        shared = [c for c in table.columns if c in expected.columns]
+        assert_frame_equal(table.select(shared), expected.select(shared), check_dtypes=False)
+        compared += 1
+    assert compared  # the sample's days hold two models
+    with duckdb.connect(str(lake.warehouse / "answer_quality.duckdb"), read_only=True,
+                        config={"file_search_path": str(lake.warehouse)}) as con:
+        rows = con.execute("SELECT count(*) FROM daily_model_comparison").fetchone()
+    assert rows is not None and rows[0] == sum(lake.read("daily_model_comparison", d).height for d in DAYS)
