@@ -44,6 +44,7 @@ class SpanCount:
     context: int = 0
     other: int = 0
     unreadable: int = 0
+    duplicates: int = 0  # LLM spans read more than once (a Collector's retried export): one row each
     named: list[str] = field(default_factory=list)
 
     def add(self, other: SpanCount) -> None:
@@ -52,11 +53,15 @@ class SpanCount:
         self.context += other.context
         self.other += other.other
         self.unreadable += other.unreadable
+        self.duplicates += other.duplicates
         self.named.extend(other.named[: max(0, _NAMED - len(self.named))])
 
     def lines(self) -> list[str]:
-        out = [f"spans: {self.spans} read, {self.llm} LLM span(s) became rows, {self.context} retriever/tool "
-               f"span(s) gave context, {self.other} other span(s) hold no answer or context"]
+        out = [f"spans: {self.spans} read, {self.llm - self.duplicates} LLM span(s) became rows, {self.context} "
+               f"retriever/tool span(s) gave context, {self.other} other span(s) hold no answer or context"]
+        if self.duplicates:
+            out.append(f"spans: {self.duplicates} LLM span(s) came more than once (same trace and span id) and are "
+                       "one row each")
         if self.unreadable:
             out.append(f"spans: {self.unreadable} LLM span(s) could not be read and are rows with nothing to "
                        f"judge: {'; '.join(self.named)}")
@@ -87,7 +92,9 @@ def span_facts(spans: Iterable[Span], count: SpanCount) -> pl.DataFrame:
 
 
 def conversations(facts: pl.LazyFrame) -> pl.LazyFrame:
-    """One conversation row per LLM span of ``facts`` (every span of a trace must be among them)."""
+    """One conversation row per LLM span of ``facts`` (every span of a trace must be among them); a span read
+    twice (an export retried by its Collector) counts once."""
+    facts = facts.unique(subset=["trace_id", "span_id"], keep="first", maintain_order=True)
     llm = facts.filter(pl.col("role") == "llm")
     sources = facts.filter(pl.col("role") == "context").select(
         "trace_id", pl.col("created_at").alias("source_start"), "passages")
@@ -110,4 +117,6 @@ def conversations(facts: pl.LazyFrame) -> pl.LazyFrame:
 def spans_to_conversations(spans: Iterable[Span]) -> tuple[pl.DataFrame, SpanCount]:
     """Conversation rows of spans held in memory (the Python API; a file is staged piece by piece instead)."""
     count = SpanCount()
-    return conversations(span_facts(spans, count).lazy()).collect(), count
+    rows = conversations(span_facts(spans, count).lazy()).collect()
+    count.duplicates = count.llm - rows.height
+    return rows, count

@@ -100,33 +100,45 @@ def _nanos(raw: Any) -> datetime | None:
     return datetime.fromtimestamp(int(raw) / 1e9, tz=UTC)
 
 
-def _request_spans(request: Mapping[str, Any]) -> Iterator[Span]:
-    for resource in request.get("resourceSpans") or []:
+def _objects(value: Any, what: str) -> list[Mapping[str, Any]]:
+    """``value`` as a list of JSON objects, or a ValueError naming ``what`` is not one."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise ValueError(f"{what} is not a list of objects")
+    return value
+
+
+def _request_spans(request: Any) -> Iterator[Span]:
+    if not isinstance(request, Mapping):
+        raise ValueError("the line is not a JSON object")
+    for resource in _objects(request.get("resourceSpans"), "resourceSpans"):
         # instrumentationLibrarySpans: the name of scopeSpans before OTLP 0.15, still written by old exporters
-        scopes = resource.get("scopeSpans") or resource.get("instrumentationLibrarySpans") or []
-        for scope in scopes:
-            for span in scope.get("spans") or []:
+        scopes = resource.get("scopeSpans") or resource.get("instrumentationLibrarySpans")
+        for scope in _objects(scopes, "scopeSpans"):
+            for span in _objects(scope.get("spans"), "spans"):
                 trace, own = span_id_text(span.get("traceId")), span_id_text(span.get("spanId"))
                 if trace is None or own is None:
-                    continue  # not a span: nothing could ever refer to it (counted by the caller's line count)
+                    raise ValueError(f"span {span.get('name')!r} has no traceId or spanId")
                 yield Span(trace, own, span_id_text(span.get("parentSpanId")), str(span.get("name") or ""),
                            _nanos(span.get("startTimeUnixNano")), flatten(otlp_attributes(span.get("attributes"))))
 
 
 def otlp_spans(path: str, per_piece: int = 5_000) -> Iterator[list[Span]]:
-    """The spans of an OTLP JSON Lines export, at most about ``per_piece`` at a time. A line that is not JSON
-    is refused naming the file and line: a half-written export is not read as a shorter one."""
+    """The spans of an OTLP JSON Lines export, at most about ``per_piece`` at a time. A line that is not an
+    OTLP request (not JSON, or JSON of another shape) is refused naming the file, the line and what is wrong
+    there: a damaged export is not read as a shorter one."""
     piece: list[Span] = []
     with _open_text(path) as text:
         for number, line in enumerate(text, 1):
             if not line.strip():
                 continue
             try:
-                request = json.loads(line)
-            except ValueError:
-                raise InputError(f"{path}: line {number} is not JSON, so this OTLP export is cut or damaged: "
-                                 "re-export it (a Collector file exporter writes one JSON request per line)") from None
-            piece.extend(_request_spans(request))
+                piece.extend(_request_spans(json.loads(line)))
+            except ValueError as why:  # json's errors are ValueErrors too
+                raise InputError(f"{path}: line {number} is no OTLP trace request ({why}), so this export is cut or "
+                                 "damaged: re-export it (a Collector file exporter writes one JSON request per "
+                                 "line)") from None
             if len(piece) >= per_piece:
                 yield piece
                 piece = []

@@ -87,12 +87,14 @@ def stage_spans(pieces: Iterable[list[Span]], name: str, workdir: str, count: Sp
     polars' streaming engine's."""
     stem = f"{len(os.listdir(workdir)):04d}-{name or 'spans'}"
     facts_path = os.path.join(workdir, f"{stem}.facts.parquet")
+    llm_before = count.llm
     with pq.ParquetWriter(facts_path, pl.DataFrame(schema=FACTS_SCHEMA).to_arrow().schema) as writer:
         for piece in pieces:
             writer.write_table(span_facts(piece, count).to_arrow())
     target = os.path.join(workdir, f"{stem}.conversations.parquet")
     conversations(pl.scan_parquet(facts_path)).sink_parquet(target)
     os.remove(facts_path)
+    count.duplicates += count.llm - llm_before - pq.ParquetFile(target).metadata.num_rows
     return target
 
 

@@ -183,3 +183,32 @@ def test_spans_made_by_the_opentelemetry_sdk_read_as_the_collector_writes_them(t
     assert row["span_id"] == format(chat.get_span_context().span_id, "016x")
     assert row["output"] == "거리는 5km입니다." and row["model"] == "claude-x-001"
     assert row["context"] == ['{"tool":"lookup","result":{"거리":"5km"}}']
+
+
+def test_an_export_retried_by_its_collector_gives_each_span_one_row(tmp_path: Path) -> None:
+    """The same request twice (a Collector retries an export it thinks failed): one row per LLM span, and the
+    summary says how many came twice."""
+    first, second = _export()
+    src = write_export(tmp_path / "retried.jsonl", [first, second, first])
+    out = tmp_path / "scored.parquet"
+    result = run_cli("score", str(src), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert pl.read_parquet(out).height == 4
+    assert "4 LLM span(s) became rows" in result.stderr and "2 LLM span(s) came more than once" in result.stderr
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    ("[1, 2, 3]", "the line is not a JSON object"),
+    ('{"resourceSpans": {"scopeSpans": []}}', "resourceSpans is not a list of objects"),
+    ('{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "chat"}]}]}]}', "span 'chat' has no traceId or spanId"),
+    ('{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "' + "a" * 32 + '", "spanId": "' + "b" * 16
+     + '", "startTimeUnixNano": "soon"}]}]}]}', "invalid literal"),
+    ('{"resourceSpans": [], "cut', "char 26"),
+])
+def test_a_damaged_export_is_refused_naming_its_line(tmp_path: Path, line: str, why: str) -> None:
+    src = tmp_path / "traces.jsonl"
+    src.write_text(json.dumps(request([])) + "\n" + line + "\n", encoding="utf-8")
+    result = run_cli("score", str(src), "-o", str(tmp_path / "o.parquet"), "--quiet")
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "line 2 is no OTLP trace request" in last and why in last
