@@ -47,15 +47,6 @@ class SpanCount:
     duplicates: int = 0  # LLM spans read more than once (a Collector's retried export): one row each
     named: list[str] = field(default_factory=list)
 
-    def add(self, other: SpanCount) -> None:
-        self.spans += other.spans
-        self.llm += other.llm
-        self.context += other.context
-        self.other += other.other
-        self.unreadable += other.unreadable
-        self.duplicates += other.duplicates
-        self.named.extend(other.named[: max(0, _NAMED - len(self.named))])
-
     def lines(self) -> list[str]:
         out = [f"spans: {self.spans} read, {self.llm - self.duplicates} LLM span(s) became rows, {self.context} "
                f"retriever/tool span(s) gave context, {self.other} other span(s) hold no answer or context"]

@@ -28,6 +28,7 @@ from opentelemetry.sdk.resources import Resource
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.traces.evaluations import COLUMNS, EVENT_NAME, evaluations
+from faithfulness_pipeline.traces.urls import shown
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,8 @@ def logs_url(endpoint: str) -> str:
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` convention has it; a URL already ending in it is kept."""
     parts = urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"the OTLP endpoint must be an http(s) URL such as http://127.0.0.1:4318, got {endpoint!r}")
+        raise ConfigError(f"the OTLP endpoint must be an http(s) URL such as http://127.0.0.1:4318, "
+                          f"got {shown(endpoint)!r}")
     base = endpoint.rstrip("/")
     return base if base.endswith(_LOGS_PATH) else base + _LOGS_PATH
 
@@ -91,7 +93,7 @@ def send_evaluation_events(
     """Sends one ``gen_ai.evaluation.result`` event per scorer for every judged row of ``frames`` (scored
     tables, chunk by chunk: memory holds one chunk and the exporter's queue) to ``endpoint``."""
     url = logs_url(endpoint)
-    sent = EventsSent(endpoint=url)
+    sent = EventsSent(endpoint=shown(url))
     provider = LoggerProvider(resource=Resource.create({"service.name": "faithfulness-pipeline"}),
                               shutdown_on_exit=False)
     provider.add_log_record_processor(BatchLogRecordProcessor(_Counting(url, timeout_s, sent)))

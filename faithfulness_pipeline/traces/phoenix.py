@@ -26,6 +26,7 @@ from faithfulness_pipeline.core.errors import ConfigError, InputError
 from faithfulness_pipeline.traces.attributes import flatten
 from faithfulness_pipeline.traces.evaluations import COLUMNS, evaluations
 from faithfulness_pipeline.traces.spans import Span, span_id_text
+from faithfulness_pipeline.traces.urls import shown
 
 #: Phoenix's own variable for its API key, as its clients read it.
 PHOENIX_KEY_ENV: Final = "PHOENIX_API_KEY"
@@ -51,7 +52,7 @@ def _base(endpoint: str) -> str:
     parts = urlsplit(endpoint)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"the Phoenix endpoint must be an http(s) URL such as http://127.0.0.1:6006, "
-                          f"got {endpoint!r}")
+                          f"got {shown(endpoint)!r}")
     return endpoint.rstrip("/")
 
 
@@ -71,9 +72,11 @@ def _span(item: Mapping[str, Any]) -> Span | None:
 
 class PhoenixClient:
     def __init__(self, endpoint: str, api_key: str | None = None, timeout_s: float = 30.0) -> None:
-        self.endpoint = _base(endpoint)
+        base = _base(endpoint)
+        #: what messages name: no user info or query (credentials go there)
+        self.endpoint = shown(base)
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=self.endpoint, headers=headers, timeout=timeout_s)
+        self._http = httpx.Client(base_url=base, headers=headers, timeout=timeout_s)
 
     def __enter__(self) -> PhoenixClient:
         return self

@@ -111,3 +111,25 @@ def test_the_dagster_day_sends_its_events_from_the_evaluation_events_asset(tmp_p
     assert scored.height == 4 and set(scored.get_column("row_key")) == {f"{r.trace_id}/{r.span_id}" for r in receiver.records}
     claims = pl.read_parquet(tmp_path / "warehouse" / "claim_table" / "ds=2025-12-05" / "data.parquet")
     assert set(claims.get_column("conversation_id")) <= {TRACE_EN, TRACE_ZH}  # the trace is the conversation
+
+
+def test_credentials_in_an_endpoint_url_reach_no_message() -> None:
+    """A user may write a password into the URL: the summaries and errors name host and port only."""
+    import pytest
+
+    from faithfulness_pipeline.core.errors import InputError
+    from faithfulness_pipeline.traces.phoenix import PhoenixClient
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with PhoenixClient(f"http://admin:s3cret-pw@127.0.0.1:{port}/?token=s3cret-tk") as client, \
+            pytest.raises(InputError) as refused:
+        list(client.spans("default", None, None))
+    assert "s3cret" not in str(refused.value) and f"127.0.0.1:{port}" in str(refused.value)
+    frame = pl.DataFrame({"trace_id": ["a" * 32], "span_id": ["b" * 16], "status": ["ok"], "error": [None],
+                          "hallucination_score": [0.0], "faithfulness_score": [1.0],
+                          "hallucination_reason": ["r"], "faithfulness_reason": ["r"]})
+    sent = send_evaluation_events([frame], f"http://admin:s3cret-pw@127.0.0.1:{port}", threshold=0.5, scale=1.0,
+                                  timeout_s=1)
+    assert sent.failed == 2 and "s3cret" not in sent.line()
