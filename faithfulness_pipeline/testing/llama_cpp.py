@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import fcntl
 import hashlib
 import importlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +34,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TextIO
+
+from faithfulness_pipeline.testing.processes import death_signal, free_port, stop
 
 #: Where the assembled models are kept unless ``FP_LLAMA_CPP_CACHE`` names another folder.
 CACHE_VARIABLE: Final = "FP_LLAMA_CPP_CACHE"
@@ -158,12 +158,6 @@ class Server:
     model: str = MODEL_ALIAS
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _threads(threads: int | None) -> int:
     return threads or os.cpu_count() or 2
 
@@ -175,7 +169,7 @@ def serve(*, model: str = MODEL_ALIAS, context_size: int = 8192, parallel: int =
     leaving. ``context_size`` is the whole KV cache; with ``parallel`` slots each request gets its share."""
     server_version()  # fail here, with the fix, rather than in the child's log
     model_file(model)
-    port = port or _free_port()
+    port = port or free_port()
     folder = log_dir or Path(tempfile.mkdtemp(prefix="llama-server-"))
     log_path = folder / f"llama-server-{port}.log"
     command = [sys.executable, "-m", __name__, "serve", "--model", model, "-c", str(context_size),
@@ -186,29 +180,13 @@ def serve(*, model: str = MODEL_ALIAS, context_size: int = 8192, parallel: int =
     env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     with log_path.open("w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=env, preexec_fn=_death_signal())  # fmt: skip
+                                   env=env, preexec_fn=death_signal())  # fmt: skip
     root = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(process, root, log_path)
         yield Server(f"{root}/v1", root, log_path, context_size, parallel, model)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _death_signal() -> Callable[[], None] | None:
-    """What the server's process runs before it starts: on Linux, have the kernel end it when the process that
-    started it dies, however it dies (a SIGKILLed test worker leaves no server holding a port and two cores).
-    libc is looked up here, in the parent: the child between fork and exec only makes the one call."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        stop(process)
 
 
 def _wait_healthy(process: subprocess.Popen[bytes], root: str, log_path: Path) -> None:
@@ -271,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # KeyboardInterrupt and a normal exit, instead of leaving it running.
     signal.signal(signal.SIGTERM, _interrupted)
     run_here(model=args.model, context_size=args.ctx_size, parallel=args.parallel,
-             port=args.port or _free_port(), threads=args.threads)  # fmt: skip
+             port=args.port or free_port(), threads=args.threads)  # fmt: skip
     return 0
 
 

@@ -10,7 +10,6 @@ resources, and stops it."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from faithfulness_pipeline.testing.processes import death_signal, free_port, stop
 
 #: The release the tests run against.
 PHOENIX_VERSION: Final = "20.26.1"
@@ -35,12 +36,6 @@ class PhoenixUnavailable(RuntimeError):
 class Phoenix:
     url: str
     log: Path
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def executable() -> Path:
@@ -62,15 +57,15 @@ def _healthy(url: str) -> bool:
 @contextmanager
 def phoenix(workdir: Path) -> Iterator[Phoenix]:
     """A Phoenix server on a free port of 127.0.0.1, its database in ``workdir``; stopped on leaving."""
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PHOENIX_WORKING_DIR": str(workdir), "PHOENIX_HOST": "127.0.0.1", "PHOENIX_PORT": str(port),
-           "PHOENIX_GRPC_PORT": str(_free_port()), "PHOENIX_TELEMETRY_ENABLED": "false",
+           "PHOENIX_GRPC_PORT": str(free_port()), "PHOENIX_TELEMETRY_ENABLED": "false",
            "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false", "PHOENIX_LOG_SQL": "false"}
     log = workdir / "phoenix.log"
     with open(log, "w", encoding="utf-8") as sink:
         process = subprocess.Popen([str(executable()), "serve"], env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                   cwd=workdir)
+                                   cwd=workdir, preexec_fn=death_signal())
     try:
         deadline = time.monotonic() + _START_S
         while not _healthy(url):
@@ -79,12 +74,7 @@ def phoenix(workdir: Path) -> Iterator[Phoenix]:
             time.sleep(0.5)
         yield Phoenix(url, log)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def prepare() -> None:
