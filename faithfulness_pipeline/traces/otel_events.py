@@ -16,7 +16,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import polars as pl
 from opentelemetry import trace
@@ -28,7 +27,7 @@ from opentelemetry.sdk.resources import Resource
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.traces.evaluations import COLUMNS, EVENT_NAME, evaluations
-from faithfulness_pipeline.traces.urls import shown
+from faithfulness_pipeline.traces.urls import http_base, shown
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +56,7 @@ class EventsSent:
 def logs_url(endpoint: str) -> str:
     """The OTLP/HTTP logs URL of ``endpoint``: a base (``http://collector:4318``) gets ``/v1/logs``, as the
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` convention has it; a URL already ending in it is kept."""
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"the OTLP endpoint must be an http(s) URL such as http://127.0.0.1:4318, "
-                          f"got {shown(endpoint)!r}")
-    base = endpoint.rstrip("/")
+    base = http_base(endpoint, "OTLP endpoint", "http://127.0.0.1:4318")
     return base if base.endswith(_LOGS_PATH) else base + _LOGS_PATH
 
 

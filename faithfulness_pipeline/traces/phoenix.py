@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Final
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import httpx
 import polars as pl
@@ -26,7 +26,7 @@ from faithfulness_pipeline.core.errors import ConfigError, InputError
 from faithfulness_pipeline.traces.attributes import flatten
 from faithfulness_pipeline.traces.evaluations import COLUMNS, evaluations
 from faithfulness_pipeline.traces.spans import Span, span_id_text
-from faithfulness_pipeline.traces.urls import shown
+from faithfulness_pipeline.traces.urls import http_base, shown
 
 #: Phoenix's own variable for its API key, as its clients read it.
 PHOENIX_KEY_ENV: Final = "PHOENIX_API_KEY"
@@ -48,14 +48,6 @@ class AnnotationsSent:
         return f"phoenix annotations: {self.annotations} written to {self.endpoint}{missing}"
 
 
-def _base(endpoint: str) -> str:
-    parts = urlsplit(endpoint)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"the Phoenix endpoint must be an http(s) URL such as http://127.0.0.1:6006, "
-                          f"got {shown(endpoint)!r}")
-    return endpoint.rstrip("/")
-
-
 def _span(item: Mapping[str, Any]) -> Span | None:
     context = item.get("context") or {}
     trace, own = span_id_text(context.get("trace_id")), span_id_text(context.get("span_id"))
@@ -72,7 +64,7 @@ def _span(item: Mapping[str, Any]) -> Span | None:
 
 class PhoenixClient:
     def __init__(self, endpoint: str, api_key: str | None = None, timeout_s: float = 30.0) -> None:
-        base = _base(endpoint)
+        base = http_base(endpoint, "Phoenix endpoint", "http://127.0.0.1:6006")
         #: what messages name: no user info or query (credentials go there)
         self.endpoint = shown(base)
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
