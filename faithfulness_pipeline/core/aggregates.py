@@ -33,6 +33,10 @@ Conventions (docs/report.md and docs/pipeline.md repeat them):
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
 import polars as pl
 
 from faithfulness_pipeline.core.scoring import round_expr
@@ -110,7 +114,8 @@ def daily_aggregates(
     """Aggregate a scored table (SPEC §4 columns plus a day column) per day x model.
 
     ``day_column`` must hold dates (or datetimes, truncated to their date). A missing ``model_column``
-    gives one group with a null model.
+    gives one group with a null model. The same as :func:`finish_daily` of :func:`daily_parts`, which a
+    reader of many chunks (the report over a month) merges instead of holding every row.
 
     >>> import datetime as dt
     >>> scored = pl.DataFrame({
@@ -123,19 +128,73 @@ def daily_aggregates(
     >>> (row["answers"], row["error_answers"], row["hallucination_mean"], row["over_threshold_share"])
     (3, 1, 0.5, 0.5)
     """
+    parts = daily_parts(scored, day_column=day_column, model_column=model_column,
+                        hallucination_threshold=hallucination_threshold)
+    return finish_daily(parts, hallucination_threshold=hallucination_threshold, scale=scale)
+
+
+#: The group keys of the daily parts.
+DAY_MODEL: Final = ("__day", "__model")
+_SCORES: Final = ("hallucination", "faithfulness")
+
+
+@dataclass(frozen=True)
+class DailyParts:
+    """What :func:`daily_aggregates` reduces a table to before it derives rates and intervals: sums, counts
+    and the scores' moments per day x model (``tallies``), and how many scored answers had each score value
+    (``scores``: the percentiles are exact from them; scores have two decimals, so a day x model holds at
+    most a few hundred rows of it however many answers it has). Parts of chunks merge (:func:`merge_parts`)
+    into the parts of their union."""
+
+    tallies: pl.DataFrame
+    scores: pl.DataFrame
+
+
+def daily_parts(
+    scored: pl.DataFrame, *, day_column: str = "day", model_column: str = "model",
+    hallucination_threshold: float = 0.5,
+) -> DailyParts:
+    """The :class:`DailyParts` of one chunk of a scored table (``day_column`` and ``model_column`` as for
+    :func:`daily_aggregates`)."""
     frame = _by_day_and_model(scored, day_column, model_column)
-    grouped = frame.group_by("__day", "__model", maintain_order=False).agg(*_tallies(hallucination_threshold))
+    return DailyParts(tally(frame, DAY_MODEL, hallucination_threshold), score_counts(frame, DAY_MODEL))
+
+
+def merge_parts(parts: Iterable[DailyParts]) -> DailyParts:
+    """The parts of the union of the chunks ``parts`` were made of."""
+    listed = list(parts)
+    if not listed:
+        raise ValueError("merge_parts needs at least one part")
+    return DailyParts(merge_tallies([p.tallies for p in listed], DAY_MODEL),
+                      merge_score_counts([p.scores for p in listed], DAY_MODEL))
+
+
+def finish_daily(parts: DailyParts, *, hallucination_threshold: float = 0.5, scale: float = 1.0) -> pl.DataFrame:
+    """The aggregates (:data:`AGGREGATE_SCHEMA`, one row per day x model) of merged parts."""
+    grouped = parts.tallies.join(percentiles(parts.scores, DAY_MODEL), on=list(DAY_MODEL), how="left",
+                                 nulls_equal=True)
     with_fpc = grouped.with_columns(
         pl.when(pl.col("answers") > 1)
         .then(((pl.col("answers") - pl.col("sampled_answers")) / (pl.col("answers") - 1)).clip(0.0, 1.0).sqrt())
         .otherwise(0.0)
         .alias("__fpc"),
-        pl.when(pl.col("__with_score") > 0)
-        .then(pl.col("over_threshold_answers") / pl.col("__with_score"))
+        pl.when(pl.col("__hallucination_n") > 0)
+        .then(pl.col("over_threshold_answers") / pl.col("__hallucination_n"))
         .alias("over_threshold_share"),
+        *[e for score in _SCORES for e in moment_expr(score)],
+        *[pl.when(pl.col(f"__{c}_nulls") == 0).then(pl.col(c)).alias(c) for c in _BILLED],
     )
     result = with_fpc.with_columns(*_rates_and_intervals(hallucination_threshold, scale))
     return result.select([pl.col(n).cast(d) for n, d in AGGREGATE_SCHEMA.items()]).sort("day", "model", nulls_last=True)
+
+
+def moment_expr(score: str) -> list[pl.Expr]:
+    """``{score}_mean`` and ``__{score}_sd`` (sample standard deviation) of a tally's moments."""
+    n, total, m2 = (pl.col(f"__{score}_{m}") for m in ("n", "sum", "m2"))
+    return [
+        pl.when(n > 0).then(total / n).alias(f"{score}_mean"),
+        pl.when(n > 1).then((m2.clip(0.0) / (n - 1)).sqrt()).alias(f"__{score}_sd"),
+    ]
 
 
 def _by_day_and_model(scored: pl.DataFrame, day_column: str, model_column: str) -> pl.DataFrame:
@@ -146,8 +205,12 @@ def _by_day_and_model(scored: pl.DataFrame, day_column: str, model_column: str) 
     day = pl.col(day_column)
     if isinstance(scored.schema[day_column], pl.Datetime):
         day = day.dt.date()
-    frame = scored.with_columns(day.alias("__day"), model.alias("__model"))
-    # A table scored before these columns existed: its bill and sources are unknown, not zero.
+    return scored.with_columns(day.cast(pl.Date).alias("__day"), model.alias("__model"))
+
+
+def _with_missing(frame: pl.DataFrame) -> pl.DataFrame:
+    """A table scored before the bill, sources and cached tokens were recorded: its bill and sources are
+    unknown, not zero; its cached tokens none."""
     return frame.with_columns(
         pl.lit(None, dtype=pl.String).alias("result_source") if "result_source" not in frame.columns else [],
         *[pl.lit(None, dtype=pl.Float64).alias(c) for c in _BILLED if c not in frame.columns],
@@ -155,11 +218,21 @@ def _by_day_and_model(scored: pl.DataFrame, day_column: str, model_column: str) 
     )
 
 
+def tally(frame: pl.DataFrame, keys: Sequence[str], hallucination_threshold: float) -> pl.DataFrame:
+    """Counts, sums and score moments per ``keys`` of a chunk of a scored table (``__``-columns are for the
+    step after: ``__{score}_n`` / ``_sum`` / ``_m2`` the scores' count, sum and sum of squared deviations from
+    the chunk's mean, ``__{billed}_nulls`` the rows whose bill is unknown)."""
+    return _with_missing(frame).group_by(*keys).agg(*_tallies(hallucination_threshold))
+
+
 def _tallies(hallucination_threshold: float) -> list[pl.Expr]:
-    """What is counted, summed and measured per day x model (``__``-columns are for the step after)."""
+    """What is counted and summed per group (every one of them adds up over chunks)."""
     ok = pl.col("status") == "ok"
-    halluc = _ok(pl.col("hallucination_score"))
-    faith = _ok(pl.col("faithfulness_score"))
+    moments = []
+    for score in _SCORES:
+        x = _ok(pl.col(f"{score}_score"))
+        moments += [x.count().cast(pl.Int64).alias(f"__{score}_n"), x.sum().alias(f"__{score}_sum"),
+                    (x - x.mean()).pow(2).sum().alias(f"__{score}_m2")]
     return [
         pl.len().cast(pl.Int64).alias("answers"),
         (pl.col("status") != "not_sampled").sum().cast(pl.Int64).alias("sampled_answers"),
@@ -177,27 +250,74 @@ def _tallies(hallucination_threshold: float) -> list[pl.Expr]:
                 ("n_speculative", "speculative_claims"),
             )
         ],
-        halluc.mean().alias("hallucination_mean"),
-        halluc.std(ddof=1).alias("__hallucination_sd"),
-        faith.std(ddof=1).alias("__faithfulness_sd"),
-        halluc.quantile(0.5, interpolation="linear").alias("hallucination_p50"),
-        halluc.quantile(0.9, interpolation="linear").alias("hallucination_p90"),
-        faith.mean().alias("faithfulness_mean"),
-        faith.quantile(0.5, interpolation="linear").alias("faithfulness_p50"),
-        faith.quantile(0.9, interpolation="linear").alias("faithfulness_p90"),
-        (halluc > hallucination_threshold).sum().cast(pl.Int64).alias("over_threshold_answers"),
-        halluc.count().cast(pl.Int64).alias("__with_score"),
-        pl.col("llm_calls").sum().alias("llm_calls"),
+        *moments,
+        (_ok(pl.col("hallucination_score")) > hallucination_threshold).sum().cast(pl.Int64)
+        .alias("over_threshold_answers"),
+        pl.col("llm_calls").sum().cast(pl.Float64).alias("llm_calls"),
         pl.col("prompt_tokens").sum().cast(pl.Int64).alias("prompt_tokens"),
         pl.col("completion_tokens").sum().cast(pl.Int64).alias("completion_tokens"),
-        pl.col("cost_usd").sum().alias("cost_usd"),
+        pl.col("cost_usd").sum().cast(pl.Float64).alias("cost_usd"),
         pl.col("cost_usd").is_null().sum().cast(pl.Int64).alias("cost_unknown_answers"),
         *[pl.col(c).sum().cast(pl.Int64).alias(c) for c in _CACHED],
         # Unknown when any answer's bill is (a model without a price; a table from before billing).
-        *[pl.when(pl.col(c).null_count() == 0).then(pl.col(c).sum()).alias(c) for c in _BILLED],
+        *[pl.col(c).sum().cast(pl.Float64).alias(c) for c in _BILLED],
+        *[pl.col(c).null_count().cast(pl.Int64).alias(f"__{c}_nulls") for c in _BILLED],
         (pl.col("result_source") == "store").sum().cast(pl.Int64).alias("store_answers"),
         (pl.col("result_source") == "duplicate").sum().cast(pl.Int64).alias("duplicate_answers"),
     ]
+
+
+def merge_tallies(tallies: Sequence[pl.DataFrame], keys: Sequence[str]) -> pl.DataFrame:
+    """The tally of the union of the chunks ``tallies`` were made of (the moments merged by Chan's formula:
+    exact, and stable where a sum of squares would cancel)."""
+    stacked = pl.concat(tallies, how="vertical_relaxed")
+    merged = []
+    for score in _SCORES:
+        n, total, m2 = (pl.col(f"__{score}_{m}") for m in ("n", "sum", "m2"))
+        mean = total.sum() / n.sum()
+        merged += [n.sum().alias(f"__{score}_n"), total.sum().alias(f"__{score}_sum"),
+                   (m2.sum() + (n * (total / n - mean).pow(2)).filter(n > 0).sum()).alias(f"__{score}_m2")]
+    moments = {f"__{s}_{m}" for s in _SCORES for m in ("n", "sum", "m2")}
+    summed = [pl.col(c).sum() for c in stacked.columns if c not in moments and c not in keys]
+    return stacked.group_by(*keys).agg(*summed, *merged).select(stacked.columns)  # merged again later: same order
+
+
+def score_counts(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """Scored answers per ``keys``, score (hallucination / faithfulness) and score value."""
+    parts = [
+        frame.filter((pl.col("status") == "ok") & pl.col(f"{score}_score").is_not_null())
+        .group_by(*keys, pl.col(f"{score}_score").cast(pl.Float64).alias("value")).len("answers")
+        .with_columns(pl.lit(score).alias("score"), pl.col("answers").cast(pl.Int64))
+        for score in _SCORES
+    ]
+    return pl.concat(parts, how="vertical_relaxed").select(*keys, "score", "value", "answers")
+
+
+def merge_score_counts(counts: Sequence[pl.DataFrame], keys: Sequence[str]) -> pl.DataFrame:
+    return pl.concat(counts, how="vertical_relaxed").group_by(*keys, "score", "value").agg(pl.col("answers").sum())
+
+
+def percentiles(counts: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """``{score}_p50`` / ``_p90`` per ``keys`` from :func:`score_counts`, linear-interpolated between order
+    statistics as polars' and SQL's ``quantile_cont`` are (exact: the order statistics are read off the
+    counts)."""
+    ordered = counts.sort(*keys, "score", "value", nulls_last=True).with_columns(
+        pl.col("answers").cum_sum().over(*keys, "score").alias("__cum"))
+    n = pl.col("answers").sum()
+
+    def at(q: float) -> pl.Expr:
+        h = (n - 1).cast(pl.Float64) * q
+        low = pl.col("value").filter(pl.col("__cum") > h.floor()).first()
+        high = pl.col("value").filter(pl.col("__cum") > h.ceil()).first()
+        return low + (h - h.floor()) * (high - low)
+
+    wide = ordered.group_by(*keys, "score").agg(at(0.5).alias("p50"), at(0.9).alias("p90"))
+    out = pl.DataFrame({k: [] for k in keys}, schema={k: counts.schema[k] for k in keys})
+    for score in _SCORES:
+        part = wide.filter(pl.col("score") == score).select(
+            *keys, pl.col("p50").alias(f"{score}_p50"), pl.col("p90").alias(f"{score}_p90"))
+        out = out.join(part, on=list(keys), how="full", coalesce=True, nulls_equal=True)
+    return out
 
 
 def _rates_and_intervals(hallucination_threshold: float, scale: float) -> list[pl.Expr]:
@@ -226,7 +346,7 @@ def _rates_and_intervals(hallucination_threshold: float, scale: float) -> list[p
 def _mean_interval(score: str, scale: float) -> list[pl.Expr]:
     """``{score}_mean_low`` / ``_high``: mean +- z x sd / sqrt(n) x the finite-population correction, within
     0..scale; the mean itself for a census, null for a sample of fewer than two scores."""
-    n = pl.col("__with_score").cast(pl.Float64)
+    n = pl.col(f"__{score}_n").cast(pl.Float64)
     mean = pl.col(f"{score}_mean")
     half = Z95 * pl.col(f"__{score}_sd") / n.sqrt() * pl.col("__fpc")
     half = pl.when(pl.col("__fpc") == 0).then(pl.lit(0.0)).when(n >= 2).then(half)
@@ -237,9 +357,9 @@ def _mean_interval(score: str, scale: float) -> list[pl.Expr]:
 
 
 def _wilson(share: str) -> list[pl.Expr]:
-    """``{share}_low`` / ``_high``: Wilson's score interval for a share of ``__with_score`` answers, its
+    """``{share}_low`` / ``_high``: Wilson's score interval for a share of the answers with a hallucination score, its
     ``z`` scaled by the finite-population correction (so a census gives the share itself)."""
-    n = pl.col("__with_score").cast(pl.Float64)
+    n = pl.col("__hallucination_n").cast(pl.Float64)
     p = pl.col(share)
     z = Z95 * pl.col("__fpc")
     z2 = z * z

@@ -57,7 +57,7 @@ def _fpc(frame: pl.DataFrame) -> float:
     return math.sqrt((population - sampled) / (population - 1))
 
 
-def _verdict(n: int, low: float | None, high: float | None, config: CompareConfig) -> str:
+def verdict_of(n: int, low: float | None, high: float | None, config: CompareConfig) -> str:
     if n < config.min_rows or low is None or high is None:
         return TOO_FEW
     return LARGER if low > 0 or high < 0 else WITHIN
@@ -81,14 +81,35 @@ def paired_score(b: np.ndarray, c: np.ndarray, fpc: float, config: CompareConfig
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Side:
+    """What Welch's interval needs of one side: its scores' count, mean and sample variance, and the
+    finite-population correction of the table it is a sample of."""
+
+    n: int
+    mean: float | None
+    var: float | None
+    fpc: float = 1.0
+
+    @staticmethod
+    def of(values: np.ndarray, fpc: float = 1.0) -> Side:
+        n = len(values)
+        return Side(n, _mean(values), float(np.var(values, ddof=1)) if n > 1 else None, fpc)
+
+
 def welch_score(b: np.ndarray, c: np.ndarray, fpc_b: float, fpc_c: float, config: CompareConfig) -> dict[str, Any]:
-    nb, nc = len(b), len(c)
-    out: dict[str, Any] = {"n_baseline": nb, "n_candidate": nc, "mean_baseline": _mean(b), "mean_candidate": _mean(c),
+    return welch(Side.of(b, fpc_b), Side.of(c, fpc_c), config)
+
+
+def welch(b: Side, c: Side, config: CompareConfig) -> dict[str, Any]:
+    """Welch's interval on the difference of two sides' means (``c`` minus ``b``)."""
+    nb, nc = b.n, c.n
+    out: dict[str, Any] = {"n_baseline": nb, "n_candidate": nc, "mean_baseline": b.mean, "mean_candidate": c.mean,
                            "difference": None, "low": None, "high": None, "p_value": None}
-    if nb and nc:
-        out["difference"] = float(np.mean(c) - np.mean(b))
-    if min(nb, nc) >= max(2, config.min_rows):
-        vb, vc = float(np.var(b, ddof=1)) / nb * fpc_b**2, float(np.var(c, ddof=1)) / nc * fpc_c**2
+    if b.mean is not None and c.mean is not None:
+        out["difference"] = c.mean - b.mean
+    if min(nb, nc) >= max(2, config.min_rows) and b.var is not None and c.var is not None:
+        vb, vc = b.var / nb * b.fpc**2, c.var / nc * c.fpc**2
         se = math.sqrt(vb + vc)
         df = (vb + vc) ** 2 / ((vb**2 / (nb - 1) if vb else 0.0) + (vc**2 / (nc - 1) if vc else 0.0) or 1.0)
         out["low"], out["high"], out["p_value"] = _interval(out["difference"], se, df, config)
@@ -117,12 +138,20 @@ def paired_share(b: np.ndarray, c: np.ndarray, config: CompareConfig) -> dict[st
 
 
 def unpaired_share(b: np.ndarray, c: np.ndarray, config: CompareConfig) -> dict[str, Any]:
-    over_b, over_c = b > config.threshold, c > config.threshold
-    out = _shares(over_b, over_c) | {"share_test": "two-proportion z"}
-    if min(len(b), len(c)) >= config.min_rows:
-        pooled = (np.sum(over_b) + np.sum(over_c)) / (len(b) + len(c))
-        se = math.sqrt(pooled * (1 - pooled) * (1 / len(b) + 1 / len(c)))
-        diff = float(np.mean(over_c) - np.mean(over_b))
+    return unpaired_share_of(int(np.sum(b > config.threshold)), len(b), int(np.sum(c > config.threshold)), len(c),
+                             config)
+
+
+def unpaired_share_of(over_b: int, n_b: int, over_c: int, n_c: int, config: CompareConfig) -> dict[str, Any]:
+    """The shares over the threshold of two unpaired sides (``over`` of ``n`` each), a two-proportion z test."""
+    share_b, share_c = (over_b / n_b if n_b else None), (over_c / n_c if n_c else None)
+    out: dict[str, Any] = {"share_over_baseline": share_b, "share_over_candidate": share_c,
+                           "share_difference": None if share_b is None or share_c is None else share_c - share_b,
+                           "share_p_value": None, "kappa": None, "correlation": None, "share_test": "two-proportion z"}
+    if min(n_b, n_c) >= config.min_rows:
+        pooled = (over_b + over_c) / (n_b + n_c)
+        se = math.sqrt(pooled * (1 - pooled) * (1 / n_b + 1 / n_c))
+        diff = over_c / n_c - over_b / n_b
         out["share_p_value"] = normal_two_sided_p(diff / se) if se else (1.0 if diff == 0 else 0.0)
     return out
 
@@ -191,7 +220,7 @@ def _paired_rows(
                    "pairing": f"paired on {key}"} | paired_score(b, c, fpc, config)
             if score == "hallucination_score":
                 row |= paired_share(b, c, config)
-            rows.append(row | {"verdict": _verdict(len(b), row["low"], row["high"], config)})
+            rows.append(row | {"verdict": verdict_of(len(b), row["low"], row["high"], config)})
     return rows
 
 
@@ -210,7 +239,7 @@ def _unpaired_rows(baseline: pl.DataFrame, candidate: pl.DataFrame, groups: Sequ
                    "pairing": "unpaired"} | welch_score(b, c, fpcs[0], fpcs[1], config)
             if score == "hallucination_score":
                 row |= unpaired_share(b, c, config)
-            rows.append(row | {"verdict": _verdict(min(len(b), len(c)), row["low"], row["high"], config)})
+            rows.append(row | {"verdict": verdict_of(min(len(b), len(c)), row["low"], row["high"], config)})
     return rows
 
 

@@ -1,26 +1,22 @@
 """The answer-quality report: one self-contained HTML file with charts, for people rather than BI tools.
 
-``build_report_to(source, target)`` reads a warehouse or a scored table (local or in an object store) and
-writes the page (to a local path or a URI); ``build_report`` is the same for a local target, returning its
-path. The CLI's ``report`` command and the Dagster asset ``answer_quality_report`` call them. No dagster, no
+``build_report_to(source, target)`` reads a warehouse or a scored table (local or in an object store) a
+chunk at a time, in memory that does not grow with its rows, and writes the page (to a local path or a
+URI); ``build_report`` is the same for a local target, returning its path. The CLI's ``report`` command
+and the Dagster asset ``answer_quality_report`` call them. No dagster, no
 litellm, no judge here (import-linter checks it): callers say which judge names are the offline baseline.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.report.data import (
-    ReportData,
-    is_warehouse,
-    load_calibration,
-    load_scored,
-    rows_of,
-    summarise,
-)
+from faithfulness_pipeline.report.data import is_warehouse, load_calibration, rows_of, scored_chunks
 from faithfulness_pipeline.report.render import Headline, headline, render_html, write_report
+from faithfulness_pipeline.report.summary import ReportData, summarise, summarise_chunks
 from faithfulness_pipeline.settings.derive import settings as registered
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.storage import Place, is_remote
@@ -42,17 +38,18 @@ def build_report_to(
     """Write the report of ``source`` (a warehouse folder, or a scored Parquet file / folder / glob; local or
     a URI) to ``target`` (a local path or a URI). ``scoring`` names the table's model, answer and question
     columns, the hallucination threshold and the scale, as they were when the table was scored."""
-    scored = load_scored(source, timestamp_column=timestamp_column, timezone=timezone,
-                         columns=(scoring.model_column, "language"), answer_column=scoring.output_column)
-    if scoring.model_column != _DEFAULT_SCORING.model_column and scoring.model_column not in scored.columns:
+    chunks = scored_chunks(source, timestamp_column=timestamp_column, timezone=timezone,
+                           columns=(scoring.model_column, "language"), answer_column=scoring.output_column)
+    first = next(chunks)
+    if scoring.model_column != _DEFAULT_SCORING.model_column and scoring.model_column not in first.columns:
         # A column named on purpose that is not there: the report would draw every row as one unnamed model.
         flag = next(s.flag for s in registered(ScoringSettings) if s.name == "model_column")
         raise InputError(f"{source!r} has no column {scoring.model_column!r} ({flag}): name one of its columns, "
                          f"or leave {flag} out for {_DEFAULT_SCORING.model_column!r}")
     warehouse = Place.of(source) if is_warehouse(source) else None
-    data = summarise(scored, source=source, scoring=scoring, worst=worst,
-                     calibration=load_calibration(calibration, warehouse),
-                     full_rows=lambda keys, columns: rows_of(source, keys, columns))
+    data = summarise_chunks(itertools.chain([first], chunks), source=source, scoring=scoring, worst=worst,
+                            calibration=load_calibration(calibration, warehouse),
+                            full_rows=lambda keys, columns: rows_of(source, keys, columns))
     return write_report(data, target, baseline_judges=baseline_judges), data
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
@@ -110,17 +110,18 @@ def trend_chart(daily: pl.DataFrame, threshold: float, scale: float) -> str:
     return _svg("trend", draw)
 
 
-def distribution_chart(hallucination: Sequence[float], faithfulness: Sequence[float], scale: float) -> str:
-    """Histograms of both scores over [0, scale] in tenths."""
+def distribution_chart(distribution: pl.DataFrame, scale: float) -> str:
+    """Histograms of both scores over [0, scale] in tenths, from how many answers had each score value
+    (``score``, ``value``, ``answers``)."""
 
     def draw(figure: Any) -> None:
         bins = [scale * i / 10 for i in range(11)]
-        for axes, values, title, color in zip(
-            figure.subplots(1, 2), (hallucination, faithfulness), ("hallucination score", "faithfulness score"),
-            ("#c0392b", "#2e8b57"), strict=True,
-        ):
-            axes.hist(list(values), bins=bins, color=color, edgecolor="white")
-            axes.set_title(f"{title} ({len(values)} answers)")
+        for axes, score, color in zip(figure.subplots(1, 2), ("hallucination", "faithfulness"),
+                                      ("#c0392b", "#2e8b57"), strict=True):
+            part = distribution.filter(pl.col("score") == score)
+            values, weights = part.get_column("value").to_list(), part.get_column("answers").to_list()
+            axes.hist(values, bins=bins, weights=weights, color=color, edgecolor="white")
+            axes.set_title(f"{score} score ({sum(weights)} answers)")
             axes.set_xlim(0, scale)
             axes.set_ylabel("answers")
             axes.grid(axis="y", alpha=0.3)

@@ -1,14 +1,31 @@
 """The report's words on its segments: each answering model against the first (in name order) over the
-report's rows, and whether each difference is larger than its noise (``core.compare``, unpaired: the models
-answered different questions)."""
+report's rows, and whether each difference is larger than its noise (``core.compare``'s Welch interval,
+unpaired: the models answered different questions).
+
+Computed from tallies per model x language (counts and the scores' moments, ``core.aggregates.tally``), so a
+month of millions of answers is compared without holding its rows."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import polars as pl
 
-from faithfulness_pipeline.core.compare import LARGER, SCORES, TOO_FEW, CompareConfig, compare_segments
+from faithfulness_pipeline.core.aggregates import merge_tallies
+from faithfulness_pipeline.core.compare import (
+    LARGER,
+    SCORES,
+    TOO_FEW,
+    CompareConfig,
+    Side,
+    unpaired_share_of,
+    verdict_of,
+    welch,
+)
+
+#: The keys of the tallies the comparison reads: the answering model and the row's language column.
+MODEL, LANGUAGE = "__model", "__language"
 
 
 def _sentence(row: dict[str, Any], where: str) -> str:
@@ -21,19 +38,45 @@ def _sentence(row: dict[str, Any], where: str) -> str:
             f"{row['high']:+.3f}): {'larger than' if row['verdict'] == LARGER else 'within'} its noise.")
 
 
-def model_differences(scored: pl.DataFrame, model_column: str, threshold: float,
-                      language_column: str = "language") -> list[str]:
-    """One sentence per model and score over all rows, and one per language where the difference is larger
-    than its noise; nothing when the rows have fewer than two models."""
-    needed = [c for c in (*SCORES, "status", model_column, language_column) if c in scored.columns]
-    if model_column not in scored.columns or scored.get_column(model_column).drop_nulls().n_unique() < 2 or \
-            len([c for c in needed if c in (*SCORES, "status")]) < 3:
+def _side(row: dict[str, Any], score: str) -> Side:
+    """One model's (and language's) side of the comparison, from its tally row."""
+    n, total, m2 = (row[f"__{score}_{m}"] or 0 for m in ("n", "sum", "m2"))
+    population, sampled = row["answers"], row["sampled_answers"]
+    fpc = math.sqrt((population - sampled) / (population - 1)) if population > 1 and sampled < population else 1.0
+    return Side(int(n), total / n if n else None, m2 / (n - 1) if n > 1 else None, fpc)
+
+
+def _rows(table: pl.DataFrame, config: CompareConfig, where: str) -> list[str]:
+    """Sentences comparing each model of ``table`` (one tally row per model) with the first."""
+    by_model = {row[MODEL]: row for row in table.filter(pl.col(MODEL).is_not_null()).sort(MODEL).iter_rows(named=True)}
+    if len(by_model) < 2:
         return []
-    groups = [language_column] if language_column in scored.columns else []
-    table = compare_segments(scored.select(needed), model_column, groups=groups,
-                             config=CompareConfig(threshold=threshold))
-    lines = [_sentence(row, "") for row in table.filter(pl.col("group_by") == "all").iter_rows(named=True)
-             if row["mean_baseline"] is not None and row["mean_candidate"] is not None]
-    lines += [_sentence(row, f"In {row['group']}, ") for row in table.filter(
-        (pl.col("group_by") != "all") & (pl.col("verdict") == LARGER)).iter_rows(named=True)]
+    base, *others = by_model
+    lines = []
+    for model in others:
+        for score in SCORES:
+            name = score.removesuffix("_score")
+            b, c = _side(by_model[base], name), _side(by_model[model], name)
+            if b.mean is None or c.mean is None:
+                continue
+            row = welch(b, c, config) | {"score": name, "baseline_group": base, "candidate_group": model}
+            if name == "hallucination":
+                row |= unpaired_share_of(by_model[base]["over_threshold_answers"], b.n,
+                                         by_model[model]["over_threshold_answers"], c.n, config)
+            row["verdict"] = verdict_of(min(b.n, c.n), row["low"], row["high"], config)
+            if not where or row["verdict"] == LARGER:
+                lines.append(_sentence(row, where))
+    return lines
+
+
+def model_differences(tallies: pl.DataFrame, threshold: float) -> list[str]:
+    """One sentence per model and score over all rows, and one per language where the difference is larger
+    than its noise; nothing when the rows have fewer than two models. ``tallies``: ``core.aggregates.tally``
+    per :data:`MODEL` x :data:`LANGUAGE` (the language null where the table has no language column)."""
+    config = CompareConfig(threshold=threshold)
+    lines = _rows(merge_tallies([tallies.drop(LANGUAGE)], [MODEL]), config, "")
+    if not lines:
+        return []
+    for language in tallies.get_column(LANGUAGE).drop_nulls().unique().sort().to_list():
+        lines += _rows(tallies.filter(pl.col(LANGUAGE) == language), config, f"In {language}, ")
     return lines

@@ -1,29 +1,28 @@
-"""What the answer-quality report shows, computed from a scored table (pure polars, no I/O but reading).
+"""Where the answer-quality report reads its rows: a warehouse or a scored table, in chunks (``report.summary``
+folds them into what the page shows).
 
 The report reads either a warehouse (``<root>/scored_conversations/ds=*/data.parquet``; the day is the
 partition; local or in an object store, ``tables.storage``) or a scored table written by
 ``faithfulness-pipeline score`` (a file, folder or glob, local or a URI; the day is the date of
 ``timestamp_column`` in ``timezone``, else of ``scored_at``). Everything else — the per day × model table,
 the distributions, the verdict mix, the worst answers — is derived from the scored rows themselves, so a
-warehouse and a CLI output give the same report for the same rows.
+warehouse and a CLI output give the same report for the same rows. Every row is read once, a chunk at a time,
+with its light columns only; the texts and full verdicts are read for the worst answers alone.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import polars as pl
+import pyarrow.parquet as pq
 
-from faithfulness_pipeline.core.aggregates import daily_aggregates
-from faithfulness_pipeline.core.claimless import Claimless, answer_words, count_claimless
+from faithfulness_pipeline.core.claimless import answer_words
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.report.comparisons import model_differences
-from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.inputs import PARQUET, input_format, resolve_inputs
-from faithfulness_pipeline.tables.read import READ_ERRORS, parquet_schema, read_error
+from faithfulness_pipeline.tables.read import READ_ERRORS, parquet_batches, parquet_schema, read_error
 from faithfulness_pipeline.tables.storage import Place
 
 #: Folder names a calibration table may have in a warehouse (issue 16 builds it; the report only shows it).
@@ -32,26 +31,6 @@ CALIBRATION_TABLES = ("judge_calibration", "calibration")
 DAY = "day"
 #: How a claim is marked in the report: the first mark that applies, worst first.
 MARKS = ("contradicted", "unsupported", "speculative", "supported")
-
-
-@dataclass(frozen=True)
-class ReportData:
-    """Everything the page shows, already reduced (its size does not grow with the rows beyond ``worst``)."""
-
-    source: str
-    scored_rows: int
-    daily: pl.DataFrame  # core.aggregates schema: one row per day x model
-    hallucination: list[float]  # every score, for the distributions
-    faithfulness: list[float]
-    verdict_mix: pl.DataFrame  # language, mark, claims
-    claims_per_answer: pl.DataFrame  # n_claims, answers (ok rows)
-    worst: list[dict[str, Any]]  # the worst answers with their claims
-    judges: list[tuple[str, str, int]]  # judge model, prompt version, rows
-    threshold: float
-    scale: float
-    calibration: pl.DataFrame | None = None
-    warnings: list[str] = field(default_factory=list)  # one line each, shown above the numbers
-    comparisons: list[str] = field(default_factory=list)  # the models against each other, in words
 
 
 def _warehouse_files(root: Place, table: str) -> list[Place]:
@@ -136,7 +115,7 @@ ANSWER_SCRIPT = "__fp_answer_script"
 ANSWER_WORDS = "__fp_answer_words"
 
 
-def _script(answer: pl.Expr) -> pl.Expr:
+def script(answer: pl.Expr) -> pl.Expr:
     """The answer's script: Hangul ko, Han zh, else other."""
     text = answer.cast(pl.String).fill_null("")
     return (
@@ -146,27 +125,79 @@ def _script(answer: pl.Expr) -> pl.Expr:
     )
 
 
-def _read(file: str, wanted: set[str] | None, answer_column: str | None = None) -> pl.DataFrame:
-    """One Parquet file (a path or a URI: polars reads both), only the ``wanted`` columns it has (contexts
-    and other passthrough stay unread), with the light verdicts when ``wanted`` names the columns. The
-    ``answer_column`` is read as its script and its word count: the texts of a warehouse's answers are
-    gigabytes, and the page shows a few."""
+#: The verdicts' fields the report reads of every row (to count its claims under each mark); the claims,
+#: reasons and evidence passages are read for the worst answers alone (:func:`rows_of`).
+VERDICT_FIELDS = ("verdicts.list.element.verdict", "verdicts.list.element.speculative")
+#: Rows read at a time: a chunk (its answers' texts while their script and words are counted) is all the
+#: report holds of the rows; what it keeps of them is merged tallies and counts.
+CHUNK_ROWS = 50_000
+
+
+def light(frame: pl.DataFrame, answer_column: str | None) -> pl.DataFrame:
+    """A chunk with its verdicts as mark counts and its answers as their script and word count."""
+    derived = []
+    if "verdicts" in frame.columns:
+        derived += [_marked(m) for m in MARK_COUNTS]
+    if answer_column is not None and answer_column in frame.columns:
+        derived += [script(pl.col(answer_column)).alias(ANSWER_SCRIPT),
+                    answer_words(pl.col(answer_column)).alias(ANSWER_WORDS)]
+    return frame.with_columns(derived).drop("verdicts", *([answer_column] if answer_column else []), strict=False)
+
+
+def _file_chunks(file: str, wanted: set[str], answer_column: str | None, rows: int) -> Iterator[pl.DataFrame]:
+    """One scored file's ``wanted`` columns (the verdicts' light fields, the answers' text) in chunks of at
+    most ``rows`` rows, read a row group at a time; a file without rows gives one empty chunk."""
     schema = _scored_file(file)
+    names = schema.names()
+    columns = [c for c in names if c in wanted and c not in ("verdicts", answer_column)]
+    columns += list(VERDICT_FIELDS) if "verdicts" in names else []
+    columns += [answer_column] if answer_column is not None and answer_column in names else []
     try:
-        if wanted is None:
-            return pl.read_parquet(file)
-        present = [c for c in schema.names() if c in wanted and c != answer_column]
-        lazy = pl.scan_parquet(file)
-        derived = [] if answer_column is None or answer_column not in schema.names() else [
-            _script(pl.col(answer_column)).alias(ANSWER_SCRIPT),
-            answer_words(pl.col(answer_column)).alias(ANSWER_WORDS),
-        ]
-        marks = [_marked(m) for m in MARK_COUNTS] if "verdicts" in present else []
-        return lazy.select(
-            *(pl.col(c) for c in present if c != "verdicts"), *marks, *derived
-        ).collect(engine="streaming")
+        empty = True
+        for batch in parquet_batches(pq.ParquetFile(Place.of(file).open_input()), rows, columns):
+            frame = pl.from_arrow(batch)
+            assert isinstance(frame, pl.DataFrame)
+            empty = False
+            yield light(frame, answer_column)
+        if empty:
+            yield light(pl.DataFrame(schema={c: schema[c] for c in names if c in wanted or c == answer_column}),
+                         answer_column)
     except READ_ERRORS as exc:
         raise read_error(file, exc) from exc
+
+
+def _check_scored(spec: str, file: str, names: Sequence[str]) -> None:
+    missing = [c for c in ("row_key", "status", "hallucination_score", "faithfulness_score") if c not in names]
+    if "verdicts" not in names:
+        missing.append("verdicts")
+    if missing:
+        raise InputError(
+            f"{spec!r} is not a scored table ({file!r} has no column {', '.join(missing)}): give a warehouse folder "
+            f"or the output of `faithfulness-pipeline score`"
+        )
+
+
+def scored_chunks(spec: str, *, timestamp_column: str = "created_at", timezone: str = "UTC",
+                  columns: tuple[str, ...] = (), answer_column: str | None = None,
+                  rows: int = CHUNK_ROWS) -> Iterator[pl.DataFrame]:
+    """The scored rows of a warehouse or a scored table in chunks of at most ``rows`` rows, each with a
+    ``day`` (Date) column: the report's own columns, ``columns``, and the ``answer_column`` as its script and
+    word count (the texts of a month are gigabytes; the page shows a few)."""
+    wanted = {*SCORED_NEEDS, *columns, timestamp_column}
+    if is_warehouse(spec):
+        files = _warehouse_files(Place.of(spec), "scored_conversations")
+        if not files:
+            raise InputError(f"warehouse {spec!r} has no scored_conversations partitions yet: materialise them first")
+        for place in files:
+            day = pl.lit(place.parent().name.removeprefix("ds=")).str.to_date("%Y-%m-%d", strict=False)
+            for chunk in _file_chunks(place.uri, wanted, answer_column, rows):
+                yield chunk.with_columns(day.alias(DAY))
+        return
+    for file in resolve_inputs(spec):
+        _check_scored(spec, file, _scored_file(file).names())
+        for chunk in _file_chunks(file, wanted, answer_column, rows):
+            source = timestamp_column if timestamp_column in chunk.columns else "scored_at"
+            yield chunk.with_columns(day_of(chunk, source, timezone).alias(DAY))
 
 
 def _read_table(file: str) -> pl.DataFrame:
@@ -183,7 +214,9 @@ def _read_table(file: str) -> pl.DataFrame:
 
 def rows_of(spec: str, row_keys: list[str], columns: Sequence[str] = ("verdicts",)) -> dict[str, dict[str, Any]]:
     """These rows of a warehouse or scored table by row key, with the ``columns`` they have (the full
-    verdicts: claim, reason, evidence; the answer and question texts)."""
+    verdicts: claim, reason, evidence; the answer and question texts). Each file's row keys are read first,
+    a row group at a time; the heavy columns only of the row groups that hold a wanted key, a chunk at a
+    time (a row group's claims and texts decoded at once are hundreds of megabytes)."""
     if not row_keys:
         return {}
     files = ([f.uri for f in _warehouse_files(Place.of(spec), "scored_conversations")] if is_warehouse(spec)
@@ -191,47 +224,33 @@ def rows_of(spec: str, row_keys: list[str], columns: Sequence[str] = ("verdicts"
     found: dict[str, dict[str, Any]] = {}
     for file in files:
         names = _scored_file(file).names()
+        wanted = ["row_key", *dict.fromkeys(c for c in columns if c in names and c != "row_key")]
         try:
-            rows = (pl.scan_parquet(file).filter(pl.col("row_key").is_in(row_keys))
-                    .select("row_key", *dict.fromkeys(c for c in columns if c in names and c != "row_key"))
-                    .collect(engine="streaming"))
+            parquet = pq.ParquetFile(Place.of(file).open_input())
+            for group in range(parquet.metadata.num_row_groups):
+                missing = [k for k in row_keys if k not in found]
+                if not missing:
+                    return found
+                keys = pl.from_arrow(parquet.read_row_group(group, columns=["row_key"]).column(0))
+                assert isinstance(keys, pl.Series)
+                if not keys.is_in(missing).any():
+                    continue
+                for batch in parquet.iter_batches(batch_size=CHUNK_ROWS // 10, row_groups=[group], columns=wanted):
+                    rows = pl.from_arrow(batch)
+                    assert isinstance(rows, pl.DataFrame)
+                    for row in rows.filter(pl.col("row_key").is_in(missing)).iter_rows(named=True):
+                        found.setdefault(row.pop("row_key"), row)
         except READ_ERRORS as exc:
             raise read_error(file, exc) from exc
-        for row in rows.iter_rows(named=True):
-            found.setdefault(row.pop("row_key"), row)
     return found
 
 
 def load_scored(spec: str, *, timestamp_column: str = "created_at", timezone: str = "UTC",
-                columns: tuple[str, ...] | None = None, answer_column: str | None = None) -> pl.DataFrame:
-    """The scored rows of a warehouse or a scored table, with a ``day`` (Date) column; with ``columns``,
-    only those (and the report's own) are read, and the ``answer_column`` as its script and word count."""
-    wanted = None if columns is None else {*SCORED_NEEDS, *columns, timestamp_column}
-    if is_warehouse(spec):
-        files = _warehouse_files(Place.of(spec), "scored_conversations")
-        if not files:
-            raise InputError(f"warehouse {spec!r} has no scored_conversations partitions yet: materialise them first")
-        frames = [
-            _read(f.uri, wanted, answer_column).with_columns(
-                pl.lit(f.parent().name.removeprefix("ds=")).alias("__ds"))
-            for f in files
-        ]
-        frame = pl.concat(frames, how="diagonal_relaxed")
-        day = pl.col("__ds").str.to_date("%Y-%m-%d", strict=False)
-        return frame.with_columns(day.alias(DAY)).drop("__ds")
-    tables = resolve_inputs(spec)
-    frame = pl.concat([_read(f, wanted, answer_column) for f in tables], how="diagonal_relaxed")
-    missing = [c for c in ("row_key", "status", "hallucination_score", "faithfulness_score")
-               if c not in frame.columns]
-    if "verdicts" not in frame.columns and MARK_COUNTS["supported"] not in frame.columns:
-        missing.append("verdicts")
-    if missing:
-        raise InputError(
-            f"{spec!r} is not a scored table (no column {', '.join(missing)}): give a warehouse folder or the "
-            f"output of `faithfulness-pipeline score`"
-        )
-    source = timestamp_column if timestamp_column in frame.columns else "scored_at"
-    return frame.with_columns(day_of(frame, source, timezone).alias(DAY))
+                columns: tuple[str, ...] = (), answer_column: str | None = None) -> pl.DataFrame:
+    """Every chunk of :func:`scored_chunks` in one frame: for small tables (the report itself never holds
+    them, it folds the chunks)."""
+    return pl.concat(list(scored_chunks(spec, timestamp_column=timestamp_column, timezone=timezone,
+                                        columns=columns, answer_column=answer_column)), how="diagonal_relaxed")
 
 
 def day_of(frame: pl.DataFrame, column: str, timezone: str) -> pl.Expr:
@@ -264,116 +283,3 @@ def load_calibration(spec: str | None, warehouse: Place | None) -> pl.DataFrame 
         if files:
             return pl.concat([_read_table(f.uri) for f in files], how="diagonal_relaxed")
     return None
-
-
-def _language(frame: pl.DataFrame, column: str, answer_column: str) -> pl.Expr:
-    """The row's language column, else the answer's script (Hangul: ko, Han: zh, else other)."""
-    if column in frame.columns:
-        return pl.col(column).cast(pl.String).fill_null("(none)")
-    if ANSWER_SCRIPT in frame.columns:
-        return pl.col(ANSWER_SCRIPT)
-    if answer_column not in frame.columns:
-        return pl.lit("(unknown)")
-    return _script(pl.col(answer_column))
-
-
-#: The rows of these keys with the named columns (``rows_of`` bound to the report's source).
-FullRows = Callable[[list[str], Sequence[str]], dict[str, dict[str, Any]]]
-
-
-def _worst(scored: pl.DataFrame, limit: int, *, model_column: str, answer_column: str, question_column: str,
-           language: pl.Expr, full: FullRows | None = None) -> list[dict[str, Any]]:
-    # Lazy, so that sort + head is a top-k: sorting the frame itself would copy every row first.
-    ranked = scored.lazy().filter(pl.col("hallucination_score").is_not_null()).sort(
-        ["hallucination_score", "faithfulness_score", "row_key"], descending=[True, False, False], nulls_last=True
-    ).head(limit).collect()
-
-    def text(column: str) -> pl.Expr:
-        return pl.col(column).cast(pl.String) if column in ranked.columns else pl.lit(None, dtype=pl.String)
-
-    rows = ranked.select(
-        "row_key", DAY, text(model_column).alias("model"), language.alias("language"),
-        text(question_column).alias("question"), text(answer_column).alias("answer"),
-        "hallucination_score", "faithfulness_score",
-        pl.col("verdicts") if "verdicts" in ranked.columns else pl.lit(None).alias("verdicts"),
-    ).to_dicts()
-    if full is not None:  # the table holds light verdicts and no texts: the worst rows' are read now
-        complete = full([row["row_key"] for row in rows], ("verdicts", answer_column, question_column))
-        for row in rows:
-            found = complete.get(row["row_key"], {})
-            row["verdicts"] = found.get("verdicts") or []
-            for name, column in (("answer", answer_column), ("question", question_column)):
-                if row[name] is None and found.get(column) is not None:
-                    row[name] = str(found[column])
-    for row in rows:
-        claims = []
-        for verdict in row.pop("verdicts") or []:
-            mark = "contradicted" if verdict["verdict"] == "contradicted" else (
-                "speculative" if verdict["speculative"] else verdict["verdict"])
-            claims.append({**verdict, "mark": mark})
-        row["claims"] = claims
-    return rows
-
-
-def summarise(
-    scored: pl.DataFrame,
-    *,
-    source: str,
-    scoring: ScoringSettings,
-    language_column: str = "language",
-    worst: int = 20,
-    calibration: pl.DataFrame | None = None,
-    full_rows: FullRows | None = None,
-) -> ReportData:
-    """Reduce a scored table (with a ``day`` column) to what the report draws; ``scoring`` names its columns,
-    the hallucination threshold and the scale."""
-    model_column, answer_column = scoring.model_column, scoring.output_column
-    threshold = scoring.hallucination_threshold
-    daily = daily_aggregates(scored, day_column=DAY, model_column=model_column, hallucination_threshold=threshold,
-                             scale=scoring.scale)
-    ok = scored.filter(pl.col("status") == "ok")
-    language = _language(scored, language_column, answer_column)
-    mix = _verdict_mix(ok, language)
-    per_answer = ok.group_by(pl.col("n_claims").cast(pl.Int64)).len("answers").sort("n_claims")
-    judges = (
-        scored.group_by(pl.col("judge_model").fill_null("-"), pl.col("prompt_version").fill_null("-"))
-        .len("rows").sort("judge_model", "prompt_version").rows()
-    )
-    return ReportData(
-        source=source,
-        scored_rows=scored.height,
-        daily=daily,
-        hallucination=ok.get_column("hallucination_score").drop_nulls().to_list(),
-        faithfulness=ok.get_column("faithfulness_score").drop_nulls().to_list(),
-        verdict_mix=mix,
-        claims_per_answer=per_answer,
-        worst=_worst(scored, worst, model_column=model_column, answer_column=answer_column,
-                     question_column=scoring.input_column, language=language, full=full_rows),
-        judges=[(str(m), str(p), int(n)) for m, p, n in judges],
-        threshold=threshold,
-        scale=scoring.scale,
-        calibration=calibration,
-        warnings=[w for w in [_claimless(scored, answer_column).warning(scoring.max_zero_claim_share)] if w],
-        comparisons=model_differences(scored, model_column, threshold, language_column),
-    )
-
-
-def _claimless(scored: pl.DataFrame, answer_column: str) -> Claimless:
-    """:func:`count_claimless` of a table read with its answers' word counts instead of their text."""
-    words = pl.col(ANSWER_WORDS) if ANSWER_WORDS in scored.columns else None
-    return count_claimless(scored, answer_column, words=words)
-
-
-def _verdict_mix(ok: pl.DataFrame, language: pl.Expr) -> pl.DataFrame:
-    """Claims per language and mark, from the verdicts or from the per-row mark counts :func:`_read` kept."""
-    counted = ok if MARK_COUNTS["supported"] in ok.columns else ok.with_columns(_marked(m) for m in MARK_COUNTS)
-    mix = (
-        counted.group_by(language.alias("language")).agg(pl.col(c).sum() for c in MARK_COUNTS.values())
-        .unpivot(index="language", variable_name="mark", value_name="claims")
-        .with_columns(pl.col("mark").replace({v: k for k, v in MARK_COUNTS.items()}),
-                      pl.col("claims").cast(pl.UInt32))
-        .filter(pl.col("claims") > 0)
-        .sort("language", "mark")
-    )
-    return mix if mix.height else pl.DataFrame(schema={"language": pl.String, "mark": pl.String,
-                                                        "claims": pl.UInt32})

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import jinja2
+import polars as pl
 from markupsafe import Markup
 
 from faithfulness_pipeline.core.money import usd
 from faithfulness_pipeline.report import charts
-from faithfulness_pipeline.report.data import ReportData
+from faithfulness_pipeline.report.summary import ReportData
 from faithfulness_pipeline.tables.storage import Place
 
 #: Longest text (answer, question, claim, reason, passage) shown in full; longer ones are cut.
@@ -98,15 +99,19 @@ def headline(data: ReportData) -> Headline:
     period = f"{days[0]} .. {days[-1]}" if len(days) > 1 else (str(days[0]) if days else "no days")
     billed = daily.get_column("billed_cost_usd")
     over = int(daily.get_column("over_threshold_answers").sum() or 0)
-    with_score = len(data.hallucination)
+    scored = {score: (int(part.get_column("answers").sum()),
+                      float((part.get_column("value") * part.get_column("answers")).sum()))
+              for score in ("hallucination", "faithfulness")
+              for part in [data.distribution.filter(pl.col("score") == score)]}
+    with_score = scored["hallucination"][0]
     answers = int(daily.get_column("answers").sum() or 0)
     sampled = int(daily.get_column("sampled_answers").sum() or 0)
     return Headline(
         period=period,
         answers=answers,
         error_answers=int(daily.get_column("error_answers").sum() or 0),
-        hallucination_mean=sum(data.hallucination) / with_score if with_score else None,
-        faithfulness_mean=sum(data.faithfulness) / len(data.faithfulness) if data.faithfulness else None,
+        hallucination_mean=scored["hallucination"][1] / with_score if with_score else None,
+        faithfulness_mean=scored["faithfulness"][1] / scored["faithfulness"][0] if scored["faithfulness"][0] else None,
         over_threshold_share=over / with_score if with_score else None,
         billed_cost_usd=None if billed.null_count() else float(billed.sum() or 0.0),
         judges=", ".join(f"{m} ({p})" for m, p, _ in data.judges),
@@ -145,7 +150,7 @@ def render_html(data: ReportData, *, baseline_judges: frozenset[str] = frozenset
     ]
     figures = {
         "trend": charts.trend_chart(data.daily, data.threshold, data.scale),
-        "distribution": charts.distribution_chart(data.hallucination, data.faithfulness, data.scale),
+        "distribution": charts.distribution_chart(data.distribution, data.scale),
         "verdicts": charts.verdict_mix_chart(data.verdict_mix),
         "claims": charts.claims_chart(data.claims_per_answer),
     }

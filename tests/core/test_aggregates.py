@@ -181,3 +181,58 @@ def test_percentiles_are_rounded_like_the_scores() -> None:
     assert row["hallucination_p90"] == 0.93 and row["faithfulness_p90"] == 0.93
     assert row["hallucination_p50"] == 0.67
     assert pl.Series([0.33, 0.67, 1.0]).quantile(0.9, "linear") != 0.93  # the noise the rounding removes
+
+
+def _random_day(rng_seed: int, rows: int) -> pl.DataFrame:
+    import random
+
+    rng = random.Random(rng_seed)
+    records = []
+    for _ in range(rows):
+        status = rng.choices(["ok", "error", "not_sampled", "skipped"], [8, 1, 2, 1])[0]
+        h = round(rng.random(), 2) if status == "ok" and rng.random() > 0.05 else None
+        claims = rng.randint(0, 6)
+        records.append({
+            "day": rng.choice([D1, D2]), "model": rng.choice(["a", "b", None]), "status": status,
+            "hallucination_score": h, "faithfulness_score": None if h is None else round(1 - h * rng.random(), 2),
+            "n_claims": claims, "n_supported": claims // 2, "n_contradicted": claims // 3, "n_unsupported": 0,
+            "n_speculative": claims % 2, "llm_calls": 0.5, "prompt_tokens": rng.randint(5, 50),
+            "completion_tokens": 3, "cost_usd": rng.choice([0.01, None]),
+            "billed_cost_usd": rng.choice([0.0, 0.01, 0.01, None]), "result_source": rng.choice(["llm", "store"]),
+        })
+    return pl.DataFrame(records, schema_overrides={"cost_usd": pl.Float64, "billed_cost_usd": pl.Float64})
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_parts_of_chunks_merge_into_the_aggregates_of_the_whole(seed: int) -> None:
+    """A reader of many chunks (the report over a month) merges each chunk's parts: every count, sum, mean,
+    interval and percentile equals what the whole table gives at once."""
+    from faithfulness_pipeline.core.aggregates import daily_parts, finish_daily, merge_parts
+
+    whole = _random_day(seed, 700)
+    chunks = [whole.slice(start, 97) for start in range(0, whole.height, 97)]
+    merged = finish_daily(merge_parts(daily_parts(c, hallucination_threshold=0.4) for c in chunks),
+                          hallucination_threshold=0.4)
+    at_once = daily_aggregates(whole, hallucination_threshold=0.4)
+    assert merged.height == at_once.height == 6  # two days x (a, b, no model)
+    floats = [n for n, d in AGGREGATE_SCHEMA.items() if d == pl.Float64()]
+    assert merged.drop(floats).equals(at_once.drop(floats))
+    for name in floats:
+        assert merged.get_column(name).to_list() == pytest.approx(at_once.get_column(name).to_list(), abs=1e-12), name
+
+
+def test_percentiles_from_counts_equal_polars_quantiles_on_any_values() -> None:
+    """Scores that are not two-decimal (a table from elsewhere) still give polars' own linear quantiles."""
+    from faithfulness_pipeline.core.aggregates import percentiles, score_counts
+
+    whole = _random_day(7, 400).with_columns(pl.col("hallucination_score") / 3)
+    keyed = whole.with_columns(pl.col("day").alias("__day"), pl.col("model").alias("__model"))
+    got = percentiles(score_counts(keyed, ("__day", "__model")), ("__day", "__model"))
+    ok = keyed.filter(pl.col("status") == "ok")
+    want = ok.group_by("__day", "__model").agg(
+        pl.col("hallucination_score").quantile(0.5, "linear").alias("p50"),
+        pl.col("hallucination_score").quantile(0.9, "linear").alias("p90"))
+    joined = want.join(got, on=["__day", "__model"], nulls_equal=True)
+    assert joined.height == 6
+    assert joined.get_column("p50").to_list() == pytest.approx(joined.get_column("hallucination_p50").to_list())
+    assert joined.get_column("p90").to_list() == pytest.approx(joined.get_column("hallucination_p90").to_list())

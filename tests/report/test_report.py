@@ -250,3 +250,46 @@ def test_the_models_are_compared_in_words_with_their_intervals(tmp_path: Path) -
         assert f"{row['mean_candidate']:.3f}" in line and line in text
         assert ("too few answers" in line) if row["verdict"] == "too few rows" else (
             f"{row['difference']:+.3f}" in line and ("larger than" in line) == (row["verdict"] == "larger than noise"))
+
+
+def test_a_table_read_in_small_chunks_gives_the_report_of_the_table_read_at_once(tmp_path: Path) -> None:
+    """The report folds its rows chunk by chunk (a month of millions in bounded memory): read 37 rows at a
+    time from two files, every number, distribution, verdict mix, comparison and worst answer is the one the
+    same rows give read in one chunk."""
+    from faithfulness_pipeline.report.data import rows_of, scored_chunks
+    from faithfulness_pipeline.report.summary import summarise_chunks
+    from faithfulness_pipeline.settings.scoring import ScoringSettings
+
+    golden = pl.read_parquet(GOLDEN)
+    copies = pl.concat([
+        golden.with_columns(pl.col("row_key") + f"-{i}", pl.col("created_at") + dt.timedelta(days=i % 5))
+        for i in range(24)
+    ])
+    folder = tmp_path / "month"
+    folder.mkdir()
+    half = copies.height // 2
+    copies.head(half).write_parquet(folder / "a.parquet", row_group_size=50)
+    copies.tail(copies.height - half).write_parquet(folder / "b.parquet")
+    scoring = ScoringSettings()
+
+    def report(rows: int) -> object:
+        chunks = scored_chunks(str(folder), columns=("model", "language"), answer_column=scoring.output_column,
+                               rows=rows)
+        return summarise_chunks(chunks, source=str(folder), scoring=scoring, worst=7,
+                                full_rows=lambda keys, columns: rows_of(str(folder), keys, columns))
+
+    small, whole = report(37), report(1_000_000)
+    assert small.scored_rows == whole.scored_rows == copies.height
+    assert small.daily.height == copies.select(pl.col("created_at").dt.date(), "model").unique().height > 5
+    floats = [c for c, d in small.daily.schema.items() if d == pl.Float64]
+    assert small.daily.drop(floats).equals(whole.daily.drop(floats))
+    for column in floats:
+        assert small.daily.get_column(column).to_list() == pytest.approx(whole.daily.get_column(column).to_list()), column
+    assert small.distribution.equals(whole.distribution)
+    assert int(small.distribution.get_column("answers").sum()) == 2 * copies.filter(
+        pl.col("status") == "ok", pl.col("hallucination_score").is_not_null()).height
+    assert small.verdict_mix.equals(whole.verdict_mix) and small.claims_per_answer.equals(whole.claims_per_answer)
+    assert small.judges == whole.judges and small.comparisons == whole.comparisons and small.comparisons
+    assert small.worst == whole.worst
+    # their texts and claims are read for these rows alone
+    assert all(r["answer"] for r in small.worst) and any(r["claims"] for r in small.worst)
