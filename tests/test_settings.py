@@ -30,6 +30,7 @@ from faithfulness_pipeline.defs.resources import (
     WarehouseResource,
 )
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
+from faithfulness_pipeline.settings.celery import CelerySettings
 from faithfulness_pipeline.settings.derive import Setting, markdown_table, settings
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
@@ -125,7 +126,9 @@ def test_its_variable_sets_it_for_the_cli_and_for_dagster(setting: Setting) -> N
     elif setting.model in (JudgeSettings, ScoringSettings):
         assert _field(resolve_settings({}, env), setting) == value
     defs = DefsSettings.from_env(env)
-    assert getattr(getattr(defs, setting.resource) if setting.resource else defs, setting.name) == value
+    # the Celery executor's settings are fixed when the code location loads, and kept together
+    holder = defs.celery if setting.model is CelerySettings else defs
+    assert getattr(getattr(defs, setting.resource) if setting.resource else holder, setting.name) == value
 
 
 @pytest.mark.parametrize("setting", [s for s in SETTINGS if s.resource], ids=lambda s: s.name)
@@ -173,8 +176,8 @@ def test_a_variable_that_is_not_a_number_is_refused_by_name() -> None:
     assert math.isclose(DefsSettings.from_env({"FP_JUDGE_TIMEOUT_S": " 2.5 "}).judge.timeout_s, 2.5)
 
 
-DAGSTER_LAYER = [s for s in SETTINGS
-                 if s.model not in (JudgeSettings, ScoringSettings, CalibrationSettings, TraceExportSettings)]
+DAGSTER_LAYER = [s for s in SETTINGS if s.model not in (JudgeSettings, ScoringSettings, CalibrationSettings,
+                                                         TraceExportSettings, CelerySettings)]
 
 
 def test_shards_shape_the_dagster_day_only() -> None:

@@ -37,6 +37,7 @@ from faithfulness_pipeline.defs.schedules import build_job, build_schedule, buil
 from faithfulness_pipeline.defs.traces import build_trace_assets
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
+from faithfulness_pipeline.settings.celery import CelerySettings
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.derive import settings as registered
 from faithfulness_pipeline.settings.judge import JudgeSettings
@@ -58,6 +59,8 @@ class DefsSettings:
     warehouse: WarehouseResource = field(default_factory=WarehouseResource)
     calibration: CalibrationResource = field(default_factory=CalibrationResource)
     traces: TracesResource = field(default_factory=TracesResource)
+    #: Dagster's Celery executor (``FP_CELERY_*``); its broker unset: the local multiprocess executor.
+    celery: CelerySettings = field(default_factory=CelerySettings)
 
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> DefsSettings:
@@ -81,6 +84,7 @@ class DefsSettings:
             warehouse=warehouse,
             calibration=calibration,
             traces=traces,
+            celery=from_env(CelerySettings, env),
         )
 
 
@@ -104,14 +108,23 @@ def build_defs(
     step_io_manager: dg.ConfigurableIOManager | None = None,
 ) -> dg.Definitions:
     """The code location. ``executor`` replaces the local multiprocess executor, e.g. with
-    ``dagster_k8s.k8s_job_executor`` or ``dagster_celery.celery_executor`` (one pod / Celery task per step;
-    the ``llm_judge`` pool still bounds the LLM steps, counted in the shared instance database).
+    ``dagster_k8s.k8s_job_executor`` (one pod per step; the ``llm_judge`` pool still bounds the LLM steps,
+    counted in the shared instance database); with ``settings.celery.broker`` set (``FP_CELERY_BROKER``) it is
+    dagster-celery's executor, configured by ``defs.celery``, and steps hand each other what is no table
+    through the warehouse.
     ``step_io_manager`` replaces the local filesystem IO manager of what steps hand each other (a shard's
     summary) with one every pod sees, e.g. ``dagster_aws.s3.S3PickleIOManager``."""
     settings = settings or DefsSettings()
     partitions = daily_partitions(settings.partitions_start, settings.landing.zone())
     model, prompt_version = settings.judge.identity()
-    assets = build_assets(partitions, judge_version=f"{model}:{prompt_version}")
+    judge_tags: dict[str, str] = {}
+    if settings.celery.broker:  # steps on Celery workers: what they hand each other goes where all see it
+        from faithfulness_pipeline.defs import celery  # dagster-celery imports celery: only when asked for
+
+        executor = executor or celery.executor_for(settings.celery)
+        step_io_manager = step_io_manager or celery.WarehouseStepIOManager(warehouse=settings.warehouse)
+        judge_tags = celery.judge_step_tags(settings.celery)
+    assets = build_assets(partitions, judge_version=f"{model}:{prompt_version}", judge_tags=judge_tags)
     assets += build_calibration_assets(f"{model}:{prompt_version}", LLM_POOL)
     assets += build_trace_assets(partitions, settings.traces)
     job = build_job()

@@ -11,6 +11,7 @@ version: after a prompt change Dagster shows those tables as stale.
 """
 
 import warnings
+from collections.abc import Mapping
 
 import dagster as dg
 
@@ -23,15 +24,18 @@ from faithfulness_pipeline.defs.raw import raw_asset
 from faithfulness_pipeline.defs.scored import scored_assets
 
 
-def build_assets(partitions: dg.PartitionsDefinition[str], judge_version: str) -> list[dg.AssetsDefinition]:
-    """All assets for ``partitions``; ``judge_version`` ("model:prompt version") goes into code versions."""
+def build_assets(
+    partitions: dg.PartitionsDefinition[str], judge_version: str, judge_tags: Mapping[str, str] | None = None
+) -> list[dg.AssetsDefinition]:
+    """All assets for ``partitions``; ``judge_version`` ("model:prompt version") goes into code versions;
+    ``judge_tags`` are the judge steps' own (a Celery queue)."""
 
     def versioned(revision: str) -> str:
         return f"{revision}:{judge_version}"
 
     return [
         raw_asset(partitions),
-        judge_assets(partitions, versioned),
+        judge_assets(partitions, versioned, judge_tags),
         *scored_assets(partitions, versioned),
         comparison_asset(partitions, versioned),
         answer_quality_duckdb,

@@ -17,7 +17,7 @@ tables, each holding the row key and its own columns. Nothing holds a whole day.
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
@@ -75,15 +75,18 @@ class ShardResult:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def judge_assets(partitions: dg.PartitionsDefinition[str], versioned: Any) -> dg.AssetsDefinition:
-    """The graph that judges a day; ``versioned`` adds the judge's identity to a code version."""
+def judge_assets(
+    partitions: dg.PartitionsDefinition[str], versioned: Any, step_tags: Mapping[str, str] | None = None
+) -> dg.AssetsDefinition:
+    """The graph that judges a day; ``versioned`` adds the judge's identity to a code version; ``step_tags``
+    go on the judge steps (``dagster-celery/queue``: the Celery queue they are sent to)."""
 
     @dg.op(ins={"after": dg.In(dg.Nothing)}, out=dg.DynamicOut(int, io_manager_key=STEP_IO))
     def shard_plan(judge: JudgeResource) -> Iterator[dg.DynamicOutput[int]]:
         for shard in range(judge.shards):
             yield dg.DynamicOutput(shard, mapping_key=f"shard_{shard}")
 
-    @dg.op(pool=LLM_POOL, out=dg.Out(io_manager_key=STEP_IO))
+    @dg.op(pool=LLM_POOL, out=dg.Out(io_manager_key=STEP_IO), tags=dict(step_tags or {}))
     def judge_shard(
         context: dg.OpExecutionContext, shard: int, judge: JudgeResource, scoring: ScoringResource,
         warehouse: WarehouseResource,

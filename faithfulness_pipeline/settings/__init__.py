@@ -2,7 +2,8 @@
 
 ``judge`` (:class:`JudgeSettings`), ``scoring`` (:class:`ScoringSettings`), ``calibration``
 (:class:`CalibrationSettings`) and ``landing`` (the Dagster layer's :class:`LandingSettings`,
-:class:`WarehouseSettings` and :class:`PartitionSettings`) declare the fields, with ``fields`` for what a field
+:class:`WarehouseSettings` and :class:`PartitionSettings`; ``celery``'s :class:`CelerySettings` for Dagster's Celery
+executor) declare the fields, with ``fields`` for what a field
 tells the registry; ``derive`` turns them into CLI flags, ``FP_*`` variables, Dagster resource fields and the
 settings table of the docs (``python -m faithfulness_pipeline.settings``).
 """

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
+from faithfulness_pipeline.settings.celery import CelerySettings
 from faithfulness_pipeline.settings.fields import CLI, ENV
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.landing import LandingSettings, PartitionSettings, WarehouseSettings
@@ -60,6 +61,7 @@ MODELS: Final[tuple[Registered, ...]] = (
     Registered(LandingSettings, "FP_", "landing", flags=False),
     Registered(WarehouseSettings, "FP_", "warehouse", flags=False),
     Registered(PartitionSettings, "FP_", None, flags=False),
+    Registered(CelerySettings, "FP_CELERY_", None, flags=False),
 )
 
 

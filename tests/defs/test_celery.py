@@ -1,0 +1,160 @@
+"""A day on Dagster's Celery executor across two workers (docs/scaling-out.md, "Dagster's Celery executor").
+
+Everything is real and on 127.0.0.1: Redis (Debian's ``redis-server``) is the broker, PostgreSQL holds the
+Dagster instance and the result store, moto's S3 server holds the landing and the warehouse, the fake
+OpenAI-compatible server is the provider, and each worker is ``celery -A faithfulness_pipeline.defs.celery_app
+worker`` in a folder, TMPDIR, DAGSTER_HOME and (as root) host name of its own (``tests/defs/celery_fleet.py``).
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from faithfulness_pipeline.defs.warehouse import WarehouseResource
+from faithfulness_pipeline.tables.storage import Place
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer, Latency
+from faithfulness_pipeline.testing.scripted import ScriptedJudge
+from tests.conftest import S3Bucket
+from tests.defs.celery_fleet import Fleet, step_workers
+from tests.defs.pg_instance import postgres_home, set_up_instance
+from tests.defs.pool_events import LLM_STEP, pool_use
+from tests.postgres_cluster import Cluster
+from tests.redis_server import RedisServer, missing_reason, redis_server
+from tests.reliability.support import KEY_ENV, MODEL, child_env, short_rows
+
+DAY = "2026-11-25"
+KEY = "sk-celery-fleet-5d2a7c19e03b4f68"
+SHARDS = 4
+ROWS = 96
+#: The scored day's tables, up to the scored one (the BI tables after it add run time, not coverage).
+TABLES = ("raw_conversations", "extracted_claims", "judged_claims", "scored_conversations")
+#: Columns that name a run, not a row's result.
+RUN_COLUMNS = ("scored_at", "scoring_run_id")
+#: Seconds a day may take here, start of the run to its end, on a loaded 2-core machine.
+RUN_LIMIT_S = 240
+
+
+@pytest.fixture
+def broker() -> Iterator[RedisServer]:
+    reason = missing_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with redis_server() as server:
+        yield server
+
+
+@dataclass
+class World:
+    fleet: Fleet
+    instance: dg.DagsterInstance
+    bucket: S3Bucket
+    server: FakeLLMServer
+    judge: ScriptedJudge
+    broker: RedisServer
+    cluster: Cluster
+    tag: str
+
+    def warehouse(self, prefix: str) -> WarehouseResource:
+        return WarehouseResource(root=self.bucket.uri(prefix))
+
+    def store(self, name: str) -> str:
+        database = f"{name}_{self.tag}"
+        self.cluster.psql(f"CREATE DATABASE {database}")
+        return self.cluster.url(database=database)
+
+
+@pytest.fixture
+def world(postgres: Cluster, s3: S3Bucket, broker: RedisServer, tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:  # fmt: skip
+    tag = tmp_path.name.replace("-", "_").lower()
+    postgres.psql(f"CREATE DATABASE dagster_{tag}")
+    dagster_url = postgres.url(database=f"dagster_{tag}").replace("postgresql://", "postgresql+psycopg2://")
+    rows = io.BytesIO()
+    short_rows(ROWS, day=DAY).write_parquet(rows)
+    Place.of(s3.uri("landing/day.parquet")).write_bytes(rows.getvalue())
+    judge = ScriptedJudge()
+    with FakeLLMServer(judge, latency=Latency(base_s=0.05)) as server:
+        env = child_env(
+            FP_DAGSTER_PG_URL=dagster_url, FP_LANDING=s3.uri("landing/"), FP_WAREHOUSE=s3.uri("celery"),
+            FP_PARTITIONS_START=DAY, FP_JUDGE_MODEL=MODEL, FP_JUDGE_API_BASE=server.base_url,
+            FP_JUDGE_API_KEY_ENV=KEY_ENV, FP_JUDGE_SHARDS=str(SHARDS), FP_JUDGE_MAX_CONCURRENCY="2",
+            FP_CELERY_BROKER=broker.url, FP_CELERY_BACKEND=broker.url.replace("/0", "/1"),
+            **{KEY_ENV: KEY}, **s3.env,
+        )  # fmt: skip
+        operator = postgres_home(tmp_path / "operator" / "dagster_home")
+        set_up_instance(operator, dagster_url, env)
+        monkeypatch.setenv("FP_DAGSTER_PG_URL", dagster_url)
+        fleet = Fleet(tmp_path, env, operator)
+        try:
+            with dg.DagsterInstance.from_config(str(operator)) as instance:
+                yield World(fleet, instance, s3, server, judge, broker, postgres, tag)
+        finally:
+            fleet.close()
+
+
+def _finish(run: subprocess.Popen[str], limit: float = RUN_LIMIT_S) -> str:
+    try:
+        out, _ = run.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        out, _ = run.communicate()
+        raise AssertionError(f"the run did not end within {limit} s:\n{out[-4000:]}") from None
+    assert run.returncode == 0, out[-4000:]
+    return out
+
+
+def _tables(warehouse: WarehouseResource) -> dict[str, pl.DataFrame]:
+    return {table: pl.read_parquet(io.BytesIO(warehouse.partition(table, DAY).read_bytes()))
+            .drop(RUN_COLUMNS, strict=False) for table in TABLES}  # fmt: skip
+
+
+def _only_run(instance: dg.DagsterInstance) -> dg.DagsterRun:
+    runs = instance.get_runs()
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+@pytest.mark.timeout(600)
+def test_a_day_in_four_shards_runs_on_both_workers_as_on_one_machine(world: World) -> None:
+    fleet = world.fleet
+    fleet.env["FP_JUDGE_STORE"] = world.store("results")
+    for name in ("worker-a", "worker-b"):
+        fleet.start_worker(name)
+    fleet.wait_ready()
+    out = _finish(fleet.launch(DAY))
+    celery_billed = world.server.stats()
+    run = _only_run(world.instance)
+    assert run.status == dg.DagsterRunStatus.SUCCESS, out[-3000:]
+    workers = step_workers(world.instance, run.run_id)
+    shards = {step: names for step, names in workers.items() if step.startswith(LLM_STEP)}
+    assert len(shards) == SHARDS and all(len(names) == 1 for names in shards.values()), shards
+    assert {names[0].split("@")[0] for names in shards.values()} == {"worker-a", "worker-b"}, shards
+    assert pool_use(world.instance, [run.run_id]).peak() <= 2
+    celery = _tables(world.warehouse("celery"))
+    # nothing the steps handed each other is on the launching machine's disk: it is in the bucket
+    assert not list((fleet.operator / "storage").rglob(f"{run.run_id}/*judge_shard*"))
+    assert any(key.startswith("celery/_dagster/") for key in world.bucket.objects())
+
+    # the same day on one machine: the local multiprocess executor, a store of its own, the same server
+    world.server.reset_stats()
+    one = _finish(fleet.launch(DAY, FP_CELERY_BROKER="", FP_WAREHOUSE=world.bucket.uri("one"),
+                               FP_JUDGE_STORE=world.store("one")))  # fmt: skip
+    one_billed = world.server.stats()
+    local_run = next(r for r in world.instance.get_runs() if r.run_id != run.run_id)
+    assert local_run.status == dg.DagsterRunStatus.SUCCESS, one[-3000:]
+    assert step_workers(world.instance, local_run.run_id) == {}  # no step of it went to a worker
+    local = _tables(world.warehouse("one"))
+    for table in TABLES:
+        assert celery[table].equals(local[table]), table
+    assert celery["raw_conversations"].height == ROWS
+    assert (celery_billed.requests, celery_billed.billed_prompt_tokens, celery_billed.billed_completion_tokens) == (
+        one_billed.requests, one_billed.billed_prompt_tokens, one_billed.billed_completion_tokens)
+    assert celery_billed.by_outcome == {"ok": celery_billed.requests}
