@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import io
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
+import polars.selectors as cs
+import psycopg
 import pytest
 
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
@@ -28,7 +31,16 @@ from tests.defs.pg_instance import postgres_home, set_up_instance
 from tests.defs.pool_events import LLM_STEP, pool_use
 from tests.postgres_cluster import Cluster
 from tests.redis_server import RedisServer, missing_reason, redis_server
-from tests.reliability.support import KEY_ENV, MODEL, child_env, short_rows
+from tests.reliability.support import (
+    KEY_ENV,
+    MODEL,
+    STEPS,
+    child_env,
+    process_tree,
+    short_rows,
+    step_items,
+    wait_for,
+)
 
 DAY = "2026-11-25"
 KEY = "sk-celery-fleet-5d2a7c19e03b4f68"
@@ -40,6 +52,9 @@ TABLES = ("raw_conversations", "extracted_claims", "judged_claims", "scored_conv
 RUN_COLUMNS = ("scored_at", "scoring_run_id")
 #: Seconds a day may take here, start of the run to its end, on a loaded 2-core machine.
 RUN_LIMIT_S = 240
+#: Leases and the visibility timeout, short: a dead worker's step and items are taken over within the test.
+LEASE_S = 3.0
+VISIBILITY_S = 15.0
 
 
 @pytest.fixture
@@ -158,3 +173,90 @@ def test_a_day_in_four_shards_runs_on_both_workers_as_on_one_machine(world: Worl
     assert (celery_billed.requests, celery_billed.billed_prompt_tokens, celery_billed.billed_completion_tokens) == (
         one_billed.requests, one_billed.billed_prompt_tokens, one_billed.billed_completion_tokens)
     assert celery_billed.by_outcome == {"ok": celery_billed.requests}
+
+
+def _store_counts(store_url: str) -> dict[str, int]:
+    with psycopg.connect(store_url) as conn:
+        if conn.execute("SELECT to_regclass('fp_results')").fetchone() == (None,):
+            return dict.fromkeys(STEPS, 0)  # no step has opened the store yet
+        counts = {str(step): int(n) for step, n in conn.execute("SELECT step, count(*) FROM fp_results GROUP BY step")}
+    return {step: counts.get(step, 0) for step in STEPS}
+
+
+def _leases_of(store_url: str, pids: set[int]) -> int:
+    """Leases held by the processes ``pids`` (an owner is ``host:pid:tag``)."""
+    with psycopg.connect(store_url) as conn:
+        if conn.execute("SELECT to_regclass('fp_leases')").fetchone() == (None,):
+            return 0  # no step has opened the store yet
+        owners = [str(owner) for (owner,) in conn.execute("SELECT owner FROM fp_leases")]
+    return sum(1 for owner in owners if int(owner.split(":")[1]) in pids)
+
+
+def _results(table: pl.DataFrame) -> pl.DataFrame:
+    """A table's results without what says where each came from and what producing it was billed."""
+    return table.drop("result_source", cs.starts_with("billed_"), strict=False)
+
+
+def _asked(judge: ScriptedJudge) -> dict[str, int]:
+    return {step: step_items(judge, step) for step in STEPS}
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_killed_mid_shard_leaves_its_step_to_the_other_paying_only_what_the_store_lacks(
+    world: World,
+) -> None:
+    """Worker A alone takes the day's first judge shard; SIGKILLed (its whole process group) while it asks
+    the provider and holds leases. Worker B, started then, runs what was queued and, once the visibility
+    timeout is over, the step A died in: the run succeeds, each item A had not stored is asked once more
+    and no other, and the day equals the day of one machine."""
+    fleet = world.fleet
+    store = world.store("results")
+    fleet.env.update(FP_JUDGE_STORE=store, FP_JUDGE_STORE_LEASE_S=str(LEASE_S),
+                     FP_CELERY_VISIBILITY_TIMEOUT_S=str(VISIBILITY_S))  # fmt: skip
+    world.server.set_latency(Latency(base_s=0.4))  # a shard asks for seconds: long enough to be caught in it
+    a = fleet.start_worker("worker-a")
+    fleet.wait_ready()
+    run = fleet.launch(DAY)
+    try:
+        def a_mid_shard() -> bool:
+            assert run.poll() is None, run.communicate()[0][-3000:]
+            # mid-shard: A holds leases and has stored part of what it asked for
+            leasing = _leases_of(store, set(process_tree(a.process.pid))) > 0
+            return leasing and sum(_store_counts(store).values()) > 0
+
+        wait_for(a_mid_shard, None, "worker A asking for a shard", RUN_LIMIT_S)
+        a.kill()
+        killed_at = time.monotonic()
+        # the requests A left open have reached the server and ended there: what it asked is counted
+        wait_for(lambda: world.server.stats().open_requests == 0, None, "A's open requests to end", 60)
+        kept, before = _store_counts(store), _asked(world.judge)
+        assert sum(kept.values()) > 0
+        fleet.start_worker("worker-b")
+        out = _finish(run)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    recovered_s = time.monotonic() - killed_at
+    faulted = _only_run(world.instance)
+    assert faulted.status == dg.DagsterRunStatus.SUCCESS, out[-3000:]
+    asked_again = {step: n - before[step] for step, n in _asked(world.judge).items()}
+    workers = step_workers(world.instance, faulted.run_id)
+    retaken = [step for step, names in workers.items() if [n.split("@")[0] for n in names] == ["worker-a", "worker-b"]]
+    assert len(retaken) == 1 and retaken[0].startswith(LLM_STEP), workers  # the step A died in, run again by B
+    assert all(len(names) == 1 for step, names in workers.items() if step not in retaken), workers
+
+    # one machine, a store of its own: the same day, and what one clean run asks
+    asked_before_one = _asked(world.judge)
+    _finish(fleet.launch(DAY, FP_CELERY_BROKER="", FP_WAREHOUSE=world.bucket.uri("one"),
+                         FP_JUDGE_STORE=world.store("one")))  # fmt: skip
+    one = {step: n - asked_before_one[step] for step, n in _asked(world.judge).items()}
+    print(f"killed with {kept} stored of {one}; the rest asked {asked_again}; recovered in {recovered_s:.0f} s")
+    assert asked_again == {step: one[step] - kept[step] for step in STEPS}
+    assert _store_counts(store) == one  # every item stored once
+    celery, local = _tables(world.warehouse("celery")), _tables(world.warehouse("one"))
+    # the same results; where they came from differs: what A stored before it died B took from the store
+    judged = celery["judged_claims"]
+    assert judged.filter(pl.col("result_source") == "store").height > 0
+    for table in TABLES:
+        assert _results(celery[table]).equals(_results(local[table])), table
+    assert celery["scored_conversations"].get_column("conversation_id").n_unique() == ROWS
