@@ -23,11 +23,11 @@ import pytest
 
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
 from faithfulness_pipeline.tables.storage import Place
-from faithfulness_pipeline.testing.fakellm import FakeLLMServer, Latency
+from faithfulness_pipeline.testing.fakellm import FakeLLMServer, FaultPlan, Latency
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.conftest import S3Bucket
 from tests.defs.celery_fleet import Fleet, step_workers
-from tests.defs.pg_instance import postgres_home, set_up_instance
+from tests.defs.pg_instance import POOL_LIMIT, postgres_home, set_up_instance
 from tests.defs.pool_events import LLM_STEP, pool_use
 from tests.postgres_cluster import Cluster
 from tests.redis_server import RedisServer, missing_reason, redis_server
@@ -55,6 +55,9 @@ RUN_LIMIT_S = 240
 #: Leases and the visibility timeout, short: a dead worker's step and items are taken over within the test.
 LEASE_S = 3.0
 VISIBILITY_S = 15.0
+#: The provider's limit on requests in flight, and what one judge step sends at once (FP_JUDGE_MAX_CONCURRENCY).
+PROVIDER_LIMIT = 4
+PER_STEP = 2
 
 
 @pytest.fixture
@@ -100,7 +103,7 @@ def world(postgres: Cluster, s3: S3Bucket, broker: RedisServer, tmp_path: Path,
         env = child_env(
             FP_DAGSTER_PG_URL=dagster_url, FP_LANDING=s3.uri("landing/"), FP_WAREHOUSE=s3.uri("celery"),
             FP_PARTITIONS_START=DAY, FP_JUDGE_MODEL=MODEL, FP_JUDGE_API_BASE=server.base_url,
-            FP_JUDGE_API_KEY_ENV=KEY_ENV, FP_JUDGE_SHARDS=str(SHARDS), FP_JUDGE_MAX_CONCURRENCY="2",
+            FP_JUDGE_API_KEY_ENV=KEY_ENV, FP_JUDGE_SHARDS=str(SHARDS), FP_JUDGE_MAX_CONCURRENCY=str(PER_STEP),
             FP_CELERY_BROKER=broker.url, FP_CELERY_BACKEND=broker.url.replace("/0", "/1"),
             **{KEY_ENV: KEY}, **s3.env,
         )  # fmt: skip
@@ -260,3 +263,93 @@ def test_a_worker_killed_mid_shard_leaves_its_step_to_the_other_paying_only_what
     for table in TABLES:
         assert _results(celery[table]).equals(_results(local[table])), table
     assert celery["scored_conversations"].get_column("conversation_id").n_unique() == ROWS
+
+
+
+@pytest.mark.timeout(600)
+def test_the_llm_judge_pool_holds_across_workers_so_the_fleet_stays_under_the_providers_limit(world: World) -> None:
+    """dagster-celery 0.29.27's execution loop claims the ``llm_judge`` pool in the instance for each step it
+    sends (it runs the plan under an InstanceConcurrencyContext, as the multiprocess executor does): with
+    three idle workers and four shards, no more than the pool's 2 judge steps run at once, so 2 steps x 2
+    requests each stay within a provider that refuses a fifth request in flight. No request is refused."""
+    fleet = world.fleet
+    fleet.env["FP_JUDGE_STORE"] = world.store("results")
+    world.server.set_faults(FaultPlan(max_concurrent=PROVIDER_LIMIT))
+    world.server.set_latency(Latency(base_s=0.15))  # requests overlap across steps
+    for name in ("worker-a", "worker-b", "worker-c"):
+        fleet.start_worker(name)
+    fleet.wait_ready()
+    out = _finish(fleet.launch(DAY))
+    run = _only_run(world.instance)
+    assert run.status == dg.DagsterRunStatus.SUCCESS, out[-3000:]
+    stats = world.server.stats()
+    assert "429" not in stats.by_outcome, stats.by_outcome
+    assert stats.max_in_flight_seen <= POOL_LIMIT * PER_STEP <= PROVIDER_LIMIT
+    use = pool_use(world.instance, [run.run_id])
+    assert use.peak() == POOL_LIMIT  # the pool, not the number of idle workers, bounded the judge steps
+    shards = {step: names for step, names in step_workers(world.instance, run.run_id).items()
+              if step.startswith(LLM_STEP)}  # fmt: skip
+    assert len(shards) == SHARDS and len({names[0] for names in shards.values()}) >= 2, shards
+    scored = _tables(world.warehouse("celery"))["scored_conversations"]
+    assert scored.height == ROWS and scored.get_column("status").eq("ok").all()
+
+
+#: Seconds within which a run fails once its broker is gone (docs/scaling-out.md states it).
+BROKER_LOSS_S = 60
+
+
+@pytest.mark.timeout(600)
+def test_a_run_that_loses_its_broker_fails_at_once_naming_it_and_the_day_relaunched_completes(world: World) -> None:
+    """Redis SIGKILLed while the judge steps run: the run does not wait for results that cannot come; it
+    fails within BROKER_LOSS_S, its output naming the refused connection. With the broker back (its
+    append-only file kept what was queued, as a production broker's does), the day launched again completes,
+    whole, each row scored once, what the first run stored taken from the store."""
+    fleet = world.fleet
+    store = world.store("results")
+    fleet.env["FP_JUDGE_STORE"] = store
+    world.server.set_latency(Latency(base_s=0.3))
+    for name in ("worker-a", "worker-b"):
+        fleet.start_worker(name)
+    fleet.wait_ready()
+    run = fleet.launch(DAY)
+    try:
+        wait_for(lambda: sum(_store_counts(store).values()) > 0, None, "a judge step to store results", RUN_LIMIT_S)
+        world.broker.stop()
+        lost_at = time.monotonic()
+        out = _finish_failed(run, BROKER_LOSS_S)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    failed_after = time.monotonic() - lost_at
+    assert _only_run(world.instance).status == dg.DagsterRunStatus.FAILURE
+    assert "Connection refused" in out or "ConnectionError" in out, out[-3000:]
+    world.broker.start()
+    # The dead run's judge steps never ended, so their `llm_judge` slots stay claimed: a relaunch would wait
+    # for them. The daemon's run monitoring frees them (free_slots_after_run_end_seconds in
+    # dagster_home/postgres/dagster.yaml, 60 s after the run ended); here the same storage call, at once.
+    failed = _only_run(world.instance).run_id
+    storage = world.instance.event_log_storage
+    assert failed in storage.get_concurrency_run_ids()
+    storage.free_concurrency_slots_for_run(failed)
+    assert failed not in storage.get_concurrency_run_ids()
+    stored = sum(_store_counts(store).values())
+    again = _finish(fleet.launch(DAY))
+    latest = world.instance.get_runs(limit=1)[0]  # newest first
+    assert latest.status == dg.DagsterRunStatus.SUCCESS, again[-3000:]
+    scored = _tables(world.warehouse("celery"))["scored_conversations"]
+    assert scored.height == ROWS and scored.get_column("row_key").n_unique() == ROWS
+    assert scored.get_column("status").eq("ok").all()
+    judged = _tables(world.warehouse("celery"))["judged_claims"]
+    assert judged.filter(pl.col("result_source") == "store").height > 0 and stored > 0
+    print(f"the run failed {failed_after:.1f} s after the broker went down; the relaunch completed the day")
+
+
+def _finish_failed(run: subprocess.Popen[str], limit: float) -> str:
+    try:
+        out, _ = run.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        raise AssertionError(f"the run still waited {limit} s after its broker was gone:\n"
+                             f"{run.communicate()[0][-4000:]}") from None
+    assert run.returncode != 0, out[-3000:]
+    return out

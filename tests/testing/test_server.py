@@ -430,6 +430,33 @@ def test_max_in_flight_queues_instead_of_rejecting() -> None:
     assert stats.by_outcome == {"ok": 3, "cancelled": 1}
 
 
+def test_max_concurrent_refuses_what_arrives_above_the_providers_limit() -> None:
+    """A provider's limit on requests in flight: 3 open at once are served, the 2 more that arrive meanwhile
+    get a 429 at once (they are not queued), and once the 3 are done a new one is served again."""
+
+    async def go() -> None:
+        held = [asyncio.create_task(complete(server, messages=[{"role": "user", "content": f"h{i}"}], timeout=60))
+                for i in range(3)]
+        await wait_until(lambda: server.stats().in_flight == 3, "3 requests in flight")
+        for i in range(2):
+            with pytest.raises(RateLimitError):
+                await complete(server, messages=[{"role": "user", "content": f"over{i}"}], timeout=10)
+        server.set_latency(Latency(base_s=0.0))
+        for task in held:
+            task.cancel()
+        await asyncio.gather(*held, return_exceptions=True)
+        await wait_until(lambda: server.stats().open_requests == 0, "the held requests to end")
+        after = await complete(server, messages=[{"role": "user", "content": "after"}], timeout=10)
+        assert after.choices[0].message.content == CLAIMS_JSON
+
+    with FakeLLMServer(claims_responder, latency=Latency(base_s=30.0),
+                       faults=FaultPlan(max_concurrent=3)) as server:  # fmt: skip
+        run(go())
+        stats = server.stats()
+    assert stats.by_outcome["429"] == 2 and stats.by_outcome["ok"] == 1
+    assert stats.max_in_flight_seen == 3
+
+
 def test_many_concurrent_requests_respect_the_cap() -> None:
     async def go() -> list[Any]:
         calls = [complete(server, messages=[{"role": "user", "content": f"q{i}"}]) for i in range(64)]

@@ -67,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--base-ms", type=float, default=0.0, help="service time per request")
     p.add_argument("--per-token-ms", type=float, default=0.0, help="service time per completion token")
     p.add_argument("--max-in-flight", type=int, default=None, help="server-side concurrency; extra requests queue")
+    p.add_argument("--max-concurrent", type=int, default=None,
+                   help="the provider's limit on requests in flight: one more is refused with a 429")
     p.add_argument("--rate-429", type=float, default=0.0)
     p.add_argument("--retry-after-s", type=float, default=1.0)
     p.add_argument("--rate-429-no-retry-after", type=float, default=0.0)
@@ -114,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         base_s=args.base_ms / 1000, per_output_token_s=args.per_token_ms / 1000, max_in_flight=args.max_in_flight
     )
     faults = FaultPlan(
+        max_concurrent=args.max_concurrent,
         rate_429=args.rate_429,
         retry_after_s=args.retry_after_s,
         rate_429_no_retry_after=args.rate_429_no_retry_after,

@@ -225,6 +225,11 @@ class ChatService:
             nth = self._counters.body_counts.get(key, 0) + 1
             self._counters.body_counts[key] = nth
         faults = self.faults
+        if faults.max_concurrent is not None:
+            with self._lock:
+                over = self._open > faults.max_concurrent  # this request is one of the open ones
+            if over:
+                return self._rate_limited(faults.retry_after_s)
         outcome = faults.decide(key, nth)
         self._id_seq += 1
         completion_id = f"chatcmpl-fake-{hashlib.sha256(key).hexdigest()[:12]}-{nth}-{self._id_seq}"

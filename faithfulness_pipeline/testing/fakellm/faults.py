@@ -60,8 +60,13 @@ class FaultPlan:
     rate_stall: float = 0.0
     seed: int = 0
     status_5xx: int = 500
+    #: A provider's limit on requests in flight per key: a request that arrives while this many are open is
+    #: refused with a 429 (and ``retry_after_s``), whatever its body. None: no limit.
+    max_concurrent: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise ValueError("max_concurrent must be >= 1 or None")
         rates = self._rates()
         if any(r < 0 or r > 1 for r in rates):
             raise ValueError("fault rates must lie in [0, 1]")
