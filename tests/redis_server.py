@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from faithfulness_pipeline.testing.processes import death_signal, free_port
+
 #: Seconds a server may take to accept connections (a loaded 2-core machine: well under one).
 START_LIMIT_S = 30.0
 
@@ -24,12 +26,6 @@ def missing_reason() -> str | None:
     if shutil.which("redis-server") is None:
         return "redis-server is not installed (apt-get install redis-server; .ci/run does it): no Celery broker"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _answers(port: int) -> bool:
@@ -48,7 +44,7 @@ class RedisServer:
     the same port and folder."""
 
     folder: Path
-    port: int = field(default_factory=_free_port)
+    port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -61,7 +57,9 @@ class RedisServer:
             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no",
             "--logfile", str(self.folder / "redis.log"),
         ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # the server ends with the test worker that started it, even a killed one
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        preexec_fn=death_signal())
         deadline = time.monotonic() + START_LIMIT_S
         while not _answers(self.port):
             if self.process.poll() is not None:

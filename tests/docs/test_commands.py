@@ -27,7 +27,7 @@ import polars as pl
 import pytest
 
 from faithfulness_pipeline.core.aggregates import daily_aggregates
-from faithfulness_pipeline.defs import DefsSettings
+from faithfulness_pipeline.defs import DefsSettings, build_defs
 from faithfulness_pipeline.settings.derive import settings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
@@ -92,6 +92,12 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ),
     ("docs/scaling-out.md", "python", "from dagster_k8s import"): (
         f"{THIS}::test_the_executor_snippets_build_the_definitions",
+    ),
+    ("docs/scaling-out.md", "bash", "FP_CELERY_BROKER=redis"): (
+        f"{THIS}::test_the_scaling_out_variables_are_what_the_code_location_and_the_instance_read",
+    ),
+    ("docs/scaling-out.md", "bash", "celery -A faithfulness_pipeline"): (
+        "tests/defs/test_celery.py::test_a_day_in_four_shards_runs_on_both_workers_as_on_one_machine",
     ),
     ("docs/traces.md", "bash", "score \"phoenix+http"): (
         "tests/traces/test_phoenix.py::test_the_documented_phoenix_command_runs_as_printed",
@@ -245,7 +251,7 @@ def test_the_sampling_command_and_query_run_as_printed(root: Path) -> None:
 def test_the_scaling_out_variables_are_what_the_code_location_and_the_instance_read() -> None:
     known = {s.env for s in settings()}
     instance_yaml = (REPO / "dagster_home" / "postgres" / "dagster.yaml").read_text(encoding="utf-8")
-    for needle in ('DAGSTER_HOME="$PWD/dagster_home/postgres"', "FP_JUDGE_SHARDS=8"):
+    for needle in ('DAGSTER_HOME="$PWD/dagster_home/postgres"', "FP_JUDGE_SHARDS=8", "FP_CELERY_BROKER=redis"):
         variables = exported(block("docs/scaling-out.md", "bash", needle))
         assert variables
         for name in variables:
@@ -258,9 +264,13 @@ def test_the_scaling_out_variables_are_what_the_code_location_and_the_instance_r
         fp = {k: v for k, v in variables.items() if k in known}
         defs_settings = DefsSettings.from_env(fp)
         if "FP_JUDGE_SHARDS" in fp:
-            assert defs_settings.judge.shards == 8
+            assert defs_settings.judge.shards == int(fp["FP_JUDGE_SHARDS"])
             assert defs_settings.warehouse.root == "s3://answers/warehouse"
         assert defs_settings.judge.store == fp["FP_JUDGE_STORE"]
+        if "FP_CELERY_BROKER" in fp:  # the code location's executor is then dagster-celery's
+            assert defs_settings.celery.broker == "redis://broker.internal:6379/0"
+            job = build_defs(defs_settings).resolve_job_def("score_conversations")
+            assert job.executor_def.name == "celery"
 
 
 def test_the_executor_snippets_build_the_definitions(monkeypatch: pytest.MonkeyPatch) -> None:
