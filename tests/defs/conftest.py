@@ -20,6 +20,10 @@ import pytest
 
 from faithfulness_pipeline.defs import DefsSettings, build_defs
 from faithfulness_pipeline.defs.resources import LandingResource, WarehouseResource
+from tests.conftest import S3Bucket
+from tests.defs.celery_world import World, broker_fixture, world_fixture
+from tests.postgres_cluster import Cluster
+from tests.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample_data"
@@ -172,3 +176,15 @@ def subprocess_env(home: Path, warehouse: Path, landing: Path) -> dict[str, str]
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+# The Celery tests' world (tests/defs/celery_world.py): a broker and a fleet that shares it.
+@pytest.fixture
+def broker() -> Iterator[RedisServer]:
+    yield from broker_fixture()
+
+
+@pytest.fixture
+def world(postgres: Cluster, s3: S3Bucket, broker: RedisServer, tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:  # fmt: skip
+    yield from world_fixture(postgres, s3, broker, tmp_path, monkeypatch)
