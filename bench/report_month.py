@@ -121,6 +121,8 @@ def run(distinct: int, per_day: int, days: int, before: str | None) -> dict[str,
 def report(result: dict[str, Any]) -> str:
     days = result["days"]
     lines = [
+        "# Report over a month: peak memory",
+        "",
         f"`.venv/bin/python bench/report_month.py --distinct {result['distinct']} --per-day {result['per_day']} "
         f"--days {days}`: {result['distinct']:,} typical answers scored by the offline judge "
         f"({result['scoring_s']:.0f} s), copied under new row keys into days of {result['per_day']:,} answers, "
