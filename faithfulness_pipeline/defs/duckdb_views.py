@@ -36,8 +36,12 @@ Queries (from the warehouse folder: ``duckdb answer_quality.duckdb``)::
     SELECT day, segment, score, group_by, "group", difference, low, high FROM daily_model_comparison
     WHERE verdict = 'larger than noise' ORDER BY day;
 
-    -- contradicted claims with the judge's reason and evidence: no join needed
+    -- contradicted claims with the judge's reason and evidence: the view brings the passage along
     SELECT day, model, conversation_id, claim, reason, evidence FROM claim_table WHERE verdict = 'contradicted';
+
+The claim table's files hold no passage (a passage decides several claims, and each claim's row repeated it:
+it was most of the file). Its view takes each claim's ``evidence`` from ``scored_conversations``' verdicts,
+which hold it once, by row key, day and claim index; files written before keep theirs.
 """
 
 from __future__ import annotations
@@ -66,20 +70,30 @@ def _quote(text: str) -> str:
 _DAY_IN_FILE = ("claim_table", "daily_answer_quality", "daily_model_comparison")
 
 
-def view_sql(table: str, root: Place | None = None) -> str:
-    """The view of ``table``, reading its partitions by a path relative to the warehouse root, or below the
-    URI of ``root`` when that is in an object store."""
+def _read(table: str, root: Place | None) -> str:
+    """``read_parquet`` of ``table``'s partitions, by a path relative to the warehouse root, or below the URI
+    of ``root`` when that is in an object store."""
     prefix = f"{root.uri}/" if root is not None and root.remote else ""
     pattern = _quote(f"{prefix}{table}/ds=*/data.parquet")
     if table in _DAY_IN_FILE:
+        return f"read_parquet({pattern}, hive_partitioning = false, union_by_name = true)"
+    return f"read_parquet({pattern}, hive_partitioning = true, hive_types = {{'ds': DATE}}, union_by_name = true)"
+
+
+def view_sql(table: str, root: Place | None = None, *, with_evidence: bool = False) -> str:
+    """The view of ``table``. ``with_evidence``: the claim table's files (some of them) still hold passages."""
+    if table == "claim_table":
+        # Each claim's passage from the verdicts of its answer (the claim index is 0-based, lists 1-based).
+        passage = "s.verdicts[c.claim_index + 1].evidence"
+        columns = f"c.* EXCLUDE (evidence), coalesce(c.evidence, {passage})" if with_evidence else f"c.*, {passage}"
         return (
-            f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM read_parquet({pattern}, '
-            f"hive_partitioning = false, union_by_name = true)"
+            f'CREATE OR REPLACE VIEW "{table}" AS SELECT {columns} AS evidence FROM {_read(table, root)} c '
+            f"LEFT JOIN (SELECT row_key, ds AS day, verdicts FROM {_read('scored_conversations', root)}) s "
+            "ON s.row_key = c.row_key AND s.day = c.day"
         )
-    return (
-        f'CREATE OR REPLACE VIEW "{table}" AS SELECT * EXCLUDE (ds), ds AS day FROM read_parquet({pattern}, '
-        f"hive_partitioning = true, hive_types = {{'ds': DATE}}, union_by_name = true)"
-    )
+    if table in _DAY_IN_FILE:
+        return f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM {_read(table, root)}'
+    return f'CREATE OR REPLACE VIEW "{table}" AS SELECT * EXCLUDE (ds), ds AS day FROM {_read(table, root)}'
 
 
 def comment_sql(con: DuckDBPyConnection, table: str) -> list[str]:
@@ -131,7 +145,8 @@ def build_database(target: str | os.PathLike[str] | Place, root: str | os.PathLi
                 con.register_filesystem(store_filesystem(warehouse))
             con.execute("BEGIN TRANSACTION")  # one commit: each statement on its own was a commit and an fsync
             for table in present:
-                con.execute(view_sql(table, warehouse))
+                con.execute(view_sql(table, warehouse, with_evidence=table == "claim_table" and "evidence" in [
+                    row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {_read(table, warehouse)}").fetchall()]))
                 for statement in comment_sql(con, table):
                     con.execute(statement)
                 count = con.execute(f'SELECT count(*) FROM "{table}"').fetchone()

@@ -90,6 +90,11 @@ def _scored_conversations_asset(
     return scored_conversations
 
 
+#: What the warehouse's claim table leaves in scored_conversations' verdicts, where each passage is once; the
+#: BI view of the claim table joins it back (defs/duckdb_views.py).
+PASSAGES = ("evidence",)
+
+
 def _claim_table_asset(
     partitions: dg.PartitionsDefinition[str], versioned: Callable[[str], str]
 ) -> dg.AssetsDefinition:
@@ -102,8 +107,9 @@ def _claim_table_asset(
         code_version=versioned(CLAIM_TABLE_REVISION),
         kinds={"parquet", "polars"},
         deps=[SCORED],
-        description="One row per claim with its verdict, reason and evidence, keyed by the answer's row_key, "
-        "with the answer's day, model and conversation id (drill-downs need no join).",
+        description="One row per claim with its verdict and reason, keyed by the answer's row_key, with the "
+        "answer's day, model and conversation id; the deciding passage stays in scored_conversations' verdicts "
+        "(the DuckDB view joins it back).",
     )
     def claim_table(
         context: dg.AssetExecutionContext, scoring: ScoringResource, warehouse: WarehouseResource
@@ -114,9 +120,10 @@ def _claim_table_asset(
         wanted = [c for c in (S.ROW_KEY, scoring.model_column, scoring.id_column, S.TRACE_ID, "verdicts",
                               "judge_model", "prompt_version", "scored_at") if c in columns]
         counts: dict[str, int] = {}
-        with warehouse.writer(CLAIM_TABLE, day, empty=build_claim_table(_empty(warehouse, day), carry).schema) as out:
+        empty = build_claim_table(_empty(warehouse, day), carry).drop(PASSAGES)
+        with warehouse.writer(CLAIM_TABLE, day, empty=empty.schema) as out:
             for chunk in warehouse.batches(SCORED, day, scoring.chunk_rows, columns=list(dict.fromkeys(wanted))):
-                table = build_claim_table(chunk, carry)
+                table = build_claim_table(chunk, carry).drop(PASSAGES)
                 out.write(table)
                 for verdict, n in table.group_by("verdict").len().rows():
                     counts[verdict] = counts.get(verdict, 0) + int(n)

@@ -119,6 +119,18 @@ def test_duckdb_views_answer_bi_queries(built: Built) -> None:
         ).fetchone()
         assert joined == (0,)
         assert con.execute("SELECT count(*) FROM claim_table WHERE model IS NULL OR day IS NULL").fetchone() == (0,)
+        # the files hold no passage; the view brings each claim's from its answer's verdicts
+        assert "evidence" not in lake.read("claim_table", "2026-11-25").columns
+        claims = pl.concat([lake.read("scored_conversations", d) for d in DAYS]).select(
+            "row_key", pl.col("verdicts").list.eval(pl.element().struct.field("evidence")).alias("evidence"),
+        ).with_columns(pl.int_ranges(pl.col("evidence").list.len()).alias("claim_index")).explode(
+            "evidence", "claim_index").drop_nulls("claim_index")
+        viewed = pl.DataFrame(con.execute("SELECT row_key, claim_index, evidence FROM claim_table").fetchall(),
+                              schema=["row_key", "claim_index", "evidence"], orient="row")
+        both = claims.join(viewed, on=["row_key", "claim_index"], how="full", suffix="_view")
+        assert both.height == viewed.height == claims.height > 0
+        assert both.filter(pl.col("evidence").ne_missing(pl.col("evidence_view"))).is_empty()
+        assert both.get_column("evidence_view").drop_nulls().len() > 0
         # the passages stay in raw_conversations: a join by row key and day finds every scored answer's
         with_context = con.execute(
             "SELECT count(*) FROM scored_conversations s JOIN raw_conversations r USING (row_key, day) "
