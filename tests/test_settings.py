@@ -202,6 +202,7 @@ def test_the_dagster_layer_keeps_its_variables_and_defaults() -> None:
         "warehouse.root": ("FP_WAREHOUSE", "warehouse"),
         "warehouse.duckdb_path": ("FP_DUCKDB", None),
         "warehouse.report_path": ("FP_REPORT", None),
+        "warehouse.segment_columns": ("FP_SEGMENT_COLUMNS", ["app_version"]),
         # defs.partitions keeps its own copy of the first day (its daily_partitions default): they must agree
         "partitions_start": ("FP_PARTITIONS_START", DEFAULT_START),
     }

@@ -1,9 +1,11 @@
 """``daily_model_comparison``: each day's answering models against the first (in name order), per score, over
 the day and per language, with 95 % intervals and whether each difference is larger than its noise
-(``core.compare``, unpaired: the models answered different questions). A day with one model has no rows."""
+(``core.compare``, unpaired: the models answered different questions); the same for each column of
+``FP_SEGMENT_COLUMNS`` the day's rows carry (an app or prompt version). A day where no such column has two
+values has no rows."""
 
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import date
 
 import dagster as dg
@@ -27,12 +29,17 @@ COMPARISON_SCHEMA = pl.Schema({
 })
 
 
-def day_comparison(scored: pl.DataFrame, day: date, model_column: str, threshold: float) -> pl.DataFrame:
-    """The comparison rows of one day's scored rows (none when the day has fewer than two models)."""
-    if model_column not in scored.columns or scored.get_column(model_column).drop_nulls().n_unique() < 2:
+def day_comparison(scored: pl.DataFrame, day: date, model_column: str, threshold: float,
+                   segment_columns: Sequence[str] = ()) -> pl.DataFrame:
+    """The comparison rows of one day's scored rows: the groups of the model column and of each
+    ``segment_columns``, where the day has two or more of them (none otherwise)."""
+    by = [c for c in dict.fromkeys((model_column, *segment_columns))
+          if c in scored.columns and scored.get_column(c).drop_nulls().n_unique() >= 2]
+    if not by:
         return pl.DataFrame(schema=COMPARISON_SCHEMA)
-    table = compare_segments(scored, model_column, groups=[c for c in ("language",) if c in scored.columns],
-                             config=CompareConfig(threshold=threshold))
+    config = CompareConfig(threshold=threshold)
+    table = pl.concat([compare_segments(scored, column, groups=[c for c in ("language",) if c in scored.columns],
+                                        config=config) for column in by], how="diagonal_relaxed")
     table = table.with_columns(pl.lit(day, dtype=pl.Date).alias("day"))
     return table.select(pl.col(name).cast(dtype) if name in table.columns else pl.lit(None, dtype=dtype).alias(name)
                         for name, dtype in COMPARISON_SCHEMA.items())
@@ -48,7 +55,8 @@ def comparison_asset(
         code_version=versioned(COMPARISON_REVISION),
         kinds={"parquet", "polars"},
         deps=[SCORED],
-        description="Each day's answering models against the first, per score, over the day and per language: "
+        description="Each day's answering models (and app versions: FP_SEGMENT_COLUMNS) against the first, per "
+        "score, over the day and per language: "
         "means, the difference with its 95 % interval, the share over the hallucination threshold, and whether "
         "the difference is larger than its noise (docs/compare.md).",
     )
@@ -56,10 +64,11 @@ def comparison_asset(
         context: dg.AssetExecutionContext, scoring: ScoringResource, warehouse: WarehouseResource
     ) -> dg.MaterializeResult:  # type: ignore[type-arg]
         present = warehouse.table_schema(SCORED, context.partition_key).names()
-        wanted = [c for c in (*SCORES, "status", "language", scoring.model_column) if c in present]
+        segments = warehouse.segment_columns
+        wanted = [c for c in (*SCORES, "status", "language", scoring.model_column, *segments) if c in present]
         slim = warehouse.scan(SCORED, [context.partition_key]).select(list(dict.fromkeys(wanted))).collect()
         table = day_comparison(slim, date.fromisoformat(context.partition_key), scoring.model_column,
-                               scoring.hallucination_threshold)
+                               scoring.hallucination_threshold, segments)
         warehouse.write(COMPARISON, context.partition_key, table)
         larger = table.filter(pl.col("verdict") == LARGER)
         return dg.MaterializeResult(metadata={

@@ -101,6 +101,14 @@ class WarehouseSettings(BaseModel):
         json_schema_extra=variable("FP_REPORT"),
     )
 
+    segment_columns: list[str] = Field(
+        default_factory=lambda: ["app_version"],
+        description="columns of the scored rows (an app or prompt version that landed with them) whose groups the "
+        "daily_model_comparison table compares too, each against its first value, on the days they are present "
+        "(comma-separated; the answering model's column always)",
+        json_schema_extra=variable("FP_SEGMENT_COLUMNS"),
+    )
+
     def root_place(self) -> Place:
         return Place.of(self.root)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 import polars as pl
+import pytest
 from polars.testing import assert_frame_equal
 
 from faithfulness_pipeline.core.port import settings_hash
@@ -358,3 +359,33 @@ def test_each_day_compares_its_models_as_the_compare_command_does(built: Built) 
                         config={"file_search_path": str(lake.warehouse)}) as con:
         rows = con.execute("SELECT count(*) FROM daily_model_comparison").fetchone()
     assert rows is not None and rows[0] == sum(lake.read("daily_model_comparison", d).height for d in DAYS)
+
+
+def test_a_day_compares_each_segment_column_its_rows_carry() -> None:
+    """FP_SEGMENT_COLUMNS (default app_version): where a day's rows landed with an app or prompt version, its
+    versions are compared like its models; a column absent, or with one value, adds nothing."""
+    import datetime as dt
+
+    from faithfulness_pipeline.defs.compared import COMPARISON_SCHEMA, day_comparison
+    from faithfulness_pipeline.settings.landing import WarehouseSettings
+
+    n = 40
+    rows = pl.DataFrame({
+        "status": ["ok"] * n, "model": ["a", "b"] * (n // 2), "language": ["en"] * n,
+        "app_version": ["v1"] * (n // 2) + ["v2"] * (n // 2),
+        "hallucination_score": [0.1] * (n // 2) + [0.6] * (n // 2),
+        "faithfulness_score": [0.9] * (n // 2) + [0.4] * (n // 2),
+    })
+    columns = WarehouseSettings().segment_columns
+    assert columns == ["app_version"]
+    table = day_comparison(rows, dt.date(2026, 11, 25), "model", 0.5, columns)
+    assert table.schema == COMPARISON_SCHEMA
+    assert set(table.get_column("segment")) == {"model=b vs a", "app_version=v2 vs v1"}
+    version = table.filter((pl.col("segment") == "app_version=v2 vs v1") & (pl.col("group_by") == "all"),
+                           pl.col("score") == "hallucination").row(0, named=True)
+    assert version["difference"] == pytest.approx(0.5) and version["verdict"] == "larger than noise"
+    without = day_comparison(rows.drop("app_version"), dt.date(2026, 11, 25), "model", 0.5, columns)
+    assert set(without.get_column("segment")) == {"model=b vs a"}
+    one_version = day_comparison(rows.with_columns(pl.lit("v1").alias("app_version")), dt.date(2026, 11, 25),
+                                 "model", 0.5, columns)
+    assert one_version.equals(without)
