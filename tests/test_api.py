@@ -163,3 +163,22 @@ def test_the_readme_command_tries_the_llm_path_without_a_key(tmp_path: Path) -> 
     assert "asked of the LLM" in done.stderr and re.search(r"the command sent [1-9]\d* request", done.stderr)
     scored = pl.read_parquet(out)
     assert scored.height == 26 and set(scored.get_column("judge_model")) == {"openai/fake-judge"}
+
+
+def test_compare_scored_puts_two_scorings_side_by_side_from_python() -> None:
+    """The compare command's question from Python, on the tables score_frame returns (here as pyarrow)."""
+    from faithfulness_pipeline import compare_scored
+
+    golden = pl.read_parquet(Path(__file__).parent / "golden" / "offline_sample" / "scored.parquet")
+    worse = golden.with_columns(pl.when(pl.col("hallucination_score").is_not_null())
+                                .then((pl.col("hallucination_score") + 0.3).clip(0, 1)).alias("hallucination_score"))
+    result = compare_scored(golden.to_arrow(), worse, threshold=0.5, min_rows=5)
+    assert result.paired and result.key == "row_key" and result.pairs == golden.height
+    overall = result.table.filter((pl.col("group_by") == "all") & (pl.col("score") == "hallucination")).row(
+        0, named=True)
+    assert overall["difference"] > 0 and overall["verdict"] == "larger than noise"
+    assert result.flips.height > 0  # rows that crossed the threshold, worst first
+    models = compare_scored(golden, by="model", min_rows=5)
+    assert set(models.table.get_column("segment")) == {"model=gpt-4o-mini vs claude-3-5-haiku"}
+    with pytest.raises(ValueError, match="candidate"):
+        compare_scored(golden)
