@@ -48,13 +48,16 @@ def _judged(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.filter(pl.col("status") == S.STATUS_OK)
 
 
-def _fpc(frame: pl.DataFrame) -> float:
-    """The finite-population correction of a table that is a sample of its rows (1 when it is not)."""
-    population = frame.height
-    sampled = frame.filter(pl.col("status") != S.STATUS_NOT_SAMPLED).height
+def correction(population: int, sampled: int) -> float:
+    """The finite-population correction of ``sampled`` rows drawn from ``population`` (1: no sample)."""
     if population <= 1 or sampled >= population:
         return 1.0
     return math.sqrt((population - sampled) / (population - 1))
+
+
+def _fpc(frame: pl.DataFrame) -> float:
+    """The finite-population correction of a table that is a sample of its rows (1 when it is not)."""
+    return correction(frame.height, frame.filter(pl.col("status") != S.STATUS_NOT_SAMPLED).height)
 
 
 def verdict_of(n: int, low: float | None, high: float | None, config: CompareConfig) -> str:
@@ -210,9 +213,10 @@ def _paired_rows(
     for column, value in _groups(joined, groups, _B):
         part = _where(joined, column, value, _B)
         both = part.filter((pl.col("status" + _B) == S.STATUS_OK) & (pl.col("status" + _C) == S.STATUS_OK))
+        # sampled: rows in the sample of both tables (a row that failed to score was still drawn)
         unsampled = part.filter((pl.col("status" + _B) == S.STATUS_NOT_SAMPLED)
                                 | (pl.col("status" + _C) == S.STATUS_NOT_SAMPLED)).height
-        fpc = math.sqrt((part.height - both.height) / (part.height - 1)) if unsampled and part.height > 1 else 1.0
+        fpc = correction(part.height, part.height - unsampled)
         for score in SCORES:
             kept = both.filter(pl.col(score + _B).is_not_null() & pl.col(score + _C).is_not_null())
             b, c = kept.get_column(score + _B).to_numpy(), kept.get_column(score + _C).to_numpy()

@@ -7,7 +7,6 @@ month of millions of answers is compared without holding its rows."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import polars as pl
@@ -19,6 +18,7 @@ from faithfulness_pipeline.core.compare import (
     TOO_FEW,
     CompareConfig,
     Side,
+    correction,
     unpaired_share_of,
     verdict_of,
     welch,
@@ -41,8 +41,7 @@ def _sentence(row: dict[str, Any], where: str) -> str:
 def _side(row: dict[str, Any], score: str) -> Side:
     """One model's (and language's) side of the comparison, from its tally row."""
     n, total, m2 = (row[f"__{score}_{m}"] or 0 for m in ("n", "sum", "m2"))
-    population, sampled = row["answers"], row["sampled_answers"]
-    fpc = math.sqrt((population - sampled) / (population - 1)) if population > 1 and sampled < population else 1.0
+    fpc = correction(row["answers"], row["sampled_answers"])
     return Side(int(n), total / n if n else None, m2 / (n - 1) if n > 1 else None, fpc)
 
 

@@ -106,6 +106,28 @@ def test_a_sample_table_narrows_its_interval_by_the_finite_population_correction
     assert (sampled["high"] - sampled["low"]) == pytest.approx((whole["high"] - whole["low"]) * factor)
 
 
+def test_rows_that_failed_to_score_were_still_drawn_so_they_narrow_nothing() -> None:
+    """The correction counts the rows outside the sample (not_sampled), never rows the judge failed on: a
+    census with errors is a census, and a sample's correction is the same with or without them."""
+    rng = np.random.default_rng(5)
+    keys = [f"k{i}" for i in range(40)]
+    b = list(rng.uniform(0, 1, 40))
+    c = [min(1.0, max(0.0, x + float(d))) for x, d in zip(b, rng.normal(0.1, 0.1, 40), strict=True)]
+    failing = ["error"] * 4 + ["ok"] * 36
+    census = compare(_scored(keys, b), _scored(keys, c).with_columns(pl.Series("status", failing))).table.row(
+        0, named=True)
+    ok = [k for k, status in zip(keys, failing, strict=True) if status == "ok"]
+    plain = compare(_scored(ok, b[4:]), _scored(ok, c[4:])).table.row(0, named=True)
+    assert (census["low"], census["high"]) == pytest.approx((plain["low"], plain["high"]))
+    extra = [f"x{i}" for i in range(40)]
+    unsampled = _scored(extra, [0.0] * 40).with_columns(pl.lit("not_sampled").alias("status"))
+    sampled = compare(pl.concat([_scored(keys, b), unsampled]),
+                      pl.concat([_scored(keys, c).with_columns(pl.Series("status", failing)), unsampled]))
+    row = sampled.table.row(0, named=True)
+    factor = np.sqrt((80 - 40) / (80 - 1))
+    assert (row["high"] - row["low"]) == pytest.approx((plain["high"] - plain["low"]) * factor)
+
+
 def test_small_groups_say_too_few_rows_and_bad_pairs_are_refused() -> None:
     keys = [f"k{i}" for i in range(30)]
     b = _scored(keys, [0.2] * 25 + [0.9] * 5, language=["en"] * 27 + ["ko"] * 3)
