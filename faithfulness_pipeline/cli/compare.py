@@ -13,6 +13,7 @@ import polars as pl
 from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core.compare import LARGER, TOO_FEW, CompareConfig, Comparison, compare, compare_segments
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
+from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.read import read_all
@@ -75,9 +76,11 @@ def render(result: Comparison | pl.DataFrame) -> str:
               help="Columns compared group by group besides all rows (comma-separated; missing ones skipped).")
 @click.option("--min-rows", default=10, show_default=True, type=click.IntRange(min=2),
               help="Fewer rows (or pairs) in a group: 'too few rows' instead of an interval.")
+@click.option("--labelled", default=None, help="Rows labelled by people (as for calibrate --labelled): each "
+              "table's calibration against them is printed beside the comparison.")
 def compare_command(baseline: str, candidate: str | None, output: str | None, flips_out: str | None,
                     pair_on: str | None, by: str | None, baseline_group: str | None, groups: str,
-                    min_rows: int) -> None:
+                    min_rows: int, labelled: str | None) -> None:
     """Compare two scored tables (files, folders, globs, s3:// URIs): BASELINE and CANDIDATE, or with --by the
     groups of one. The hallucination threshold is FP_HALLUCINATION_THRESHOLD's (default 0.5)."""
     with unfailing_streams():
@@ -87,15 +90,20 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
             columns = [g.strip() for g in groups.split(",") if g.strip()]
             if (by is None) == (candidate is None):
                 raise click.UsageError("give BASELINE and CANDIDATE, or BASELINE and --by COLUMN")
+            if labelled and by is not None:
+                raise click.UsageError("--labelled calibrates two tables: give BASELINE and CANDIDATE, not --by")
             result: Comparison | pl.DataFrame
+            calibration = ""
             if by is not None:
                 result = compare_segments(read_all(baseline), by, baseline=baseline_group, pair_on=pair_on,
                                           groups=columns, config=config)
                 table = result
             else:
                 assert candidate is not None
-                result = compare(read_all(baseline), read_all(candidate), pair_on=pair_on, groups=columns,
-                                 config=config)
+                tables = read_all(baseline), read_all(candidate)
+                result = compare(*tables, pair_on=pair_on, groups=columns, config=config)
+                if labelled:
+                    calibration = _calibration(labelled, [(baseline, tables[0]), (candidate, tables[1])], scoring)
                 table = result.table
                 if flips_out:
                     with atomic_path(flips_out) as path:
@@ -107,3 +115,14 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
         click.echo(render(result))
+        if calibration:
+            click.echo("\n" + calibration)
+
+
+def _calibration(labelled: str, scored: list[tuple[str, pl.DataFrame]], scoring: ScoringSettings) -> str:
+    """Both tables calibrated against the labelled rows, as ``calibrate --scored A --scored B`` prints it."""
+    from faithfulness_pipeline.api import calibration as cal
+
+    settings = from_env(CalibrationSettings, os.environ, {"labelled": labelled})
+    rows = cal.read_table(labelled, scoring.columns().key_columns())
+    return cal.report(cal.run(rows, scored, scoring, settings))

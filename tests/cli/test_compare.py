@@ -83,3 +83,23 @@ def test_the_documented_command_runs_as_printed(scorings: tuple[Path, Path], tmp
     assert done.returncode == 0, done.stderr[-3000:]
     assert pl.read_parquet(tmp_path / "out" / "comparison.parquet").height > 0
     assert (tmp_path / "out" / "flips.parquet").exists() and "larger than noise" in done.stdout
+
+
+def test_two_judges_on_labelled_rows_show_their_calibration_beside_their_agreement(tmp_path: Path) -> None:
+    """The labelled sample scored twice (as it is, and with every English answer made up): with --labelled,
+    each table's calibration against the people's labels is printed beside the comparison's kappa."""
+    labelled = Path(__file__).resolve().parents[2] / "sample_labelled" / "conversations_labelled.parquet"
+    rows = pl.read_parquet(labelled).drop("label_hallucinated", "label_faithfulness")
+    score_frame(rows).write_parquet(tmp_path / "a.parquet")
+    made_up = rows.with_columns(pl.when(pl.col("language") == "en").then(pl.lit("The moon is made of green cheese."))
+                                .otherwise(pl.col("output")).alias("output"))
+    score_frame(made_up).write_parquet(tmp_path / "b.parquet")
+    result = run_cli("compare", str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet"), "--labelled", str(labelled),
+                     "--min-rows", "5")
+    assert result.returncode == 0, result.stderr
+    assert "paired on row_key" in result.stdout and "kappa" in result.stdout
+    assert "calibration on 21 labelled rows" in result.stdout
+    assert str(tmp_path / "a.parquet") in result.stdout.split("calibration on", 1)[1]
+    assert "balanced accuracy of" in result.stdout  # the second table against the first, on the people's labels
+    refused = run_cli("compare", str(tmp_path / "a.parquet"), "--by", "model", "--labelled", str(labelled))
+    assert refused.returncode == 2 and "--labelled" in refused.stderr
