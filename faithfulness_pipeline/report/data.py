@@ -235,7 +235,7 @@ def rows_of(spec: str, row_keys: list[str], columns: Sequence[str] = ("verdicts"
                 assert isinstance(keys, pl.Series)
                 if not keys.is_in(missing).any():
                     continue
-                for batch in parquet.iter_batches(batch_size=CHUNK_ROWS // 10, row_groups=[group], columns=wanted):
+                for batch in parquet_batches(parquet, CHUNK_ROWS // 10, wanted, row_groups=[group]):
                     rows = pl.from_arrow(batch)
                     assert isinstance(rows, pl.DataFrame)
                     for row in rows.filter(pl.col("row_key").is_in(missing)).iter_rows(named=True):

@@ -155,9 +155,10 @@ def check_utf8(batch: pa.RecordBatch, path: str, first_row: int) -> None:
             ) from None
 
 
-def parquet_batches(file: pq.ParquetFile, rows: int, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+def parquet_batches(file: pq.ParquetFile, rows: int, columns: Sequence[str] | None = None,
+                    row_groups: Sequence[int] | None = None) -> Iterator[pa.RecordBatch]:
     """The batches ``file.iter_batches(batch_size=rows, columns=columns)`` gives (``rows`` rows each, the last
-    one shorter, spanning row groups), read one row group at a time.
+    one shorter, spanning row groups), read one row group at a time; ``row_groups``: only those.
 
     One ``iter_batches`` reader over a whole file keeps every row group's column chunks it has read until it
     is done (pyarrow 26: memory grew by the file's compressed size, 660 MB over a million typical rows); a
@@ -166,7 +167,7 @@ def parquet_batches(file: pq.ParquetFile, rows: int, columns: Sequence[str] | No
     ``rows`` rows)."""
     pending: list[pa.RecordBatch] = []
     held = 0
-    for group in range(file.metadata.num_row_groups):
+    for group in range(file.metadata.num_row_groups) if row_groups is None else row_groups:
         for batch in file.iter_batches(batch_size=rows, row_groups=[group], columns=columns):
             if not pending and batch.num_rows == rows:
                 yield batch
