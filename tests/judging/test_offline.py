@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import subprocess
@@ -525,6 +526,26 @@ def test_a_piece_a_worker_cannot_take_is_judged_here():
     alone = asyncio.run(OfflineJudge(processes=1).judge_claims(items))
     shared, _ = asyncio.run(_judged_by_two_processes(items))
     assert shared == alone
+
+
+def _judge_in_daemon(out: multiprocessing.Queue[object]) -> None:
+    """In a daemonic process (as a Celery prefork worker runs a step): the two-process judge's results."""
+    shared, worker_pieces = asyncio.run(_judged_by_two_processes(_mixed_items(200)))
+    out.put(([(r.id, r.verdicts) for r in shared], worker_pieces))
+
+
+def test_a_daemonic_process_judges_everything_itself():
+    """A daemonic process may not start children: a large batch there (a Dagster step on a Celery prefork
+    worker) is judged in that process instead of failing, with the same results."""
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    child = context.Process(target=_judge_in_daemon, args=(out,), daemon=True)
+    child.start()
+    got, worker_pieces = out.get(timeout=120)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    alone = asyncio.run(OfflineJudge(processes=1).judge_claims(_mixed_items(200)))
+    assert worker_pieces == 0 and got == [(r.id, r.verdicts) for r in alone]
 
 
 def test_processes_come_from_the_environment(monkeypatch):

@@ -168,6 +168,10 @@ class OfflineJudge:
     def _pool_for(self, n_items: int) -> ProcessPoolExecutor | None:
         if self._processes < 2 or self._pool_failed or n_items < self._parallel_min_items:
             return None
+        if multiprocessing.current_process().daemon:
+            # A daemonic process may not start children (a Celery prefork worker's step, a multiprocessing
+            # pool's task): everything is judged here, as with FAITHFULNESS_OFFLINE_PROCESSES=1.
+            return None
         if self._pool is None:
             # forkserver: workers start from a clean process, not a fork of this one (which may hold
             # polars' threads and locks).
