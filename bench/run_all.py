@@ -43,6 +43,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("spend_cap.py", ["--rows", "1000"]),
     # The longest by far (a million typical rows to build, a cold 100,000-answer day against the fake server,
     # every day through dg launch and the CLI: expect well over an hour here). Its section comes last.
+    ("celery_day.py", ["--rows", "100000"]),
     ("dagster_day.py", ["--rows", "100000", "1000000"]),
 ]
 
