@@ -156,7 +156,7 @@ def daily_parts(
 ) -> DailyParts:
     """The :class:`DailyParts` of one chunk of a scored table (``day_column`` and ``model_column`` as for
     :func:`daily_aggregates`)."""
-    frame = _by_day_and_model(scored, day_column, model_column)
+    frame = by_day_and_model(scored, day_column, model_column)
     return DailyParts(tally(frame, DAY_MODEL, hallucination_threshold), score_counts(frame, DAY_MODEL))
 
 
@@ -197,7 +197,7 @@ def moment_expr(score: str) -> list[pl.Expr]:
     ]
 
 
-def _by_day_and_model(scored: pl.DataFrame, day_column: str, model_column: str) -> pl.DataFrame:
+def by_day_and_model(scored: pl.DataFrame, day_column: str, model_column: str) -> pl.DataFrame:
     """``scored`` with the group keys (``__day``, ``__model``) and every column the tallies read."""
     if day_column not in scored.columns:
         raise ValueError(f"daily_aggregates needs a day column {day_column!r}; columns: {scored.columns}")

@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from faithfulness_pipeline.core.aggregates import merge_tallies
+from faithfulness_pipeline.core.aggregates import DAY_MODEL, merge_tallies
 from faithfulness_pipeline.core.compare import (
     LARGER,
     SCORES,
@@ -24,8 +24,9 @@ from faithfulness_pipeline.core.compare import (
     welch,
 )
 
-#: The keys of the tallies the comparison reads: the answering model and the row's language column.
-MODEL, LANGUAGE = "__model", "__language"
+#: The keys of the tallies the comparison reads: the answering model (the daily tallies' model key) and the
+#: row's language column.
+MODEL, LANGUAGE = DAY_MODEL[1], "__language"
 
 
 def _sentence(row: dict[str, Any], where: str) -> str:

@@ -16,11 +16,13 @@ from typing import Any, Final
 import polars as pl
 
 from faithfulness_pipeline.core.aggregates import (
+    DAY_MODEL,
     DailyParts,
-    daily_parts,
+    by_day_and_model,
     finish_daily,
-    merge_parts,
+    merge_score_counts,
     merge_tallies,
+    score_counts,
     tally,
 )
 from faithfulness_pipeline.core.claimless import Claimless, count_claimless
@@ -30,6 +32,9 @@ from faithfulness_pipeline.settings.scoring import ScoringSettings
 
 #: Chunks' parts held before they are merged into one (a merge costs a few group-bys of small frames).
 _MERGE_EVERY: Final = 32
+#: The keys of the one tally each chunk gives: per day x model for the daily table, per model x language
+#: for the model comparison (whose MODEL key is DAY_MODEL's).
+_TALLY_KEYS: Final = (*DAY_MODEL, LANGUAGE)
 
 
 @dataclass(frozen=True)
@@ -86,8 +91,8 @@ class _Fold:
     language_column: str
     worst: int
     rows: int = 0
-    daily: list[DailyParts] = field(default_factory=list)
-    segments: list[pl.DataFrame] = field(default_factory=list)
+    tallies: list[pl.DataFrame] = field(default_factory=list)
+    scores: list[pl.DataFrame] = field(default_factory=list)
     mix: list[pl.DataFrame] = field(default_factory=list)
     per_answer: list[pl.DataFrame] = field(default_factory=list)
     judges: list[pl.DataFrame] = field(default_factory=list)
@@ -99,15 +104,13 @@ class _Fold:
         model_column, answer_column = scoring.model_column, scoring.output_column
         threshold = scoring.hallucination_threshold
         self.rows += chunk.height
-        self.daily.append(daily_parts(chunk, day_column=DAY, model_column=model_column,
-                                      hallucination_threshold=threshold))
         language = _language(chunk, self.language_column, answer_column)
-        keyed = chunk.with_columns(
-            _text(chunk, model_column).alias(MODEL),
+        keyed = by_day_and_model(chunk, DAY, model_column).with_columns(
             _text(chunk, self.language_column).alias(LANGUAGE),
             language.alias("__fp_language"),
         )
-        self.segments.append(tally(keyed, (MODEL, LANGUAGE), threshold))
+        self.tallies.append(tally(keyed, _TALLY_KEYS, threshold))
+        self.scores.append(score_counts(keyed, DAY_MODEL))
         ok = keyed.filter(pl.col("status") == "ok")
         self.mix.append(ok.group_by(pl.col("__fp_language").alias("language"))
                         .agg(pl.col(c).sum().cast(pl.Int64) for c in MARK_COUNTS.values()))
@@ -123,12 +126,12 @@ class _Fold:
         )
         candidates = light if self.ranked is None else pl.concat([self.ranked, light], how="vertical_relaxed")
         self.ranked = _top(candidates, self.worst)
-        if len(self.daily) >= _MERGE_EVERY:
+        if len(self.tallies) >= _MERGE_EVERY:
             self._merge()
 
     def _merge(self) -> None:
-        self.daily = [merge_parts(self.daily)]
-        self.segments = [merge_tallies(self.segments, (MODEL, LANGUAGE))]
+        self.tallies = [merge_tallies(self.tallies, _TALLY_KEYS)]
+        self.scores = [merge_score_counts(self.scores, DAY_MODEL)]
         self.mix = [pl.concat(self.mix).group_by("language").agg(pl.all().sum())]
         self.per_answer = [pl.concat(self.per_answer).group_by("n_claims").agg(pl.col("answers").sum())]
         self.judges = [pl.concat(self.judges).group_by("judge_model", "prompt_version").agg(pl.col("rows").sum())]
@@ -150,11 +153,12 @@ def summarise_chunks(
     fold = _Fold(scoring, language_column, worst)
     for chunk in chunks:
         fold.add(chunk)
-    if not fold.daily:
+    if not fold.tallies:
         raise ValueError("summarise_chunks needs at least one chunk (an empty one gives an empty report)")
     fold._merge()
-    daily = finish_daily(fold.daily[0], hallucination_threshold=scoring.hallucination_threshold, scale=scoring.scale)
-    counts = fold.daily[0].scores
+    tallies, counts = fold.tallies[0], fold.scores[0]
+    parts = DailyParts(merge_tallies([tallies.drop(LANGUAGE)], DAY_MODEL), counts)
+    daily = finish_daily(parts, hallucination_threshold=scoring.hallucination_threshold, scale=scoring.scale)
     assert fold.ranked is not None
     return ReportData(
         source=source,
@@ -169,7 +173,8 @@ def summarise_chunks(
         scale=scoring.scale,
         calibration=calibration,
         warnings=[w for w in [fold.claimless.warning(scoring.max_zero_claim_share)] if w],
-        comparisons=model_differences(fold.segments[0], scoring.hallucination_threshold),
+        comparisons=model_differences(merge_tallies([tallies.drop(DAY_MODEL[0])], (MODEL, LANGUAGE)),
+                                      scoring.hallucination_threshold),
     )
 
 
