@@ -19,7 +19,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,14 +42,10 @@ from dagster_day import (
     run_sampled,
 )
 
+from faithfulness_pipeline.testing.processes import free_port
+
 WORKERS = 2
 START_LIMIT_S = 180.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class _Sessions(threading.Thread):
@@ -117,7 +112,7 @@ def run(rows: int, shards: int, work: Path) -> dict[str, Any]:
         folder = Path(tmp)
         redis_dir = folder / "redis"
         redis_dir.mkdir()
-        port = _free_port()
+        port = free_port()
         redis = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--dir",
                                   str(redis_dir), "--appendonly", "yes", "--save", ""],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
