@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final, TypeVar
 
 import polars as pl
 
@@ -28,6 +28,16 @@ from faithfulness_pipeline.core.port import Judge, Judging
 from faithfulness_pipeline.core.reasons import add_reasons
 from faithfulness_pipeline.core.sampling import EVERY_ROW, Sample, plan_sample
 from faithfulness_pipeline.core.scoring import add_counts_and_scores, published_verdicts
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+#: Rows of a chunk that a judge whose calls overlap works on at once, two such slices in flight (the
+#: next one's calls start while the current one finishes). What the judge holds for a row in flight (its
+#: items and prompts, then its claims and verdicts as Python objects) is many times the row's own size, so
+#: a step's memory follows this number rather than the chunk's; slices are small enough for that to stay
+#: low and large enough (hundreds of requests of typical rows) to keep every request slot busy.
+SLICE_ROWS: Final = 2_500
 
 
 def score_step(
@@ -123,9 +133,10 @@ async def score_chunks(
     Every row gets ``run_id`` as its ``scoring_run_id`` (a new id when None: one per stream). Rows outside
     ``sample`` (by default ``config``'s rate, uncapped) are not judged (``core.sampling``).
 
-    With calls that overlap (``Judging.overlap_rows``), the next chunk is prepared and its calls start
-    while the current one is finishing: two chunks in flight at most, yielded in input order. A judge that
-    waits on its own CPU (the offline judge) gets one chunk at a time.
+    With calls that overlap (``Judging.overlap_rows``), a chunk is judged in slices (:data:`SLICE_ROWS`),
+    the next one's calls starting while the current one is finishing: two slices in flight at most, the
+    next chunk prepared meanwhile, results yielded chunk by chunk in input order. A judge that waits on its
+    own CPU (the offline judge) gets one chunk at a time.
     """
     judging = Judging.of(judging)
     judge = judging.judge
@@ -217,28 +228,62 @@ async def _in_order(
     *,
     threaded: bool = False,
 ) -> AsyncIterator[pl.DataFrame]:
-    """``run`` over each chunk ``next_chunk`` gives (None: the end), results in input order: one chunk at a
-    time, or (``overlap``) two in flight, the next one read (on a worker thread when ``threaded``: reading
-    and preparing a chunk takes 10-30 ms) while the current one is finishing."""
+    """``run`` over each chunk ``next_chunk`` gives (None: the end), results in input order, a chunk's
+    results together: one chunk at a time, or (``overlap``) in slices of :data:`SLICE_ROWS` rows with two
+    in flight, the next one read (on a worker thread when ``threaded``: reading and preparing a chunk takes
+    10-30 ms) while the current one is finishing."""
     if not overlap:
         while (chunk := next_chunk()) is not None:
             yield await run(chunk)
         return
+    slices = _Slices(next_chunk, SLICE_ROWS)
 
-    async def next_ready() -> pl.DataFrame | None:
-        return await asyncio.to_thread(next_chunk) if threaded else next_chunk()
+    async def next_ready() -> tuple[pl.DataFrame, bool] | None:
+        return await asyncio.to_thread(slices.next) if threaded else slices.next()
 
-    async for done in _two_in_flight(next_ready, run):
-        yield done
+    async def run_slice(piece: tuple[pl.DataFrame, bool]) -> tuple[pl.DataFrame, bool]:
+        return await run(piece[0]), piece[1]
+
+    parts: list[pl.DataFrame] = []
+    async for done, last in _two_in_flight(next_ready, run_slice):
+        parts.append(done)
+        if last:
+            # Slices of one chunk share its input columns' types; relaxed for a column a slice holds only
+            # nulls of.
+            yield parts[0] if len(parts) == 1 else pl.concat(parts, how="vertical_relaxed")
+            parts = []
+
+
+class _Slices:
+    """The slices of at most ``rows`` rows of each chunk ``next_chunk`` gives, each with whether it is its
+    chunk's last (an empty chunk is one empty slice, so its columns flow through)."""
+
+    def __init__(self, next_chunk: Callable[[], pl.DataFrame | None], rows: int) -> None:
+        self._next_chunk = next_chunk
+        self._rows = rows
+        self._chunk: pl.DataFrame | None = None
+        self._at = 0
+
+    def next(self) -> tuple[pl.DataFrame, bool] | None:
+        if self._chunk is None:
+            self._chunk, self._at = self._next_chunk(), 0
+            if self._chunk is None:
+                return None
+        piece = self._chunk.slice(self._at, self._rows)
+        self._at += self._rows
+        last = self._at >= self._chunk.height
+        if last:
+            self._chunk = None
+        return piece, last
 
 
 async def _two_in_flight(
-    next_ready: Callable[[], Awaitable[pl.DataFrame | None]],
-    run: Callable[[pl.DataFrame], Coroutine[Any, Any, pl.DataFrame]],
-) -> AsyncIterator[pl.DataFrame]:
-    """``run`` over each chunk ``next_ready`` gives, the next one started before the current one is yielded;
-    results in input order. The task in flight is cancelled when the consumer stops early or a chunk fails."""
-    pending: asyncio.Task[pl.DataFrame] | None = None
+    next_ready: Callable[[], Awaitable[T | None]],
+    run: Callable[[T], Coroutine[Any, Any, U]],
+) -> AsyncIterator[U]:
+    """``run`` over each piece ``next_ready`` gives, the next one started before the current one is yielded;
+    results in input order. The task in flight is cancelled when the consumer stops early or a piece fails."""
+    pending: asyncio.Task[U] | None = None
     try:
         while True:
             try:

@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from faithfulness_pipeline.api import score_frame_async
+from faithfulness_pipeline.core import pipeline
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.pipeline import chunks_of, score_chunks
@@ -90,6 +91,25 @@ def test_overlapped_pipeline_gives_the_step_by_step_table(chunk_rows: int) -> No
     # c10 and c19 have blank answers: no call, so no failure; the others' failures are error rows.
     assert set(got.filter(pl.col("status") == "error").get_column("conversation_id")) == {"c20", "c31", "c12", "c39"}
     assert judge.most_running > 1  # calls really overlapped
+
+
+@pytest.mark.parametrize(("chunk_rows", "slice_rows"), [(10, 4), (10, 5), (1000, 7), (3, 7)])
+def test_chunks_judged_in_slices_give_the_step_by_step_table_chunk_for_chunk(
+    chunk_rows: int, slice_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slices smaller than a chunk (the default is 2,500 rows: tables here are smaller), one larger.
+    monkeypatch.setattr(pipeline, "SLICE_ROWS", slice_rows)
+    df = _rows(47)
+    failing = {"fail_extract": {"c10", "c20", "c31"}, "fail_verdicts": {"c12", "c19", "c39"}}
+    expected = _score(df, MarkerJudge(**failing), chunk_rows)  # type: ignore[arg-type]
+    assert _score(df, SlowOverlappingJudge(seed=slice_rows, **failing), chunk_rows).equals(expected)
+
+    async def parts() -> list[int]:
+        judge = SlowOverlappingJudge(seed=5)
+        return [p.height async for p in score_chunks(chunks_of(df, chunk_rows), judge, ScoringConfig())]
+
+    # What comes out is still one frame per chunk, whatever the slices.
+    assert asyncio.run(parts()) == [c.height for c in chunks_of(df, chunk_rows)]
 
 
 def test_progress_adds_up_to_every_row() -> None:
