@@ -29,6 +29,10 @@ rows, so a smaller file is a prefix of a larger one and a larger one is built on
 
     .venv/bin/python bench/dagster_day.py [--rows 100000 1000000] [--judges offline litellm]
         [--llm-rows N ...] [--cold-max 100000] [--work DIR] [--kill-above-gb 15] [--json out.json]
+        [--celery] [--month-days 30]
+
+``--celery`` adds the largest day on Dagster's Celery executor (two workers, four shards: bench/celery_day.py)
+and ``--month-days`` the report over that many such days in one scored table (bench/report_month.py).
 """
 
 from __future__ import annotations
@@ -811,6 +815,11 @@ if __name__ == "__main__":
     parser.add_argument("--timeout-s", type=float, default=3 * 3600, help="stop a run that takes longer")
     parser.add_argument("--chunk-rows", type=int, default=CHUNK_ROWS, help="rows per generated chunk and row group")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
+    parser.add_argument("--celery", action="store_true",
+                        help="also the largest --rows day in four shards on two Celery workers (bench/celery_day.py)")
+    parser.add_argument("--month-days", type=int, default=0,
+                        help="also the report over this many days of the largest --rows answers each "
+                        "(bench/report_month.py)")
     parser.add_argument("--generate", nargs=2, metavar=("ROWS", "PATH"), help=argparse.SUPPRESS)
     parser.add_argument("--generate-repeat", nargs=3, metavar=("SOURCE", "ROWS", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -823,6 +832,20 @@ if __name__ == "__main__":
             parser.error("--cold-max must be a multiple of --chunk-rows (warm days repeat its row groups)")
         figures = run(args.rows, args.judges, args.llm_rows, args.cold_max, args.work, args.kill_above_gb,
                       args.timeout_s, args.chunk_rows)
+        # The fleet and the month are scripts of their own (each runs alone too), run here after the day.
+        if args.celery:
+            import celery_day
+
+            with tempfile.TemporaryDirectory(prefix="fp-celery-landing-") as scratch:
+                figures["celery"] = celery_day.run(max(args.rows), 4, args.work or Path(scratch))
+        if args.month_days:
+            import report_month
+
+            figures["month"] = report_month.run(20_000, max(args.rows), args.month_days, None)
         if args.json:
             args.json.write_text(json.dumps(figures, indent=1, default=str), encoding="utf-8")
         print(report(figures))
+        if "celery" in figures:
+            print("\n" + celery_day.report(figures["celery"]))
+        if "month" in figures:
+            print("\n" + report_month.report(figures["month"]))
