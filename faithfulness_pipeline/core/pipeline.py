@@ -236,10 +236,10 @@ async def _in_order(
         while (chunk := next_chunk()) is not None:
             yield await run(chunk)
         return
-    slices = _Slices(next_chunk, SLICE_ROWS)
+    slices = _slices(next_chunk, SLICE_ROWS)
 
     async def next_ready() -> tuple[pl.DataFrame, bool] | None:
-        return await asyncio.to_thread(slices.next) if threaded else slices.next()
+        return await asyncio.to_thread(next, slices, None) if threaded else next(slices, None)
 
     async def run_slice(piece: tuple[pl.DataFrame, bool]) -> tuple[pl.DataFrame, bool]:
         return await run(piece[0]), piece[1]
@@ -254,27 +254,12 @@ async def _in_order(
             parts = []
 
 
-class _Slices:
-    """The slices of at most ``rows`` rows of each chunk ``next_chunk`` gives, each with whether it is its
-    chunk's last (an empty chunk is one empty slice, so its columns flow through)."""
-
-    def __init__(self, next_chunk: Callable[[], pl.DataFrame | None], rows: int) -> None:
-        self._next_chunk = next_chunk
-        self._rows = rows
-        self._chunk: pl.DataFrame | None = None
-        self._at = 0
-
-    def next(self) -> tuple[pl.DataFrame, bool] | None:
-        if self._chunk is None:
-            self._chunk, self._at = self._next_chunk(), 0
-            if self._chunk is None:
-                return None
-        piece = self._chunk.slice(self._at, self._rows)
-        self._at += self._rows
-        last = self._at >= self._chunk.height
-        if last:
-            self._chunk = None
-        return piece, last
+def _slices(next_chunk: Callable[[], pl.DataFrame | None], rows: int) -> Iterator[tuple[pl.DataFrame, bool]]:
+    """The :func:`chunks_of` slices of each chunk ``next_chunk`` gives, each with whether it is its chunk's last."""
+    while (chunk := next_chunk()) is not None:
+        pieces = list(chunks_of(chunk, rows))
+        for at, piece in enumerate(pieces):
+            yield piece, at == len(pieces) - 1
 
 
 async def _two_in_flight(
