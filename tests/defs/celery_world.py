@@ -50,9 +50,10 @@ TABLES = ("raw_conversations", "extracted_claims", "judged_claims", "scored_conv
 RUN_COLUMNS = ("scored_at", "scoring_run_id")
 #: Seconds a day may take here, start of the run to its end, on a loaded 2-core machine.
 RUN_LIMIT_S = 240
-#: Leases and the visibility timeout, short: a dead worker's step and items are taken over within the test.
+#: Leases and the visibility timeout, short: a dead worker's step and items are taken over within the test,
+#: yet leaving a healthy step room (seconds on a loaded machine, where a step's process starts slowly).
 LEASE_S = 3.0
-VISIBILITY_S = 15.0
+VISIBILITY_S = 30.0
 #: The provider's limit on requests in flight, and what one judge step sends at once (FP_JUDGE_MAX_CONCURRENCY).
 PROVIDER_LIMIT = 4
 PER_STEP = 2

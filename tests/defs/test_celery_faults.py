@@ -65,6 +65,10 @@ def test_a_worker_killed_mid_shard_leaves_its_step_to_the_other_paying_only_what
         wait_for(lambda: world.server.stats().open_requests == 0, None, "A's open requests to end", 60)
         kept, before = store_counts(store), asked(world.judge)
         assert sum(kept.values()) > 0
+        # The slow provider was there to catch A mid-shard. B's steps must stay well inside the visibility
+        # timeout, or Redis hands a step B is still running to a worker again (docs/scaling-out.md: set it
+        # above the longest step): on a loaded machine, 0.4 s a request made a shard outlast it.
+        world.server.set_latency(Latency())
         fleet.start_worker("worker-b")
         out = finish(run)
     finally:
