@@ -56,6 +56,8 @@ SECRET_VARIABLES: Final = (
 COPY_CHUNK: Final = 8 * 1024 * 1024
 #: Whole-object reads tried before giving up on an object that changes under every one of them.
 _READ_ATTEMPTS: Final = 5
+#: How pyarrow's S3 client words a ranged read that starts past the object's end (an empty version).
+_RANGE_NOT_SATISFIABLE: Final = "HTTP status 416"
 
 # A host's staging files carry its id: a later writer on the same host can tell a dead writer's file
 # (no such process) from a live one's, and leaves other hosts' files (a shared disk, a bucket) to age out.
@@ -254,14 +256,20 @@ class Place:
         """The whole file, one version of it even while it is being replaced.
 
         A stream reads an object in several ranged requests, each of which may meet another version; this
-        reads it in one request (one version) and checks the size the store gives before and after."""
+        reads it in one request (one version) and checks the size the store gives before and after. A
+        read sized on one version that meets an empty one is refused (416, range not satisfiable): read again."""
         if not self.remote:
             with self.fs.open_input_stream(self.path) as stream:
                 return bytes(stream.read())
         for _ in range(_READ_ATTEMPTS):
             with self.fs.open_input_file(self.path) as handle:
                 size = handle.size()
-                data = bytes(handle.read_at(size, 0)) if size else b""
+                try:
+                    data = bytes(handle.read_at(size, 0)) if size else b""
+                except OSError as exc:
+                    if _RANGE_NOT_SATISFIABLE not in str(exc):
+                        raise
+                    continue
             if len(data) == size and self.size() == size:
                 return data
         raise OSError(f"{self.uri} changed every time it was read ({_READ_ATTEMPTS} times)")
