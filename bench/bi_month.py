@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from common import ROOT, machine, machine_line
+from common import ROOT, day_and_month_header, day_and_month_row, machine, machine_line
 from dagster_day import CHUNK_ROWS, DAY, Plan, _landing, run_day
 
 #: The issue's target: a month's peak over a day's, at most this.
@@ -133,15 +133,11 @@ def report(result: dict[str, Any]) -> str:
         f"scored answers, {result['month_rows'].get('claim_table', 0):,} claims); each step in a child process "
         "(peak: its VmHWM).",
         "",
-        f"| step | 1 day: peak | 1 day: wall | {days} days: peak | {days} days: wall | peak {days} days / 1 day |",
-        "|---|---:|---:|---:|---:|---:|",
+        *day_and_month_header("step", days),
     ]
     for step in ("build", *QUERIES):
-        one, all_days = result["day"][step], result["month"][step]
-        growth = all_days["peak_gb"] / one["peak_gb"]
-        met = "met" if growth <= TARGET_GROWTH else "NOT met"
-        lines.append(f"| {step} | {one['peak_gb']:.2f} GB | {one['seconds']:.1f} s | {all_days['peak_gb']:.2f} GB | "
-                     f"{all_days['seconds']:.1f} s | x{growth:.2f} ({met}) |")
+        lines.append(day_and_month_row(step, result["day"][step], result["month"][step], wall_digits=1,
+                                       target=TARGET_GROWTH))
     lines += ["", machine_line(result)]
     return "\n".join(lines)
 

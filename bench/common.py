@@ -37,6 +37,22 @@ def machine_line(result: dict[str, Any]) -> str:
             "benchmark's own processes account for up to 2 of it; more means other work competed for the CPUs).")
 
 
+def day_and_month_header(first: str, days: int) -> list[str]:
+    """The head of a table of peaks over one day and over ``days`` days, a row per ``first`` (a step, a commit)."""
+    return [f"| {first} | 1 day: peak | 1 day: wall | {days} days: peak | {days} days: wall | peak {days} days / 1 day |",
+            "|---|---:|---:|---:|---:|---:|"]
+
+
+def day_and_month_row(label: str, one: dict[str, Any], month: dict[str, Any], *, wall_digits: int,
+                      target: float | None) -> str:
+    """A row of that table from the two runs' ``peak_gb`` and ``seconds``; with ``target``, whether the month's
+    peak over the day's stays within it."""
+    growth = month["peak_gb"] / one["peak_gb"]
+    mark = "" if target is None else f" (target ≤ {target:.1f}: {'met' if growth <= target else 'NOT met'})"
+    return (f"| {label} | {one['peak_gb']:.2f} GB | {one['seconds']:.{wall_digits}f} s | {month['peak_gb']:.2f} GB | "
+            f"{month['seconds']:.{wall_digits}f} s | x{growth:.2f}{mark} |")
+
+
 def add_pack_options(parser: argparse.ArgumentParser) -> None:
     """--pack-tokens / --max-items: run a bench at another pack budget than the judge's default."""
     parser.add_argument("--pack-tokens", type=int, default=None)

@@ -26,7 +26,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow.parquet as pq
-from common import ROOT, machine, machine_line
+from common import ROOT, day_and_month_header, day_and_month_row, machine, machine_line
 
 #: The issue's target: the month's peak over one day's, at most this.
 TARGET_GROWTH = 1.5
@@ -131,17 +131,13 @@ def report(result: dict[str, Any]) -> str:
         "each reported by `faithfulness-pipeline report TABLE -o page.html` in a child process (peak: its "
         "ru_maxrss).",
         "",
-        f"| code | 1 day: peak | 1 day: wall | {days} days: peak | {days} days: wall | peak {days} days / 1 day |",
-        "|---|---:|---:|---:|---:|---:|",
+        *day_and_month_header("code", days),
     ]
     for code in dict.fromkeys(r["code"] for r in result["runs"]):
         one = next(r for r in result["runs"] if r["code"] == code and r["days"] == 1)
         month = next(r for r in result["runs"] if r["code"] == code and r["days"] == days)
-        growth = month["peak_gb"] / one["peak_gb"]
-        met = "met" if growth <= TARGET_GROWTH else "NOT met"
-        mark = f" (target ≤ {TARGET_GROWTH:.1f}: {met})" if code == "now" else ""
-        lines.append(f"| {code} | {one['peak_gb']:.2f} GB | {one['seconds']:.0f} s | {month['peak_gb']:.2f} GB | "
-                     f"{month['seconds']:.0f} s | x{growth:.2f}{mark} |")
+        lines.append(day_and_month_row(code, one, month, wall_digits=0,
+                                       target=TARGET_GROWTH if code == "now" else None))
     lines += ["", machine_line(result)]
     return "\n".join(lines)
 
