@@ -10,7 +10,7 @@ import polars as pl
 
 from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.outputs import claim_table
-from faithfulness_pipeline.defs.compared import day_comparison
+from faithfulness_pipeline.outputs.comparison import day_comparison
 from faithfulness_pipeline.tables.storage import Place
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "offline_sample" / "scored.parquet"

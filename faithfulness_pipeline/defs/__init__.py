@@ -10,19 +10,17 @@ paths.
 
 from __future__ import annotations
 
-import logging
-import multiprocessing
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import dagster as dg
 from pydantic import BaseModel
 
 from faithfulness_pipeline.defs.assets import build_assets, build_checks
 from faithfulness_pipeline.defs.calibration import build_calibration_assets, build_calibration_job
+from faithfulness_pipeline.defs.executors import PRELOAD_MODULES, local_executor
 from faithfulness_pipeline.defs.io import STEP_IO, WarehouseIOManager
 from faithfulness_pipeline.defs.names import LLM_POOL
 from faithfulness_pipeline.defs.partitions import daily_partitions
@@ -34,7 +32,6 @@ from faithfulness_pipeline.defs.resources import (
     TracesResource,
 )
 from faithfulness_pipeline.defs.schedules import build_job, build_schedule, build_sensor
-from faithfulness_pipeline.defs.traces import build_trace_assets
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.celery import CelerySettings
@@ -124,9 +121,9 @@ def build_defs(
         executor = executor or celery.executor_for(settings.celery)
         step_io_manager = step_io_manager or celery.WarehouseStepIOManager(warehouse=settings.warehouse)
         judge_tags = celery.judge_step_tags(settings.celery)
-    assets = build_assets(partitions, judge_version=f"{model}:{prompt_version}", judge_tags=judge_tags)
+    assets = build_assets(partitions, judge_version=f"{model}:{prompt_version}", traces=settings.traces,
+                          table_format=settings.warehouse.format_name(), judge_tags=judge_tags)
     assets += build_calibration_assets(f"{model}:{prompt_version}", LLM_POOL)
-    assets += build_trace_assets(partitions, settings.traces)
     job = build_job()
     return dg.Definitions(
         assets=assets,
@@ -144,42 +141,12 @@ def build_defs(
             "calibration": settings.calibration,
             "traces": settings.traces,
         },
-        executor=executor or _executor(),
+        executor=executor or local_executor(),
     )
 
 
-# What the fork server imports before forking step processes. The dagster module is internal (no public
-# way to name it) and the fork server skips a module that does not import without a word:
-# tests/defs/test_private_dagster.py is what notices (checked with preload.CHECKED_WITH_DAGSTER).
-PRELOAD_MODULES = ("dagster._core.executor.multiprocess", "faithfulness_pipeline.defs.preload")
-
-
-#: The fork server listens on a Unix socket at <temp dir>/pymp-XXXXXXXX/listener-XXXXXXXX (multiprocessing's
-#: own naming), and a socket path holds at most 107 bytes: under a longer temp dir no step could start.
-_SOCKET_PATH_MAX: Final = 107
-_FORK_SERVER_SOCKET_TAIL: Final = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
-
-
-def _executor() -> dg.ExecutorDefinition:
-    """Multiprocess, one process per step. Where the OS has it, step processes fork from a server that
-    has already imported the code location and Dagster's storage layer (``defs/preload.py``): a step
-    starts in a fraction of a second instead of the seconds a fresh interpreter needs (``spawn``)."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return dg.multiprocess_executor
-    temp = tempfile.gettempdir()
-    if len(os.fsencode(temp)) + _FORK_SERVER_SOCKET_TAIL > _SOCKET_PATH_MAX:
-        if multiprocessing.parent_process() is None:  # said once by the run, not again by each step process
-            logging.getLogger(__name__).warning(
-                "steps start as fresh processes (slower): the temporary folder %s is too long for the fork "
-                "server's socket path (at most %d bytes); set TMPDIR to a shorter folder to start them faster",
-                temp, _SOCKET_PATH_MAX - _FORK_SERVER_SOCKET_TAIL,
-            )
-        return dg.multiprocess_executor
-    preload = list(PRELOAD_MODULES)
-    return dg.multiprocess_executor.configured({"start_method": {"forkserver": {"preload_modules": preload}}})
-
-
 __all__ = [
+    "PRELOAD_MODULES",
     "CalibrationResource",
     "DefsSettings",
     "JudgeResource",

@@ -5,18 +5,10 @@ import dagster as dg
 
 from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
 from faithfulness_pipeline.defs.metadata import report_metadata
-from faithfulness_pipeline.defs.names import (
-    CLAIM_TABLE,
-    DAILY,
-    DUCKDB,
-    DUCKDB_REVISION,
-    GROUP,
-    REPORT,
-    REPORT_REVISION,
-    SCORED,
-)
+from faithfulness_pipeline.defs.names import DUCKDB, DUCKDB_REVISION, GROUP, REPORT, REPORT_REVISION
 from faithfulness_pipeline.defs.resources import ScoringResource
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
+from faithfulness_pipeline.outputs import tables
 
 
 @dg.asset(
@@ -44,7 +36,8 @@ def answer_quality_duckdb(warehouse: WarehouseResource) -> dg.MaterializeResult:
     group_name=GROUP,
     code_version=REPORT_REVISION,
     kinds={"html"},
-    deps=[SCORED, CLAIM_TABLE, DAILY],
+    # After every table of the day: the report is the last thing a day's run makes.
+    deps=[table.name for table in tables()],
     description="The answer-quality report over every day of the warehouse: one self-contained HTML file "
     "(charts, per day x model table, the worst answers with their claims marked, the judge and its "
     "calibration when the warehouse has one). Opens offline; small enough to mail.",

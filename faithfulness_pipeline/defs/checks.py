@@ -8,10 +8,13 @@
   WARN naming how many rows the spend cap left unjudged).
 
 The later checks read the stored partitions (footers and lazy scans: no whole day in memory), so they can be
-re-run on their own from the UI.
+re-run on their own from the UI. An output's entry names the checks that guard it (:data:`CHECKS`).
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Final
 
 import dagster as dg
 import polars as pl
@@ -309,3 +312,19 @@ def spend_cap_check(asset: str, partitions: dg.PartitionsDefinition[str]) -> dg.
         )
 
     return _check
+
+
+#: A check of an output table, built for (the table, the table it is made of, the partitions).
+CheckBuilder = Callable[[str, str, dg.PartitionsDefinition[str]], dg.AssetChecksDefinition]
+
+#: The checks an output's entry may name (``outputs.kinds.TableOutput.checks``), by name.
+CHECKS: Final[Mapping[str, CheckBuilder]] = MappingProxyType({
+    "same_rows_as_upstream": rows_preserved_check,
+    "one_row_per_claim": claims_preserved_check,
+    "counts_every_answer": aggregates_preserved_check,
+    "scores_in_range": lambda asset, upstream, partitions: scores_in_range_check(asset, partitions),
+    "error_rate": lambda asset, upstream, partitions: error_rate_check(asset, partitions),
+    "llm_judge_used": lambda asset, upstream, partitions: offline_fallback_check(asset, partitions),
+    "claims_found": lambda asset, upstream, partitions: claims_found_check(asset, partitions),
+    "within_spend_cap": lambda asset, upstream, partitions: spend_cap_check(asset, partitions),
+})

@@ -19,8 +19,8 @@ file is built locally, then put where it belongs (uploaded, atomically, when tha
 
 Every view has one day column, ``day`` (DATE): the partition day of ``scored_conversations`` (its folder
 name, renamed), the ``day`` column that ``claim_table`` and ``daily_answer_quality`` carry. Views and
-columns carry comments (``COMMENT ON``) from ``core/descriptions.py``, the text Dagster's column schema
-shows too: ``SELECT * FROM duckdb_columns() WHERE table_name = 'claim_table'``.
+columns carry comments (``COMMENT ON``) from the outputs' entries (``outputs.catalog``), the text Dagster's
+column schema shows too: ``SELECT * FROM duckdb_columns() WHERE table_name = 'claim_table'``.
 
 Queries (from the warehouse folder: ``duckdb answer_quality.duckdb``)::
 
@@ -51,15 +51,18 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faithfulness_pipeline.core.descriptions import TABLE_DESCRIPTIONS, describe
+from faithfulness_pipeline.outputs import TABLE_DESCRIPTIONS, describe, tables
+from faithfulness_pipeline.outputs.catalog import RAW_TABLE
+from faithfulness_pipeline.outputs.claim_table import CLAIM_TABLE
+from faithfulness_pipeline.tables.parquet_tables import DATA_FILE, PARTITION_PREFIX
 from faithfulness_pipeline.tables.storage import Place
 
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection
 
-#: The tables exposed as views, in the order they are created.
-BI_TABLES = ("scored_conversations", "claim_table", "daily_answer_quality", "raw_conversations",
-             "daily_model_comparison")
+#: The tables exposed as views, in the order they are created: every output table that wants a view, and the
+#: landed rows (their passages).
+BI_TABLES = (*(t.name for t in tables() if t.view), RAW_TABLE)
 
 
 def _quote(text: str) -> str:
@@ -67,14 +70,14 @@ def _quote(text: str) -> str:
 
 
 #: Tables whose files carry their own ``day`` column; the others get it from the partition folder.
-_DAY_IN_FILE = ("claim_table", "daily_answer_quality", "daily_model_comparison")
+_DAY_IN_FILE = tuple(t.name for t in tables() if t.day_in_rows)
 
 
 def _read(table: str, root: Place | None) -> str:
     """``read_parquet`` of ``table``'s partitions, by a path relative to the warehouse root, or below the URI
     of ``root`` when that is in an object store."""
     prefix = f"{root.uri}/" if root is not None and root.remote else ""
-    pattern = _quote(f"{prefix}{table}/ds=*/data.parquet")
+    pattern = _quote(f"{prefix}{table}/{PARTITION_PREFIX}*/{DATA_FILE}")
     if table in _DAY_IN_FILE:
         return f"read_parquet({pattern}, hive_partitioning = false, union_by_name = true)"
     return f"read_parquet({pattern}, hive_partitioning = true, hive_types = {{'ds': DATE}}, union_by_name = true)"
@@ -82,7 +85,7 @@ def _read(table: str, root: Place | None) -> str:
 
 def view_sql(table: str, root: Place | None = None, *, with_evidence: bool = False) -> str:
     """The view of ``table``. ``with_evidence``: the claim table's files (some of them) still hold passages."""
-    if table == "claim_table":
+    if table == CLAIM_TABLE.name:
         # Each claim's passage from the verdicts of its answer (the claim index is 0-based, lists 1-based).
         passage = "s.verdicts[c.claim_index + 1].evidence"
         columns = f"c.* EXCLUDE (evidence), coalesce(c.evidence, {passage})" if with_evidence else f"c.*, {passage}"
@@ -110,7 +113,7 @@ def comment_sql(con: DuckDBPyConnection, table: str) -> list[str]:
 
 def _partitions(root: Place, table: str) -> bool:
     folder = root.child(table)
-    return any(f.name == "data.parquet" and f.parent().name.startswith("ds=") for f in folder.files(".parquet"))
+    return any(f.name == DATA_FILE and f.parent().name.startswith(PARTITION_PREFIX) for f in folder.files(".parquet"))
 
 
 def store_filesystem(place: Place) -> Any:
@@ -145,7 +148,7 @@ def build_database(target: str | os.PathLike[str] | Place, root: str | os.PathLi
                 con.register_filesystem(store_filesystem(warehouse))
             con.execute("BEGIN TRANSACTION")  # one commit: each statement on its own was a commit and an fsync
             for table in present:
-                con.execute(view_sql(table, warehouse, with_evidence=table == "claim_table" and "evidence" in [
+                con.execute(view_sql(table, warehouse, with_evidence=table == CLAIM_TABLE.name and "evidence" in [
                     row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {_read(table, warehouse)}").fetchall()]))
                 for statement in comment_sql(con, table):
                     con.execute(statement)

@@ -26,16 +26,16 @@ def _table(key: dg.AssetKey) -> str:
 
 
 class WarehouseIOManager(dg.ConfigurableIOManager):
-    """Stores every asset as hive-partitioned Parquet under the warehouse root."""
+    """Stores every asset as a table of the warehouse (one partition per day), in its table format."""
 
     warehouse: WarehouseResource
 
     def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
         partition = context.partition_key if context.has_partition_key else None
         table = _table(context.asset_key)
-        place = self.warehouse.write(table, partition, obj)
+        where = self.warehouse.write(table, partition, obj)
         context.add_output_metadata({**table_metadata(obj.schema, table, obj.height),
-                                     "path": dg.MetadataValue.path(place.uri)})
+                                     "path": dg.MetadataValue.path(where)})
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:
         upstream = context.upstream_output

@@ -9,8 +9,9 @@ import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.core import schema as S
-from faithfulness_pipeline.core.descriptions import describe
 from faithfulness_pipeline.core.port import JudgeStats
+from faithfulness_pipeline.outputs import describe
+from faithfulness_pipeline.outputs.markdown import cell
 from faithfulness_pipeline.tables.storage import Place
 
 if TYPE_CHECKING:
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
 _BINS = 5
 #: Examples a check or a table of metadata names at most: enough to find the rest by.
 EXAMPLES = 10
-_TEXT_LIMIT = 160
 
 
 def md_list(items: Sequence[str]) -> dg.MetadataValue:
@@ -28,7 +28,7 @@ def md_list(items: Sequence[str]) -> dg.MetadataValue:
 
 
 def table_metadata(schema: pl.Schema, table: str, rows: int | None = None) -> dict[str, Any]:
-    """Row count (when given) and column schema, each column described (``core/descriptions.py``, as in
+    """Row count (when given) and column schema, each column described (its output's entry, ``outputs.catalog``, as in
     DuckDB)."""
     columns = dg.TableSchema(columns=[
         dg.TableColumn(name, str(dtype), description=describe(table, name)) for name, dtype in schema.items()
@@ -55,16 +55,8 @@ def judge_metadata(stats: JudgeStats, model: str, prompt_version: str) -> dict[s
         "refused_usage": stats.refused_usage,
     }
     if stats.notes:
-        meta["judge_notes"] = dg.MetadataValue.md("\n".join(f"- {_cell(n, 400)}" for n in stats.notes))
+        meta["judge_notes"] = dg.MetadataValue.md("\n".join(f"- {cell(n, 400)}" for n in stats.notes))
     return meta
-
-
-def _cell(text: Any, limit: int = _TEXT_LIMIT) -> str:
-    """Text safe inside a markdown table cell: one line, pipes escaped, shortened."""
-    value = " ".join(str(text).split())
-    if len(value) > limit:
-        value = value[: limit - 1] + "…"
-    return value.replace("|", "\\|")
 
 
 def usage_totals(scored: pl.DataFrame | pl.LazyFrame, prefix: str = "") -> dict[str, Any]:
@@ -120,7 +112,7 @@ def score_distribution_md(scored: pl.DataFrame, scale: float) -> str:
 def _flagged_claims(verdicts: list[dict[str, Any]] | None) -> str:
     flagged = [v for v in verdicts or [] if v["verdict"] == "contradicted"]
     flagged = flagged or [v for v in verdicts or [] if v["verdict"] == "unsupported"]
-    parts = [f"**{v['verdict']}**: {_cell(v['claim'], 120)} ({_cell(v['reason'] or '', 120)})" for v in flagged[:3]]
+    parts = [f"**{v['verdict']}**: {cell(v['claim'], 120)} ({cell(v['reason'] or '', 120)})" for v in flagged[:3]]
     return "<br>".join(parts) or "-"
 
 
@@ -148,8 +140,8 @@ def worst_answers_md(scored: pl.LazyFrame, answer_column: str, limit: int = 5) -
     lines = ["| row_key | hallucination | faithfulness | answer | flagged claims |", "|---|---:|---:|---|---|"]
     for row in worst.iter_rows(named=True):
         lines.append(
-            f"| {_cell(row['row_key'], 60)} | {row['hallucination_score']:g} | {row['faithfulness_score']:g} "
-            f"| {_cell(row['__a'] or '')} | {_flagged_claims(row['verdicts'])} |"
+            f"| {cell(row['row_key'], 60)} | {row['hallucination_score']:g} | {row['faithfulness_score']:g} "
+            f"| {cell(row['__a'] or '')} | {_flagged_claims(row['verdicts'])} |"
         )
     return "\n".join(lines)
 
@@ -188,32 +180,9 @@ def scored_metadata(scored: pl.DataFrame | pl.LazyFrame, *, scale: float, answer
     return meta
 
 
-def aggregates_md(table: pl.DataFrame) -> str:
-    """The day's aggregates as a markdown table (the headline columns only)."""
-    if table.is_empty():
-        return "_no rows_"
-    columns = [
-        "model",
-        "answers",
-        "error_answers",
-        "hallucination_mean",
-        "hallucination_p90",
-        "faithfulness_mean",
-        "over_threshold_share",
-        "billed_cost_usd",
-        "store_share",
-        "duplicate_share",
-    ]
-    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
-    for row in table.select(columns).iter_rows():
-        cells = [f"{v:.3g}" if isinstance(v, float) else _cell("-" if v is None else v, 40) for v in row]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def report_metadata(place: Place, top: Headline, threshold: float) -> dict[str, Any]:
     """The report's file (a link in the UI) and its headline numbers, as values and as a preview."""
-    rows = [f"| {label} | {_cell(value, 80)} |" for label, value in top.items(threshold)]
+    rows = [f"| {label} | {cell(value, 80)} |" for label, value in top.items(threshold)]
     meta: dict[str, Any] = {
         "path": dg.MetadataValue.path(place.uri),
         "size_bytes": place.size(),

@@ -148,7 +148,7 @@ def test_duckdb_views_answer_bi_queries(built: Built) -> None:
 
 
 def test_views_and_columns_carry_the_descriptions_dagster_shows(built: Built) -> None:
-    from faithfulness_pipeline.core.descriptions import describe
+    from faithfulness_pipeline.outputs import describe
 
     con = _bi(built.lake.warehouse)
     try:
@@ -366,7 +366,7 @@ def test_a_day_compares_each_segment_column_its_rows_carry() -> None:
     versions are compared like its models; a column absent, or with one value, adds nothing."""
     import datetime as dt
 
-    from faithfulness_pipeline.defs.compared import COMPARISON_SCHEMA, day_comparison
+    from faithfulness_pipeline.outputs.comparison import COMPARISON_SCHEMA, day_comparison
     from faithfulness_pipeline.settings.landing import WarehouseSettings
 
     n = 40

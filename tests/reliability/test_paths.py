@@ -102,5 +102,5 @@ def test_the_warehouse_refuses_keys_and_names_that_would_leave_its_root(key: str
     with pytest.raises(ConfigError, match="warehouse"):
         warehouse.write(key if key not in ("a/b",) else "../a", DAY, frame)
     assert _files(tmp_path) == set()
-    written = warehouse.write("scored_conversations", DAY, frame).local_path()
+    written = Path(warehouse.write("scored_conversations", DAY, frame))
     assert written.is_relative_to(tmp_path / "wh")

@@ -1,0 +1,155 @@
+"""What an output is: the kinds of entry in the list of outputs (``outputs.catalog``).
+
+Every output is made of the scored rows of a run (the command line's) or of a day (the Dagster assets').
+How it is made from them decides its kind:
+
+- :class:`ChunkTable`: a table built from each scored chunk on its own (the scored table, the claim table):
+  it streams, whatever the run's size;
+- :class:`DayTable`: a table built from a day's scored rows together, a few light columns of them
+  (the daily aggregates, the model comparison);
+- :class:`ChunkLines`: JSON Lines built from each scored chunk (the Mastra export);
+- :class:`Sent`: what leaves for another system rather than into a table (evaluation events to an OTLP
+  endpoint, annotations to Phoenix), enabled by the settings that name that system.
+
+An entry says what the entry points need and nothing about them: its name, what it holds (the table's and
+each column's description: Dagster's column schema, the DuckDB comments and the docs read the same text),
+its kinds, its command-line option, whether BI tools get a view of it, which Dagster checks guard it, and the
+revision that goes into its code version. The command line (``outputs.run_files``) and the Dagster layer
+(``defs.outputs``) make every entry of the list the same way, so a new output is one entry.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Final
+
+import polars as pl
+
+from faithfulness_pipeline.settings.traces import TraceExportSettings
+
+#: The day column of the rows a :class:`DayTable` is built from (a name no user's table has).
+DAY: Final = "__fp_day"
+
+
+@dataclass(frozen=True, slots=True)
+class OutputContext:
+    """What building an output reads of the settings: the scoring settings' columns and thresholds, and
+    where the scored rows' heavy columns live."""
+
+    model_column: str = "model"
+    id_column: str = "conversation_id"
+    answer_column: str = "output"
+    hallucination_threshold: float = 0.5
+    scale: float = 1.0
+    #: Columns each day's groups are also compared by (an app or prompt version).
+    segment_columns: tuple[str, ...] = ()
+    #: The input's passage and chat message columns.
+    heavy_columns: tuple[str, ...] = ()
+    chunk_rows: int = 50_000
+    #: The day of the rows (a warehouse partition); None on the command line, whose rows may span days.
+    day: date | None = None
+    #: The warehouse's BI views join back what a table leaves to another (the passages and chat messages stay
+    #: in raw_conversations, a claim's passage in the scored table's verdicts); the command line's files stand
+    #: alone.
+    views_join: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Output:
+    """What every output declares."""
+
+    name: str
+    #: What one row of the output is, in a sentence or two.
+    description: str
+    #: Column -> what it holds; a column of the user's own has none.
+    columns: Mapping[str, str] = field(default_factory=dict)
+    #: Dagster kinds beside the table format's own name.
+    kinds: frozenset[str] = frozenset()
+    #: The command line's option naming where it goes (None: the command line does not offer it).
+    option: str | None = None
+    #: The option's help.
+    option_help: str = ""
+    #: Bumped when the output's own code changes what it holds; part of its Dagster code version.
+    revision: str = "1"
+
+    def describe(self, column: str) -> str | None:
+        return self.columns.get(column)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableOutput(Output):
+    """An output that is a table of the warehouse, partitioned by day."""
+
+    #: BI tools get a view of it over every day (``defs.duckdb_views``).
+    view: bool = True
+    #: Its rows carry their ``day`` column; otherwise the day is the partition's.
+    day_in_rows: bool = False
+    #: The Dagster checks that guard it, by name (``defs.checks.CHECKS``).
+    checks: tuple[str, ...] = ()
+    #: The judge produced what it holds: a change of judge makes it stale.
+    judged: bool = True
+
+
+def _nothing(frame: pl.DataFrame) -> Counter[str]:
+    return Counter()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkTable(TableOutput):
+    """A table built from each scored chunk on its own."""
+
+    #: The table of one chunk of scored rows (``day``: the partition's, None on the command line).
+    build: Callable[[pl.DataFrame, OutputContext], pl.DataFrame]
+    #: The columns of the scored table it reads (None: all of them), given the columns there are.
+    reads: Callable[[list[str], OutputContext], list[str] | None] = lambda present, context: None
+    #: Counts worth showing, per chunk written (summed over the table: materialisation metadata).
+    tally: Callable[[pl.DataFrame], Counter[str]] = _nothing
+
+
+@dataclass(frozen=True, kw_only=True)
+class DayTable(TableOutput):
+    """A table built from a day's scored rows together: only the few columns it reads are held."""
+
+    #: The columns of the scored table it reads, given the columns there are.
+    reads: Callable[[list[str], OutputContext], list[str]]
+    #: The table of the rows read, which carry a ``day`` column (Date): one day in Dagster, every day of
+    #: the scored table on the command line.
+    build: Callable[[pl.DataFrame, OutputContext], pl.DataFrame]
+    #: Its columns, for a run without rows.
+    schema: Callable[[OutputContext], pl.Schema]
+    #: A markdown preview of the table for the Dagster UI (None: none), under the metadata key ``preview_key``.
+    preview: Callable[[pl.DataFrame], str] | None = None
+    preview_key: str = "preview"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkLines(Output):
+    """JSON Lines built from each scored chunk."""
+
+    lines: Callable[[pl.DataFrame], Iterator[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A sent output's outcome: its one line, whether something was not delivered, its figures."""
+
+    line: str
+    failed: bool
+    figures: dict[str, int | str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sent(Output):
+    """Records sent to another system, from the scored rows of a run or a day."""
+
+    #: Whether the settings name the system (the output exists only then).
+    enabled: Callable[[TraceExportSettings], bool]
+    #: What to say when they do not: which setting names it.
+    unset: str
+    #: The columns of the scored table it reads, given the columns there are.
+    reads: Callable[[list[str]], list[str]]
+    #: Sends the records of the scored chunks.
+    send: Callable[[Iterable[pl.DataFrame], TraceExportSettings, OutputContext], Delivered]

@@ -1,0 +1,29 @@
+"""The table formats a warehouse can be written in, by name: the one place a new format is added.
+
+Each entry builds the tables of a warehouse root (``tables.table_format.TableFormat``). A format whose
+library is heavy to import imports it inside its own methods, so naming the formats stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.tables.parquet_tables import ParquetTables
+from faithfulness_pipeline.tables.storage import Place
+from faithfulness_pipeline.tables.table_format import TableFormat
+
+#: Table formats by name.
+TABLE_FORMATS: Final[dict[str, Callable[[Place], TableFormat]]] = {
+    ParquetTables.name: ParquetTables,
+}
+
+
+def table_format(name: str, root: Place) -> TableFormat:
+    """The tables of the warehouse at ``root`` in the format ``name``."""
+    try:
+        build = TABLE_FORMATS[name]
+    except KeyError:
+        raise ConfigError(f"table format {name!r} is unknown: use one of {', '.join(sorted(TABLE_FORMATS))}") from None
+    return build(root)

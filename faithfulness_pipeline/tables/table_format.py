@@ -1,0 +1,60 @@
+"""Where a warehouse's tables go: the port every table format implements, and the formats by name.
+
+A warehouse holds named tables (``scored_conversations``, ``claim_table``, ...), most of them partitioned by
+day. What the rest of the package asks of a table is small: write one partition chunk by chunk, replacing
+it only when the block ends without an error (a reader sees the old day or the new, never half); say how
+many rows and which columns a partition has; read it back in bounded chunks or as a lazy frame. That is
+:class:`TableFormat`. Folders of Parquet files partitioned by day are today's format
+(``tables.parquet_tables``); another format (a table with a transaction log, a catalog's table, a database) is
+one more implementation and one entry in ``tables.formats.TABLE_FORMATS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+import polars as pl
+
+
+class ChunkSink(Protocol):
+    """What a partition's writer takes: one frame at a time, every frame with the same columns."""
+
+    def write(self, frame: pl.DataFrame) -> None: ...
+
+
+class TableFormat(Protocol):
+    """The tables of one warehouse in one format. ``partition`` is a day (``YYYY-MM-DD``) or None for a table
+    without partitions. A partition that was never written is refused by the readers with an error saying
+    to materialise it."""
+
+    #: The format's name, as ``table_format`` settings name it.
+    name: str
+
+    def writer(self, table: str, partition: str | None,
+               empty: pl.Schema | None = None) -> AbstractContextManager[ChunkSink]:
+        """Replaces the partition with the frames written inside the block, when it ends without an error;
+        ``empty`` is the schema a partition gets when no frame comes."""
+        ...
+
+    def exists(self, table: str, partition: str | None) -> bool: ...
+
+    def rows(self, table: str, partition: str | None) -> int:
+        """The partition's rows, read from what the format keeps about them (no row is read)."""
+        ...
+
+    def schema(self, table: str, partition: str | None) -> pl.Schema: ...
+
+    def batches(self, table: str, partition: str | None, rows: int,
+                columns: Sequence[str] | None = None) -> Iterator[pl.DataFrame]:
+        """The partition in chunks of at most ``rows`` rows (``columns``: only those), in the order written."""
+        ...
+
+    def scan(self, table: str, partitions: Sequence[str | None]) -> pl.LazyFrame:
+        """A lazy frame over these partitions."""
+        ...
+
+    def location(self, table: str, partition: str | None) -> str:
+        """Where the partition is, as a path or URI a person can open (materialisation metadata)."""
+        ...
