@@ -29,7 +29,8 @@ from typing import Any
 
 import polars as pl
 from common import ROOT, day_and_month_header, day_and_month_row, machine, machine_line
-from dagster_day import CHUNK_ROWS, DAY, Plan, _landing, run_day
+from dagster_day import Plan, run_day
+from day_landing import CHUNK_ROWS, DAY, landing_file
 
 #: The issue's target: a month's peak over a day's, at most this.
 TARGET_GROWTH = 1.5
@@ -104,7 +105,7 @@ def measure(warehouse: Path) -> dict[str, Any]:
 
 def run(per_day: int, days: int, work: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"per_day": per_day, "days": days, "machine": machine()}
-    landing = _landing(work, per_day, CHUNK_ROWS)
+    landing = landing_file(work, per_day, CHUNK_ROWS)
     run_dir = work / f"bi-day-{per_day}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir()

@@ -29,18 +29,16 @@ from typing import Any
 
 from common import machine, machine_line
 from dagster_day import (
-    CHUNK_ROWS,
-    DAY,
     GB,
     POLL_S,
     _base_env,
     _home,
-    _landing,
     _session,
     _sizes,
     _status_kb,
     run_sampled,
 )
+from day_landing import CHUNK_ROWS, DAY, landing_file
 
 from faithfulness_pipeline.testing.processes import free_port
 
@@ -106,7 +104,7 @@ def _day(env: dict[str, str], folder: Path) -> dict[str, Any]:
 
 
 def run(rows: int, shards: int, work: Path) -> dict[str, Any]:
-    landing = _landing(work, rows, CHUNK_ROWS)
+    landing = landing_file(work, rows, CHUNK_ROWS)
     result: dict[str, Any] = {"rows": rows, "shards": shards, "machine": machine()}
     with tempfile.TemporaryDirectory(prefix="fp-celery-bench-") as tmp:
         folder = Path(tmp)

@@ -53,17 +53,15 @@ from pathlib import Path
 from typing import Any
 
 from common import FAKE_KEY_ENV, ROOT, machine, machine_line
+from day_landing import CHUNK_ROWS, DAY, landing_file, repeat_landing_file
 from overhead import BENCH_MODEL, ServerProcess
 
-DAY = "2026-11-25"
 #: The targets of the streaming rewrite (issue 26).
 TARGET_LARGEST_GB = 1.0  # no process above this at TARGET_ROWS answers
 TARGET_ROWS = 1_000_000
 TARGET_GROWTH = 1.3  # largest-process peak at 1,000,000 / at 100,000
 TARGET_WALL_VS_CLI = 1.3  # the day's wall time / the CLI's on the same file
 TARGET_WAREHOUSE = 2.5  # warehouse bytes / landing bytes
-CHUNK_ROWS = 10_000
-SEED = 26_000
 POLL_S = 0.2
 GB = 2**30
 MB = 2**20  # as the issue and bench/memory.py count them
@@ -72,125 +70,6 @@ MIN_AVAILABLE_GB = 1.5
 TABLES = ("raw_conversations", "extracted_claims", "judged_claims", "scored_conversations", "claim_table",
           "daily_answer_quality")
 STORE_NAME = "_judge_store.sqlite"  # the litellm judge's default store, under the warehouse
-_TAG = b"fp_bench_rows"  # Parquet key-value metadata naming how a landing file was built
-
-
-# ---------------------------------------------------------------------------------------- landing files
-
-
-def _tag(seed: int, chunk_rows: int, repeat: int = 0) -> bytes:
-    return f"rag_rows seed={seed} chunk={chunk_rows} repeat={repeat}".encode()
-
-
-def _stamped(frame: Any, start: int) -> Any:
-    """``frame`` with day-wide conversation ids and timestamps for its rows ``start``, ``start + 1``, ...
-
-    Ids and times depend on the row's index only, so a smaller file is a prefix of a larger one."""
-    from datetime import UTC, datetime
-
-    import polars as pl
-
-    index = pl.int_range(start, start + frame.height, dtype=pl.Int64)
-    midnight = datetime.fromisoformat(DAY).replace(tzinfo=UTC)
-    return frame.with_columns(
-        pl.format("day-{}", index.cast(pl.String).str.zfill(7)).alias("conversation_id"),
-        (pl.lit(midnight) + pl.duration(seconds=index % 86_400)).alias("created_at"),
-    )
-
-
-def _writer(path: Path, schema: Any, tag: bytes) -> Any:
-    import pyarrow.parquet as pq
-
-    # zstd as polars writes by default: 20,000 of these rows make the issue's 13 MB landing file.
-    return pq.ParquetWriter(path, schema.with_metadata({_TAG: tag}), compression="zstd")
-
-
-def _built_rows(path: Path, tag: bytes) -> int:
-    """Rows of ``path`` if it is a complete landing file built as ``tag`` says (0: none, or another build)."""
-    import pyarrow.parquet as pq
-
-    try:
-        meta = pq.read_metadata(path)
-    except (OSError, ValueError):
-        return 0
-    return int(meta.num_rows) if (meta.metadata or {}).get(_TAG) == tag else 0
-
-
-def generate(rows: int, path: Path, chunk_rows: int, seed: int) -> None:
-    """Writes ``rows`` typical RAG rows to ``path``, a chunk (one row group) at a time, starting from the
-    largest smaller file built the same way next to it."""
-    import pyarrow.parquet as pq
-    from rag_rows import make_rows
-
-    tag = _tag(seed, chunk_rows)
-    # A kept file of whole chunks is the start of this one (chunk k holds the same rows in every file).
-    kept = sorted((n, p) for p in path.parent.glob("landing-*.parquet") if p != path
-                  if (n := _built_rows(p, tag)) and n < rows and n % chunk_rows == 0)[-1:]
-    partial = path.with_suffix(".partial")
-    writer = None
-    done = 0
-    try:
-        if kept:
-            done, source = kept[0]
-            with pq.ParquetFile(source) as src:
-                writer = _writer(partial, src.schema_arrow, tag)
-                for group in range(src.num_row_groups):  # row group by row group: the copy stays small
-                    writer.write_table(src.read_row_group(group))
-        while done < rows:
-            n = min(chunk_rows, rows - done)
-            chunk = _stamped(make_rows(n, seed=seed + done // chunk_rows), done)
-            table = chunk.select("conversation_id", "created_at", "language", "input", "output", "context").to_arrow()
-            if writer is None:
-                writer = _writer(partial, table.schema, tag)
-            writer.write_table(table, row_group_size=chunk_rows)
-            done += n
-            print(f"  landing: {done:,} of {rows:,} rows", file=sys.stderr, flush=True)
-    finally:
-        if writer is not None:
-            writer.close()
-    os.replace(partial, path)  # only a complete file gets the name that is reused
-
-
-def generate_repeat(source: Path, rows: int, path: Path) -> None:
-    """``rows`` rows repeating the contents of ``source`` (row group by row group) under their own ids and
-    timestamps: every result a warm store filled from ``source`` holds, on a day of ``rows`` answers."""
-    import polars as pl
-    import pyarrow.parquet as pq
-
-    partial = path.with_suffix(".partial")
-    with pq.ParquetFile(source) as src:
-        groups = src.num_row_groups
-        per_group = src.metadata.row_group(0).num_rows  # every group of a generated file is full but the last
-        writer = _writer(partial, src.schema_arrow, _tag(SEED, per_group, src.metadata.num_rows))
-        done = 0
-        try:
-            while done < rows:
-                group = pl.from_arrow(src.read_row_group((done // per_group) % groups))
-                assert isinstance(group, pl.DataFrame)
-                group = group.head(rows - done)
-                writer.write_table(_stamped(group, done).to_arrow().cast(src.schema_arrow))
-                done += group.height
-        finally:
-            writer.close()
-    os.replace(partial, path)
-
-
-def _landing(work: Path, rows: int, chunk_rows: int) -> Path:
-    path = work / f"landing-{rows}.parquet"
-    if _built_rows(path, _tag(SEED, chunk_rows)) != rows:
-        started = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "--generate", str(rows), str(path), "--chunk-rows",
-                        str(chunk_rows)], check=True, cwd=ROOT)
-        print(f"landing file of {rows:,} rows built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    return path
-
-
-def _repeat_landing(work: Path, source: Path, period: int, rows: int) -> Path:
-    path = work / f"landing-{rows}-repeat{period}.parquet"
-    if not path.exists():
-        subprocess.run([sys.executable, __file__, "--generate-repeat", str(source), str(rows), str(path)],
-                       check=True, cwd=ROOT)
-    return path
 
 
 # ------------------------------------------------------------------------------------------- sampling
@@ -533,9 +412,9 @@ def run(rows: list[int], judges: list[str], llm_rows: list[int] | None, cold_max
                 continue
             generating = time.perf_counter()  # between runs: no part of any measurement
             if plan.store == "warm" and plan.rows > cold_max:
-                plan.landing = _repeat_landing(work, _landing(work, cold_max, chunk_rows), cold_max, plan.rows)
+                plan.landing = repeat_landing_file(work, landing_file(work, cold_max, chunk_rows), cold_max, plan.rows)
             else:
-                plan.landing = _landing(work, plan.rows, chunk_rows)
+                plan.landing = landing_file(work, plan.rows, chunk_rows)
             result["generate_s"] += time.perf_counter() - generating
             result["landing"][plan.landing.name] = {"rows": _rows(plan.landing), "bytes": plan.landing.stat().st_size}
             entry.update(landing=plan.landing.name, landing_bytes=plan.landing.stat().st_size)
@@ -579,7 +458,7 @@ def _fill(work: Path, rows: int, chunk_rows: int, server: ServerProcess | None, 
           kill_above_gb: float, timeout_s: float) -> Path:
     """A store holding every result of the ``rows`` file: the CLI scores it once (not measured)."""
     path = work / f"store-{rows}.sqlite"
-    plan = Plan(rows, "litellm", "cold", _landing(work, rows, chunk_rows))
+    plan = Plan(rows, "litellm", "cold", landing_file(work, rows, chunk_rows))
     run_dir = work / f"fill-{rows}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir()
@@ -820,32 +699,25 @@ if __name__ == "__main__":
     parser.add_argument("--month-days", type=int, default=0,
                         help="also the report over this many days of the largest --rows answers each "
                         "(bench/report_month.py)")
-    parser.add_argument("--generate", nargs=2, metavar=("ROWS", "PATH"), help=argparse.SUPPRESS)
-    parser.add_argument("--generate-repeat", nargs=3, metavar=("SOURCE", "ROWS", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.generate:
-        generate(int(args.generate[0]), Path(args.generate[1]), args.chunk_rows, SEED)
-    elif args.generate_repeat:
-        generate_repeat(Path(args.generate_repeat[0]), int(args.generate_repeat[1]), Path(args.generate_repeat[2]))
-    else:
-        if args.cold_max % args.chunk_rows:
-            parser.error("--cold-max must be a multiple of --chunk-rows (warm days repeat its row groups)")
-        figures = run(args.rows, args.judges, args.llm_rows, args.cold_max, args.work, args.kill_above_gb,
-                      args.timeout_s, args.chunk_rows)
-        # The fleet and the month are scripts of their own (each runs alone too), run here after the day.
-        if args.celery:
-            import celery_day
+    if args.cold_max % args.chunk_rows:
+        parser.error("--cold-max must be a multiple of --chunk-rows (warm days repeat its row groups)")
+    figures = run(args.rows, args.judges, args.llm_rows, args.cold_max, args.work, args.kill_above_gb,
+                  args.timeout_s, args.chunk_rows)
+    # The fleet and the month are scripts of their own (each runs alone too), run here after the day.
+    if args.celery:
+        import celery_day
 
-            with tempfile.TemporaryDirectory(prefix="fp-celery-landing-") as scratch:
-                figures["celery"] = celery_day.run(max(args.rows), 4, args.work or Path(scratch))
-        if args.month_days:
-            import report_month
+        with tempfile.TemporaryDirectory(prefix="fp-celery-landing-") as scratch:
+            figures["celery"] = celery_day.run(max(args.rows), 4, args.work or Path(scratch))
+    if args.month_days:
+        import report_month
 
-            figures["month"] = report_month.run(20_000, max(args.rows), args.month_days, None)
-        if args.json:
-            args.json.write_text(json.dumps(figures, indent=1, default=str), encoding="utf-8")
-        print(report(figures))
-        if "celery" in figures:
-            print("\n" + celery_day.report(figures["celery"]))
-        if "month" in figures:
-            print("\n" + report_month.report(figures["month"]))
+        figures["month"] = report_month.run(20_000, max(args.rows), args.month_days, None)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1, default=str), encoding="utf-8")
+    print(report(figures))
+    if "celery" in figures:
+        print("\n" + celery_day.report(figures["celery"]))
+    if "month" in figures:
+        print("\n" + report_month.report(figures["month"]))
