@@ -28,17 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from common import machine, machine_line
-from dagster_day import (
-    GB,
-    POLL_S,
-    _base_env,
-    _home,
-    _session,
-    _sizes,
-    _status_kb,
-    run_sampled,
-)
+from dagster_day import _base_env, _home, _sizes
 from day_landing import CHUNK_ROWS, DAY, landing_file
+from process_sampling import GB, POLL_S, run_sampled, session, status_kb
 
 from faithfulness_pipeline.testing.processes import free_port
 
@@ -59,8 +51,8 @@ class _Sessions(threading.Thread):
         foreign: list[set[int]] = [set() for _ in self.sids]  # per session: another's pids are foreign to it
         while not self._stop_event.is_set():
             for index, sid in enumerate(self.sids):
-                for pid, (_, start, status) in _session(sid, foreign[index]).items():
-                    kb = _status_kb(status, "VmHWM:")
+                for pid, (_, start, status) in session(sid, foreign[index]).items():
+                    kb = status_kb(status, "VmHWM:")
                     old = self.peaks.get((pid, start), (0, ""))[0]
                     self.peaks[(pid, start)] = (max(old, kb), f"worker {index + 1}")
             time.sleep(POLL_S)
