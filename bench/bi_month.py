@@ -29,7 +29,7 @@ from typing import Any
 
 import polars as pl
 from common import ROOT, day_and_month_header, day_and_month_row, machine, machine_line
-from dagster_day import Plan, run_day
+from dagster_runs import Plan, run_day
 from day_landing import CHUNK_ROWS, DAY, landing_file
 
 #: The issue's target: a month's peak over a day's, at most this.

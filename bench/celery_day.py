@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from common import machine, machine_line
-from dagster_day import _base_env, _home, _sizes
+from dagster_runs import base_env, home, sizes
 from day_landing import CHUNK_ROWS, DAY, landing_file
 from process_sampling import GB, POLL_S, run_sampled, session, status_kb
 
@@ -109,9 +109,9 @@ def run(rows: int, shards: int, work: Path) -> dict[str, Any]:
         workers: list[subprocess.Popen[bytes]] = []
         try:
             broker = f"redis://127.0.0.1:{port}/0"
-            base = {**_base_env(), "FP_LANDING": str(landing), "FP_PARTITIONS_START": DAY,
+            base = {**base_env(), "FP_LANDING": str(landing), "FP_PARTITIONS_START": DAY,
                     "FP_JUDGE_SHARDS": str(shards)}
-            celery_env = {**base, "DAGSTER_HOME": str(_home(folder / "celery_home")),
+            celery_env = {**base, "DAGSTER_HOME": str(home(folder / "celery_home")),
                           "FP_WAREHOUSE": str(folder / "celery_warehouse"), "FP_CELERY_BROKER": broker,
                           "FP_CELERY_BACKEND": f"redis://127.0.0.1:{port}/1"}
             logs = []
@@ -136,12 +136,12 @@ def run(rows: int, shards: int, work: Path) -> dict[str, Any]:
             celery["worker_largest_gb"] = {name: kb * 1024 / GB for name, kb in sorted(by_worker.items())}
             # the steps each worker ran: Celery logs one "Task execute_plan[...] succeeded" per step
             celery["worker_steps"] = [log.read_text(errors="replace").count("succeeded in") for log in logs]
-            celery["warehouse_mb"] = sum(_sizes(folder / "celery_warehouse").values()) / 2**20
+            celery["warehouse_mb"] = sum(sizes(folder / "celery_warehouse").values()) / 2**20
             result["celery"] = celery
-            local_env = {**base, "DAGSTER_HOME": str(_home(folder / "local_home")),
+            local_env = {**base, "DAGSTER_HOME": str(home(folder / "local_home")),
                          "FP_WAREHOUSE": str(folder / "local_warehouse")}
             local = _day(local_env, folder / "local_home")
-            local["warehouse_mb"] = sum(_sizes(folder / "local_warehouse").values()) / 2**20
+            local["warehouse_mb"] = sum(sizes(folder / "local_warehouse").values()) / 2**20
             result["local"] = local
         finally:
             for worker in workers:

@@ -45,14 +45,14 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import FAKE_KEY_ENV, ROOT, machine, machine_line
+from common import machine, machine_line
+from dagster_runs import Plan, copy_store, parquet_rows, run_cli, run_day
 from day_landing import CHUNK_ROWS, DAY, landing_file, repeat_landing_file
 from overhead import BENCH_MODEL, ServerProcess
-from process_sampling import POLL_S, run_sampled, status_kb, summary
+from process_sampling import POLL_S, status_kb
 
 #: The targets of the streaming rewrite (issue 26).
 TARGET_LARGEST_GB = 1.0  # no process above this at TARGET_ROWS answers
@@ -63,122 +63,9 @@ TARGET_WAREHOUSE = 2.5  # warehouse bytes / landing bytes
 MB = 2**20  # as the issue and bench/memory.py count them
 TABLES = ("raw_conversations", "extracted_claims", "judged_claims", "scored_conversations", "claim_table",
           "daily_answer_quality")
-STORE_NAME = "_judge_store.sqlite"  # the litellm judge's default store, under the warehouse
 
 
 # ---------------------------------------------------------------------------------------------- runs
-
-
-def _base_env() -> dict[str, str]:
-    """Offline litellm and nothing inherited that would configure the code location or the CLI."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FP_", "DAGSTER_"))}
-    env.update(LITELLM_OFFLINE_MODE="true", LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="ERROR",
-               HF_HUB_OFFLINE="1", DAGSTER_TELEMETRY_DISABLED="1", PYTHONUNBUFFERED="1")
-    env[FAKE_KEY_ENV] = os.environ[FAKE_KEY_ENV]
-    return env
-
-
-def _judge_env(base_url: str | None) -> dict[str, str]:
-    """The judge as FP_JUDGE_* variables: the code location and the CLI both read them, so both runs use
-    the same judge (none set: the offline judge)."""
-    if base_url is None:
-        return {}
-    return {"FP_JUDGE_MODEL": BENCH_MODEL, "FP_JUDGE_API_BASE": base_url, "FP_JUDGE_API_KEY_ENV": FAKE_KEY_ENV}
-
-
-def _home(path: Path) -> Path:
-    path.mkdir(parents=True)
-    text = (ROOT / "dagster_home" / "dagster.yaml").read_text(encoding="utf-8")
-    if "default_limit:" not in text:  # the llm_judge pool limit is part of what is measured
-        raise RuntimeError("dagster_home/dagster.yaml has no pool limit (concurrency: pools: default_limit)")
-    (path / "dagster.yaml").write_text(text, encoding="utf-8")
-    return path
-
-
-def _sizes(warehouse: Path) -> dict[str, int]:
-    """Bytes of every table and file the run wrote under the warehouse; the result store apart."""
-    sizes: dict[str, int] = {}
-    for entry in sorted(warehouse.iterdir()):
-        files = [entry] if entry.is_file() else [p for p in entry.rglob("*") if p.is_file()]
-        name = "store" if entry.name.startswith(STORE_NAME) else entry.name
-        sizes[name] = sizes.get(name, 0) + sum(p.stat().st_size for p in files)
-    return sizes
-
-
-def _copy_store(store: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for suffix in ("", "-wal", "-shm"):  # SQLite's side files, if the writer left any
-        if Path(f"{store}{suffix}").exists():
-            shutil.copy(f"{store}{suffix}", f"{target}{suffix}")
-
-
-def _rows(path: Path) -> int:
-    import pyarrow.parquet as pq
-
-    return int(pq.read_metadata(path).num_rows)
-
-
-def _requests(server: ServerProcess | None) -> int | None:
-    return None if server is None else int(server.stats()["requests"])
-
-
-@dataclass
-class Plan:
-    rows: int
-    judge: str  # "offline" or "litellm"
-    store: str = ""  # litellm only: "cold" or "warm"
-    landing: Path | None = None
-
-
-def run_day(plan: Plan, run_dir: Path, server: ServerProcess | None, warm_store: Path | None,
-            kill_above_gb: float, timeout_s: float) -> dict[str, Any]:
-    """``dg launch`` of the day in a fresh DAGSTER_HOME and warehouse, sampled."""
-    assert plan.landing is not None
-    warehouse = run_dir / "warehouse"
-    warehouse.mkdir(parents=True)
-    if warm_store is not None:
-        _copy_store(warm_store, warehouse / STORE_NAME)  # where the code location's judge looks for it
-    env = {**_base_env(), **_judge_env(None if server is None else server.base_url),
-           "DAGSTER_HOME": str(_home(run_dir / "dagster_home")), "FP_LANDING": str(plan.landing),
-           "FP_WAREHOUSE": str(warehouse), "FP_PARTITIONS_START": DAY}
-    command = [str(Path(sys.executable).parent / "dg"), "launch", "--assets", "group:answer_quality",
-               "--partition", DAY]
-    before = _requests(server)
-    log = run_dir / "dg.log"
-    seen = run_sampled(command, env, log, kill_above_gb, timeout_s)
-    text = log.read_text(encoding="utf-8", errors="replace")
-    result = summary(seen, text)
-    result["requests"] = None if server is None else _requests(server) - (before or 0)
-    result["ok"] = seen.returncode == 0 and "RUN_SUCCESS" in text and not seen.killed
-    result["tables"] = _sizes(warehouse)
-    # Every file of the day's partition: a day split into shards may write more than one.
-    result["scored_rows"] = sum(_rows(p) for p in (warehouse / "scored_conversations" / f"ds={DAY}").rglob("*.parquet"))
-    if not result["ok"] and not seen.killed:
-        raise RuntimeError(f"dg launch failed (exit {seen.returncode}): {text[-3000:]}")
-    return result
-
-
-def run_cli(plan: Plan, run_dir: Path, server: ServerProcess | None, store: Path | None, kill_above_gb: float,
-            timeout_s: float) -> dict[str, Any]:
-    """``faithfulness-pipeline score`` of the same file with the same judge, sampled the same way."""
-    assert plan.landing is not None
-    out = run_dir / "cli-out.parquet"
-    command = [sys.executable, "-m", "faithfulness_pipeline.cli", "score", str(plan.landing), "-o", str(out),
-               "--quiet"]
-    if store is not None:
-        command += ["--store", str(store)]
-    env = {**_base_env(), **_judge_env(None if server is None else server.base_url)}
-    before = _requests(server)
-    log = run_dir / "cli.log"
-    seen = run_sampled(command, env, log, kill_above_gb, timeout_s)
-    if seen.returncode != 0 and not seen.killed:
-        raise RuntimeError(f"the CLI failed (exit {seen.returncode}): {log.read_text(errors='replace')[-3000:]}")
-    result = summary(seen, "")
-    result["requests"] = None if server is None else _requests(server) - (before or 0)
-    result["ok"] = seen.returncode == 0 and not seen.killed
-    result["scored_rows"] = _rows(out) if out.exists() else 0
-    result["out_bytes"] = out.stat().st_size if out.exists() else 0
-    return result
 
 
 def _plans(rows: list[int], judges: list[str], llm_rows: list[int], cold_max: int) -> list[Plan]:
@@ -236,7 +123,7 @@ def run(rows: list[int], judges: list[str], llm_rows: list[int] | None, cold_max
             else:
                 plan.landing = landing_file(work, plan.rows, chunk_rows)
             result["generate_s"] += time.perf_counter() - generating
-            result["landing"][plan.landing.name] = {"rows": _rows(plan.landing), "bytes": plan.landing.stat().st_size}
+            result["landing"][plan.landing.name] = {"rows": parquet_rows(plan.landing), "bytes": plan.landing.stat().st_size}
             entry.update(landing=plan.landing.name, landing_bytes=plan.landing.stat().st_size)
             run_dir = work / f"run-{name}"
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -256,7 +143,7 @@ def run(rows: list[int], judges: list[str], llm_rows: list[int] | None, cold_max
             if plan.judge == "litellm":
                 cli_store = run_dir / "cli-store.sqlite"
                 if warm is not None:
-                    _copy_store(warm, cli_store)
+                    copy_store(warm, cli_store)
             print(f"CLI: {name} ...", file=sys.stderr, flush=True)
             entry["cli"] = run_cli(plan, run_dir, judge_server, cli_store, kill_above_gb, timeout_s)
             print(f"  {entry['cli']['wall_s']:.0f} s, largest {entry['cli']['largest_gb']:.2f} GB", file=sys.stderr,
@@ -270,7 +157,7 @@ def run(rows: list[int], judges: list[str], llm_rows: list[int] | None, cold_max
 
 
 def _keep_store(store: Path, target: Path) -> Path:
-    _copy_store(store, target)
+    copy_store(store, target)
     return target
 
 
