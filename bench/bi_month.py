@@ -1,10 +1,10 @@
 """Peak memory of the BI database over one day and over a month of the same days.
 
 One day of ``--per-day`` typical answers goes through ``dg launch`` with the offline judge
-(``bench/dagster_day.py``'s landing file and run); its warehouse is then laid out again as ``--days`` days: the
-partition files of ``scored_conversations`` and ``raw_conversations`` linked into one ``ds=`` folder per day
-(their day is the folder's), those of the tables that carry a ``day`` column rewritten with that day. In a
-child process each (its peak: VmHWM):
+(``bench/dagster_day.py``'s landing file and run: ``bench/day_landing.py``, ``bench/dagster_runs.py``); its
+warehouse is then laid out again as ``--days`` days: the partition files of ``scored_conversations`` and
+``raw_conversations`` linked into one ``ds=`` folder per day (their day is the folder's), those of the tables
+that carry a ``day`` column rewritten with that day. In a child process each (its peak: VmHWM):
 
 - the build of ``answer_quality.duckdb`` (``defs.duckdb_views.build_database``: a view per table, its row count);
 - each query of the views the module's docs give, made to read every row it selects (an aggregate over it, so

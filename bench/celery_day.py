@@ -1,13 +1,13 @@
 """One day on Dagster's Celery executor (two workers, four shards) against the same day on the multiprocess
 executor, on this machine: wall time and every process's peak.
 
-The landing file is ``bench/dagster_day.py``'s (typical RAG rows, one day). The broker is Debian's
-``redis-server`` on 127.0.0.1 (a free port, an append-only file, its own folder); the two workers are
-``celery -A faithfulness_pipeline.defs.celery_app worker -Q dagster -c 1`` (docs/scaling-out.md), each in a
-session and folder of its own; the instance is one SQLite DAGSTER_HOME they share (one machine: the tests run
-the fleet on PostgreSQL and S3). Both days score with the offline judge in ``--shards`` shards into a
+The landing file is ``bench/dagster_day.py``'s (typical RAG rows, one day: ``bench/day_landing.py``). The
+broker is Debian's ``redis-server`` on 127.0.0.1 (a free port, an append-only file, its own folder); the two
+workers are ``celery -A faithfulness_pipeline.defs.celery_app worker -Q dagster -c 1`` (docs/scaling-out.md),
+each in a session and folder of its own; the instance is one SQLite DAGSTER_HOME they share (one machine: the
+tests run the fleet on PostgreSQL and S3). Both days score with the offline judge in ``--shards`` shards into a
 warehouse of their own. Peaks: every process of the run's session and of each worker's session, read from
-/proc every 0.2 s (VmHWM while alive), as ``bench/dagster_day.py`` reads them.
+/proc every 0.2 s (VmHWM while alive), as ``bench/dagster_day.py`` reads them (``bench/process_sampling.py``).
 
     .venv/bin/python bench/celery_day.py [--rows 100000] [--shards 4] [--work DIR]
 """

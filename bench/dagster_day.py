@@ -13,7 +13,7 @@ is its VmHWM while it is alive. The run process's ``ru_maxrss`` from ``wait4`` i
 that process's own peak only, as the fork server that starts the steps outlives the run process (it ends
 when the run process's end closes its pipe) and is never reaped by it, so no step's peak reaches it. A run
 whose processes hold more than ``--kill-above-gb`` at once (or that leaves the machine under 1.5 GB
-available) is killed.
+available) is killed. The sampling is bench/process_sampling.py's, the runs bench/dagster_runs.py's.
 
 The litellm judge scores cold (an empty store: every request sent) up to ``--cold-max`` rows. Above that
 a cold day takes as long as its requests do (BENCHMARKS.md has what a cold 100,000 took here: a cold
@@ -22,10 +22,10 @@ repeat the contents of the ``--cold-max`` file under distinct conversation ids a
 store is the one the cold CLI run on that file filled (no request at all). The ``--cold-max`` file is then
 scored warm as well, the like-for-like baseline of the growth target.
 
-Landing files are built in a child process (this one stays small: a child's ``ru_maxrss`` starts at its
-parent's RSS), ``--chunk-rows`` rows at a time, one row group per chunk; chunk k always holds the same
-rows, so a smaller file is a prefix of a larger one and a larger one is built on a kept smaller one
-(``--work DIR`` keeps them between runs).
+Landing files are built in a child process (bench/day_landing.py; this one stays small: a child's
+``ru_maxrss`` starts at its parent's RSS), ``--chunk-rows`` rows at a time, one row group per chunk; chunk k
+always holds the same rows, so a smaller file is a prefix of a larger one and a larger one is built on a kept
+smaller one (``--work DIR`` keeps them between runs).
 
     .venv/bin/python bench/dagster_day.py [--rows 100000 1000000] [--judges offline litellm]
         [--llm-rows N ...] [--cold-max 100000] [--work DIR] [--kill-above-gb 15] [--json out.json]
