@@ -1,10 +1,10 @@
 """Peak memory of the BI database over one day and over a month of the same days.
 
 One day of ``--per-day`` typical answers goes through ``dg launch`` with the offline judge
-(``bench/dagster_day.py``'s landing file and run); its warehouse is then laid out again as ``--days`` days: the
-partition files of ``scored_conversations`` and ``raw_conversations`` linked into one ``ds=`` folder per day
-(their day is the folder's), those of the tables that carry a ``day`` column rewritten with that day. In a
-child process each (its peak: VmHWM):
+(``bench/dagster_day.py``'s landing file and run: ``bench/day_landing.py``, ``bench/dagster_runs.py``); its
+warehouse is then laid out again as ``--days`` days: the partition files of ``scored_conversations`` and
+``raw_conversations`` linked into one ``ds=`` folder per day (their day is the folder's), those of the tables
+that carry a ``day`` column rewritten with that day. In a child process each (its peak: VmHWM):
 
 - the build of ``answer_quality.duckdb`` (``defs.duckdb_views.build_database``: a view per table, its row count);
 - each query of the views the module's docs give, made to read every row it selects (an aggregate over it, so
@@ -29,7 +29,8 @@ from typing import Any
 
 import polars as pl
 from common import ROOT, day_and_month_header, day_and_month_row, machine, machine_line
-from dagster_day import CHUNK_ROWS, DAY, Plan, _landing, run_day
+from dagster_runs import Plan, run_day
+from day_landing import CHUNK_ROWS, DAY, landing_file
 
 #: The issue's target: a month's peak over a day's, at most this.
 TARGET_GROWTH = 1.5
@@ -104,7 +105,7 @@ def measure(warehouse: Path) -> dict[str, Any]:
 
 def run(per_day: int, days: int, work: Path) -> dict[str, Any]:
     result: dict[str, Any] = {"per_day": per_day, "days": days, "machine": machine()}
-    landing = _landing(work, per_day, CHUNK_ROWS)
+    landing = landing_file(work, per_day, CHUNK_ROWS)
     run_dir = work / f"bi-day-{per_day}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir()

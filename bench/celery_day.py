@@ -1,13 +1,13 @@
 """One day on Dagster's Celery executor (two workers, four shards) against the same day on the multiprocess
 executor, on this machine: wall time and every process's peak.
 
-The landing file is ``bench/dagster_day.py``'s (typical RAG rows, one day). The broker is Debian's
-``redis-server`` on 127.0.0.1 (a free port, an append-only file, its own folder); the two workers are
-``celery -A faithfulness_pipeline.defs.celery_app worker -Q dagster -c 1`` (docs/scaling-out.md), each in a
-session and folder of its own; the instance is one SQLite DAGSTER_HOME they share (one machine: the tests run
-the fleet on PostgreSQL and S3). Both days score with the offline judge in ``--shards`` shards into a
+The landing file is ``bench/dagster_day.py``'s (typical RAG rows, one day: ``bench/day_landing.py``). The
+broker is Debian's ``redis-server`` on 127.0.0.1 (a free port, an append-only file, its own folder); the two
+workers are ``celery -A faithfulness_pipeline.defs.celery_app worker -Q dagster -c 1`` (docs/scaling-out.md),
+each in a session and folder of its own; the instance is one SQLite DAGSTER_HOME they share (one machine: the
+tests run the fleet on PostgreSQL and S3). Both days score with the offline judge in ``--shards`` shards into a
 warehouse of their own. Peaks: every process of the run's session and of each worker's session, read from
-/proc every 0.2 s (VmHWM while alive), as ``bench/dagster_day.py`` reads them.
+/proc every 0.2 s (VmHWM while alive), as ``bench/dagster_day.py`` reads them (``bench/process_sampling.py``).
 
     .venv/bin/python bench/celery_day.py [--rows 100000] [--shards 4] [--work DIR]
 """
@@ -28,19 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from common import machine, machine_line
-from dagster_day import (
-    CHUNK_ROWS,
-    DAY,
-    GB,
-    POLL_S,
-    _base_env,
-    _home,
-    _landing,
-    _session,
-    _sizes,
-    _status_kb,
-    run_sampled,
-)
+from dagster_runs import base_env, home, sizes
+from day_landing import CHUNK_ROWS, DAY, landing_file
+from process_sampling import GB, POLL_S, run_sampled, session, status_kb
 
 from faithfulness_pipeline.testing.processes import free_port
 
@@ -61,8 +51,8 @@ class _Sessions(threading.Thread):
         foreign: list[set[int]] = [set() for _ in self.sids]  # per session: another's pids are foreign to it
         while not self._stop_event.is_set():
             for index, sid in enumerate(self.sids):
-                for pid, (_, start, status) in _session(sid, foreign[index]).items():
-                    kb = _status_kb(status, "VmHWM:")
+                for pid, (_, start, status) in session(sid, foreign[index]).items():
+                    kb = status_kb(status, "VmHWM:")
                     old = self.peaks.get((pid, start), (0, ""))[0]
                     self.peaks[(pid, start)] = (max(old, kb), f"worker {index + 1}")
             time.sleep(POLL_S)
@@ -106,7 +96,7 @@ def _day(env: dict[str, str], folder: Path) -> dict[str, Any]:
 
 
 def run(rows: int, shards: int, work: Path) -> dict[str, Any]:
-    landing = _landing(work, rows, CHUNK_ROWS)
+    landing = landing_file(work, rows, CHUNK_ROWS)
     result: dict[str, Any] = {"rows": rows, "shards": shards, "machine": machine()}
     with tempfile.TemporaryDirectory(prefix="fp-celery-bench-") as tmp:
         folder = Path(tmp)
@@ -119,9 +109,9 @@ def run(rows: int, shards: int, work: Path) -> dict[str, Any]:
         workers: list[subprocess.Popen[bytes]] = []
         try:
             broker = f"redis://127.0.0.1:{port}/0"
-            base = {**_base_env(), "FP_LANDING": str(landing), "FP_PARTITIONS_START": DAY,
+            base = {**base_env(), "FP_LANDING": str(landing), "FP_PARTITIONS_START": DAY,
                     "FP_JUDGE_SHARDS": str(shards)}
-            celery_env = {**base, "DAGSTER_HOME": str(_home(folder / "celery_home")),
+            celery_env = {**base, "DAGSTER_HOME": str(home(folder / "celery_home")),
                           "FP_WAREHOUSE": str(folder / "celery_warehouse"), "FP_CELERY_BROKER": broker,
                           "FP_CELERY_BACKEND": f"redis://127.0.0.1:{port}/1"}
             logs = []
@@ -146,12 +136,12 @@ def run(rows: int, shards: int, work: Path) -> dict[str, Any]:
             celery["worker_largest_gb"] = {name: kb * 1024 / GB for name, kb in sorted(by_worker.items())}
             # the steps each worker ran: Celery logs one "Task execute_plan[...] succeeded" per step
             celery["worker_steps"] = [log.read_text(errors="replace").count("succeeded in") for log in logs]
-            celery["warehouse_mb"] = sum(_sizes(folder / "celery_warehouse").values()) / 2**20
+            celery["warehouse_mb"] = sum(sizes(folder / "celery_warehouse").values()) / 2**20
             result["celery"] = celery
-            local_env = {**base, "DAGSTER_HOME": str(_home(folder / "local_home")),
+            local_env = {**base, "DAGSTER_HOME": str(home(folder / "local_home")),
                          "FP_WAREHOUSE": str(folder / "local_warehouse")}
             local = _day(local_env, folder / "local_home")
-            local["warehouse_mb"] = sum(_sizes(folder / "local_warehouse").values()) / 2**20
+            local["warehouse_mb"] = sum(sizes(folder / "local_warehouse").values()) / 2**20
             result["local"] = local
         finally:
             for worker in workers:

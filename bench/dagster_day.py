@@ -13,7 +13,7 @@ is its VmHWM while it is alive. The run process's ``ru_maxrss`` from ``wait4`` i
 that process's own peak only, as the fork server that starts the steps outlives the run process (it ends
 when the run process's end closes its pipe) and is never reaped by it, so no step's peak reaches it. A run
 whose processes hold more than ``--kill-above-gb`` at once (or that leaves the machine under 1.5 GB
-available) is killed.
+available) is killed. The sampling is bench/process_sampling.py's, the runs bench/dagster_runs.py's.
 
 The litellm judge scores cold (an empty store: every request sent) up to ``--cold-max`` rows. Above that
 a cold day takes as long as its requests do (BENCHMARKS.md has what a cold 100,000 took here: a cold
@@ -22,10 +22,10 @@ repeat the contents of the ``--cold-max`` file under distinct conversation ids a
 store is the one the cold CLI run on that file filled (no request at all). The ``--cold-max`` file is then
 scored warm as well, the like-for-like baseline of the growth target.
 
-Landing files are built in a child process (this one stays small: a child's ``ru_maxrss`` starts at its
-parent's RSS), ``--chunk-rows`` rows at a time, one row group per chunk; chunk k always holds the same
-rows, so a smaller file is a prefix of a larger one and a larger one is built on a kept smaller one
-(``--work DIR`` keeps them between runs).
+Landing files are built in a child process (bench/day_landing.py; this one stays small: a child's
+``ru_maxrss`` starts at its parent's RSS), ``--chunk-rows`` rows at a time, one row group per chunk; chunk k
+always holds the same rows, so a smaller file is a prefix of a larger one and a larger one is built on a kept
+smaller one (``--work DIR`` keeps them between runs).
 
     .venv/bin/python bench/dagster_day.py [--rows 100000 1000000] [--judges offline litellm]
         [--llm-rows N ...] [--cold-max 100000] [--work DIR] [--kill-above-gb 15] [--json out.json]
@@ -41,445 +41,31 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import FAKE_KEY_ENV, ROOT, machine, machine_line
+from common import machine, machine_line
+from dagster_runs import Plan, copy_store, parquet_rows, run_cli, run_day
+from day_landing import CHUNK_ROWS, DAY, landing_file, repeat_landing_file
 from overhead import BENCH_MODEL, ServerProcess
+from process_sampling import POLL_S, status_kb
 
-DAY = "2026-11-25"
 #: The targets of the streaming rewrite (issue 26).
 TARGET_LARGEST_GB = 1.0  # no process above this at TARGET_ROWS answers
 TARGET_ROWS = 1_000_000
 TARGET_GROWTH = 1.3  # largest-process peak at 1,000,000 / at 100,000
 TARGET_WALL_VS_CLI = 1.3  # the day's wall time / the CLI's on the same file
 TARGET_WAREHOUSE = 2.5  # warehouse bytes / landing bytes
-CHUNK_ROWS = 10_000
-SEED = 26_000
-POLL_S = 0.2
-GB = 2**30
 MB = 2**20  # as the issue and bench/memory.py count them
-#: Below this much available memory a run is stopped, whatever its own size: the machine is shared.
-MIN_AVAILABLE_GB = 1.5
 TABLES = ("raw_conversations", "extracted_claims", "judged_claims", "scored_conversations", "claim_table",
           "daily_answer_quality")
-STORE_NAME = "_judge_store.sqlite"  # the litellm judge's default store, under the warehouse
-_TAG = b"fp_bench_rows"  # Parquet key-value metadata naming how a landing file was built
-
-
-# ---------------------------------------------------------------------------------------- landing files
-
-
-def _tag(seed: int, chunk_rows: int, repeat: int = 0) -> bytes:
-    return f"rag_rows seed={seed} chunk={chunk_rows} repeat={repeat}".encode()
-
-
-def _stamped(frame: Any, start: int) -> Any:
-    """``frame`` with day-wide conversation ids and timestamps for its rows ``start``, ``start + 1``, ...
-
-    Ids and times depend on the row's index only, so a smaller file is a prefix of a larger one."""
-    from datetime import UTC, datetime
-
-    import polars as pl
-
-    index = pl.int_range(start, start + frame.height, dtype=pl.Int64)
-    midnight = datetime.fromisoformat(DAY).replace(tzinfo=UTC)
-    return frame.with_columns(
-        pl.format("day-{}", index.cast(pl.String).str.zfill(7)).alias("conversation_id"),
-        (pl.lit(midnight) + pl.duration(seconds=index % 86_400)).alias("created_at"),
-    )
-
-
-def _writer(path: Path, schema: Any, tag: bytes) -> Any:
-    import pyarrow.parquet as pq
-
-    # zstd as polars writes by default: 20,000 of these rows make the issue's 13 MB landing file.
-    return pq.ParquetWriter(path, schema.with_metadata({_TAG: tag}), compression="zstd")
-
-
-def _built_rows(path: Path, tag: bytes) -> int:
-    """Rows of ``path`` if it is a complete landing file built as ``tag`` says (0: none, or another build)."""
-    import pyarrow.parquet as pq
-
-    try:
-        meta = pq.read_metadata(path)
-    except (OSError, ValueError):
-        return 0
-    return int(meta.num_rows) if (meta.metadata or {}).get(_TAG) == tag else 0
-
-
-def generate(rows: int, path: Path, chunk_rows: int, seed: int) -> None:
-    """Writes ``rows`` typical RAG rows to ``path``, a chunk (one row group) at a time, starting from the
-    largest smaller file built the same way next to it."""
-    import pyarrow.parquet as pq
-    from rag_rows import make_rows
-
-    tag = _tag(seed, chunk_rows)
-    # A kept file of whole chunks is the start of this one (chunk k holds the same rows in every file).
-    kept = sorted((n, p) for p in path.parent.glob("landing-*.parquet") if p != path
-                  if (n := _built_rows(p, tag)) and n < rows and n % chunk_rows == 0)[-1:]
-    partial = path.with_suffix(".partial")
-    writer = None
-    done = 0
-    try:
-        if kept:
-            done, source = kept[0]
-            with pq.ParquetFile(source) as src:
-                writer = _writer(partial, src.schema_arrow, tag)
-                for group in range(src.num_row_groups):  # row group by row group: the copy stays small
-                    writer.write_table(src.read_row_group(group))
-        while done < rows:
-            n = min(chunk_rows, rows - done)
-            chunk = _stamped(make_rows(n, seed=seed + done // chunk_rows), done)
-            table = chunk.select("conversation_id", "created_at", "language", "input", "output", "context").to_arrow()
-            if writer is None:
-                writer = _writer(partial, table.schema, tag)
-            writer.write_table(table, row_group_size=chunk_rows)
-            done += n
-            print(f"  landing: {done:,} of {rows:,} rows", file=sys.stderr, flush=True)
-    finally:
-        if writer is not None:
-            writer.close()
-    os.replace(partial, path)  # only a complete file gets the name that is reused
-
-
-def generate_repeat(source: Path, rows: int, path: Path) -> None:
-    """``rows`` rows repeating the contents of ``source`` (row group by row group) under their own ids and
-    timestamps: every result a warm store filled from ``source`` holds, on a day of ``rows`` answers."""
-    import polars as pl
-    import pyarrow.parquet as pq
-
-    partial = path.with_suffix(".partial")
-    with pq.ParquetFile(source) as src:
-        groups = src.num_row_groups
-        per_group = src.metadata.row_group(0).num_rows  # every group of a generated file is full but the last
-        writer = _writer(partial, src.schema_arrow, _tag(SEED, per_group, src.metadata.num_rows))
-        done = 0
-        try:
-            while done < rows:
-                group = pl.from_arrow(src.read_row_group((done // per_group) % groups))
-                assert isinstance(group, pl.DataFrame)
-                group = group.head(rows - done)
-                writer.write_table(_stamped(group, done).to_arrow().cast(src.schema_arrow))
-                done += group.height
-        finally:
-            writer.close()
-    os.replace(partial, path)
-
-
-def _landing(work: Path, rows: int, chunk_rows: int) -> Path:
-    path = work / f"landing-{rows}.parquet"
-    if _built_rows(path, _tag(SEED, chunk_rows)) != rows:
-        started = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "--generate", str(rows), str(path), "--chunk-rows",
-                        str(chunk_rows)], check=True, cwd=ROOT)
-        print(f"landing file of {rows:,} rows built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    return path
-
-
-def _repeat_landing(work: Path, source: Path, period: int, rows: int) -> Path:
-    path = work / f"landing-{rows}-repeat{period}.parquet"
-    if not path.exists():
-        subprocess.run([sys.executable, __file__, "--generate-repeat", str(source), str(rows), str(path)],
-                       check=True, cwd=ROOT)
-    return path
-
-
-# ------------------------------------------------------------------------------------------- sampling
-
-
-@dataclass
-class Proc:
-    pid: int
-    ppid: int
-    cmdline: str
-    peak_kb: int = 0
-
-
-@dataclass
-class Sampled:
-    """What the sampler saw of one process session, and how the session's root ended."""
-
-    root: int = 0
-    procs: dict[tuple[int, int], Proc] = field(default_factory=dict)
-    at_once_kb: int = 0  # the largest sum of VmRSS over the session at one sample
-    wall_s: float = 0.0
-    returncode: int = 0
-    root_maxrss_kb: int = 0
-    killed: str = ""
-
-
-def _status_kb(text: str, key: str) -> int:
-    for line in text.splitlines():
-        if line.startswith(key):
-            return int(line.split()[1])
-    return 0
-
-
-def _available_kb() -> int:
-    return _status_kb(Path("/proc/meminfo").read_text(), "MemAvailable:")
-
-
-def _session(sid: int, foreign: set[int]) -> dict[int, tuple[int, int, str]]:
-    """(ppid, start time, /proc/pid/status text) of every live process of session ``sid``.
-
-    By session, not by parent links: the offline judge's fork server is re-parented to init when the step
-    process that started it ends, and its workers with it. ``foreign`` caches pids of other sessions."""
-    found: dict[int, tuple[int, int, str]] = {}
-    alive: set[int] = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        alive.add(pid)
-        if pid in foreign:
-            continue
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[3]) != sid:  # fields: state ppid pgrp session ...
-                foreign.add(pid)
-                continue
-            found[pid] = (int(fields[1]), int(fields[19]), Path(f"/proc/{pid}/status").read_text())
-        except (OSError, IndexError, ValueError):
-            continue  # it just ended
-    foreign &= alive  # a pid that ended may come back as one of ours
-    return found
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def run_sampled(command: list[str], env: dict[str, str], log: Path, kill_above_gb: float,
-                timeout_s: float) -> Sampled:
-    """Runs ``command`` in a session of its own and samples every process of that session until it ends."""
-    seen = Sampled()
-    foreign: set[int] = set()
-    started = time.perf_counter()
-    with log.open("wb") as out:
-        child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
-    seen.root = child.pid
-    while True:
-        rss = 0
-        for pid, (ppid, start, status) in _session(child.pid, foreign).items():
-            proc = seen.procs.get((pid, start))
-            if proc is None:
-                proc = seen.procs[(pid, start)] = Proc(pid, ppid, _cmdline(pid))
-            proc.peak_kb = max(proc.peak_kb, _status_kb(status, "VmHWM:"))
-            rss += _status_kb(status, "VmRSS:")
-        seen.at_once_kb = max(seen.at_once_kb, rss)
-        done, status_code, usage = os.wait4(child.pid, os.WNOHANG)
-        if done:
-            break
-        elapsed = time.perf_counter() - started
-        if not seen.killed and rss > kill_above_gb * GB / 1024:
-            seen.killed = f"killed: its processes held {rss * 1024 / GB:.1f} GB at once after {elapsed:.0f} s"
-        elif not seen.killed and _available_kb() < MIN_AVAILABLE_GB * GB / 1024:
-            seen.killed = f"killed: the machine had under {MIN_AVAILABLE_GB} GB available after {elapsed:.0f} s"
-        elif not seen.killed and elapsed > timeout_s:
-            seen.killed = f"killed: still running after {timeout_s:.0f} s"
-        if seen.killed:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)  # the session's group: the run and every process it made
-        time.sleep(POLL_S)
-    seen.wall_s = time.perf_counter() - started
-    seen.returncode = os.waitstatus_to_exitcode(status_code)
-    child.returncode = seen.returncode  # reaped here: Popen must not wait again
-    seen.root_maxrss_kb = usage.ru_maxrss
-    _stop_leftovers(child.pid, foreign)
-    return seen
-
-
-def _stop_leftovers(sid: int, foreign: set[int]) -> None:
-    """Processes of the session still alive when its root has ended (an orphaned worker pool) are ours to
-    stop: by pid, after a grace period in which they should end by themselves."""
-    deadline = time.monotonic() + 10
-    while (left := _session(sid, foreign)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for pid in left:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        print(f"  stopped leftover process {pid}: {_cmdline(pid)[:120]}", file=sys.stderr)
-
-
-_STEP_LINE = re.compile(r" - (\d+) - ([\w.\[\]-]+) - STEP_START - ")
-
-
-def _roles(seen: Sampled, log_text: str) -> dict[tuple[int, int], str]:
-    """What each process was: the run process, the fork server, a step (by its key, from Dagster's log
-    lines, which carry the pid), the offline judge's worker pool, log capture, ..."""
-    steps = {int(pid): key for pid, key in _STEP_LINE.findall(log_text)}
-    roles: dict[tuple[int, int], str] = {}
-    root = seen.root
-    for key, proc in seen.procs.items():
-        if proc.pid == root:
-            roles[key] = "run process"
-        elif proc.pid in steps:
-            roles[key] = f"step {steps[proc.pid]}"
-        elif "resource_tracker" in proc.cmdline:
-            roles[key] = "resource tracker"
-        elif "watch_orphans" in proc.cmdline or proc.cmdline.startswith("tail "):
-            roles[key] = "log capture"
-        elif "multiprocessing.forkserver" in proc.cmdline and proc.ppid == root:
-            roles[key] = "fork server"
-        elif "multiprocessing.forkserver" in proc.cmdline or "multiprocessing.spawn" in proc.cmdline:
-            roles[key] = "worker pool"
-        else:
-            roles[key] = "other"
-    return roles
-
-
-def _summary(seen: Sampled, log_text: str) -> dict[str, Any]:
-    roles = _roles(seen, log_text)
-    peaks = sorted(((p.peak_kb, roles[k]) for k, p in seen.procs.items()), reverse=True)
-    polled_kb, polled_role = peaks[0] if peaks else (0, "")
-    by_role: dict[str, list[int]] = {}
-    for kb, role in peaks:
-        by_role.setdefault(role, []).append(kb)
-    # ru_maxrss covers the root and what it reaped: all of the CLI's tree, but for dg launch only the run
-    # process (its fork server, the steps' parent, is never reaped by it). It also covers what polling
-    # missed of the root's last 0.2 s.
-    largest_kb = max(polled_kb, seen.root_maxrss_kb)
-    return {
-        "wall_s": seen.wall_s,
-        "returncode": seen.returncode,
-        "killed": seen.killed,
-        "largest_gb": largest_kb * 1024 / GB,
-        "largest_role": polled_role if polled_kb >= seen.root_maxrss_kb else "missed by polling (wait4)",
-        "polled_largest_gb": polled_kb * 1024 / GB,
-        "root_maxrss_gb": seen.root_maxrss_kb * 1024 / GB,
-        "all_gb": sum(kb for kb, _ in peaks) * 1024 / GB,
-        "at_once_gb": seen.at_once_kb * 1024 / GB,
-        "processes": len(peaks),
-        "by_role": {role: [kb * 1024 / GB for kb in kbs] for role, kbs in by_role.items()},
-    }
 
 
 # ---------------------------------------------------------------------------------------------- runs
-
-
-def _base_env() -> dict[str, str]:
-    """Offline litellm and nothing inherited that would configure the code location or the CLI."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FP_", "DAGSTER_"))}
-    env.update(LITELLM_OFFLINE_MODE="true", LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="ERROR",
-               HF_HUB_OFFLINE="1", DAGSTER_TELEMETRY_DISABLED="1", PYTHONUNBUFFERED="1")
-    env[FAKE_KEY_ENV] = os.environ[FAKE_KEY_ENV]
-    return env
-
-
-def _judge_env(base_url: str | None) -> dict[str, str]:
-    """The judge as FP_JUDGE_* variables: the code location and the CLI both read them, so both runs use
-    the same judge (none set: the offline judge)."""
-    if base_url is None:
-        return {}
-    return {"FP_JUDGE_MODEL": BENCH_MODEL, "FP_JUDGE_API_BASE": base_url, "FP_JUDGE_API_KEY_ENV": FAKE_KEY_ENV}
-
-
-def _home(path: Path) -> Path:
-    path.mkdir(parents=True)
-    text = (ROOT / "dagster_home" / "dagster.yaml").read_text(encoding="utf-8")
-    if "default_limit:" not in text:  # the llm_judge pool limit is part of what is measured
-        raise RuntimeError("dagster_home/dagster.yaml has no pool limit (concurrency: pools: default_limit)")
-    (path / "dagster.yaml").write_text(text, encoding="utf-8")
-    return path
-
-
-def _sizes(warehouse: Path) -> dict[str, int]:
-    """Bytes of every table and file the run wrote under the warehouse; the result store apart."""
-    sizes: dict[str, int] = {}
-    for entry in sorted(warehouse.iterdir()):
-        files = [entry] if entry.is_file() else [p for p in entry.rglob("*") if p.is_file()]
-        name = "store" if entry.name.startswith(STORE_NAME) else entry.name
-        sizes[name] = sizes.get(name, 0) + sum(p.stat().st_size for p in files)
-    return sizes
-
-
-def _copy_store(store: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for suffix in ("", "-wal", "-shm"):  # SQLite's side files, if the writer left any
-        if Path(f"{store}{suffix}").exists():
-            shutil.copy(f"{store}{suffix}", f"{target}{suffix}")
-
-
-def _rows(path: Path) -> int:
-    import pyarrow.parquet as pq
-
-    return int(pq.read_metadata(path).num_rows)
-
-
-def _requests(server: ServerProcess | None) -> int | None:
-    return None if server is None else int(server.stats()["requests"])
-
-
-@dataclass
-class Plan:
-    rows: int
-    judge: str  # "offline" or "litellm"
-    store: str = ""  # litellm only: "cold" or "warm"
-    landing: Path | None = None
-
-
-def run_day(plan: Plan, run_dir: Path, server: ServerProcess | None, warm_store: Path | None,
-            kill_above_gb: float, timeout_s: float) -> dict[str, Any]:
-    """``dg launch`` of the day in a fresh DAGSTER_HOME and warehouse, sampled."""
-    assert plan.landing is not None
-    warehouse = run_dir / "warehouse"
-    warehouse.mkdir(parents=True)
-    if warm_store is not None:
-        _copy_store(warm_store, warehouse / STORE_NAME)  # where the code location's judge looks for it
-    env = {**_base_env(), **_judge_env(None if server is None else server.base_url),
-           "DAGSTER_HOME": str(_home(run_dir / "dagster_home")), "FP_LANDING": str(plan.landing),
-           "FP_WAREHOUSE": str(warehouse), "FP_PARTITIONS_START": DAY}
-    command = [str(Path(sys.executable).parent / "dg"), "launch", "--assets", "group:answer_quality",
-               "--partition", DAY]
-    before = _requests(server)
-    log = run_dir / "dg.log"
-    seen = run_sampled(command, env, log, kill_above_gb, timeout_s)
-    text = log.read_text(encoding="utf-8", errors="replace")
-    result = _summary(seen, text)
-    result["requests"] = None if server is None else _requests(server) - (before or 0)
-    result["ok"] = seen.returncode == 0 and "RUN_SUCCESS" in text and not seen.killed
-    result["tables"] = _sizes(warehouse)
-    # Every file of the day's partition: a day split into shards may write more than one.
-    result["scored_rows"] = sum(_rows(p) for p in (warehouse / "scored_conversations" / f"ds={DAY}").rglob("*.parquet"))
-    if not result["ok"] and not seen.killed:
-        raise RuntimeError(f"dg launch failed (exit {seen.returncode}): {text[-3000:]}")
-    return result
-
-
-def run_cli(plan: Plan, run_dir: Path, server: ServerProcess | None, store: Path | None, kill_above_gb: float,
-            timeout_s: float) -> dict[str, Any]:
-    """``faithfulness-pipeline score`` of the same file with the same judge, sampled the same way."""
-    assert plan.landing is not None
-    out = run_dir / "cli-out.parquet"
-    command = [sys.executable, "-m", "faithfulness_pipeline.cli", "score", str(plan.landing), "-o", str(out),
-               "--quiet"]
-    if store is not None:
-        command += ["--store", str(store)]
-    env = {**_base_env(), **_judge_env(None if server is None else server.base_url)}
-    before = _requests(server)
-    log = run_dir / "cli.log"
-    seen = run_sampled(command, env, log, kill_above_gb, timeout_s)
-    if seen.returncode != 0 and not seen.killed:
-        raise RuntimeError(f"the CLI failed (exit {seen.returncode}): {log.read_text(errors='replace')[-3000:]}")
-    result = _summary(seen, "")
-    result["requests"] = None if server is None else _requests(server) - (before or 0)
-    result["ok"] = seen.returncode == 0 and not seen.killed
-    result["scored_rows"] = _rows(out) if out.exists() else 0
-    result["out_bytes"] = out.stat().st_size if out.exists() else 0
-    return result
 
 
 def _plans(rows: list[int], judges: list[str], llm_rows: list[int], cold_max: int) -> list[Plan]:
@@ -533,11 +119,11 @@ def run(rows: list[int], judges: list[str], llm_rows: list[int] | None, cold_max
                 continue
             generating = time.perf_counter()  # between runs: no part of any measurement
             if plan.store == "warm" and plan.rows > cold_max:
-                plan.landing = _repeat_landing(work, _landing(work, cold_max, chunk_rows), cold_max, plan.rows)
+                plan.landing = repeat_landing_file(work, landing_file(work, cold_max, chunk_rows), cold_max, plan.rows)
             else:
-                plan.landing = _landing(work, plan.rows, chunk_rows)
+                plan.landing = landing_file(work, plan.rows, chunk_rows)
             result["generate_s"] += time.perf_counter() - generating
-            result["landing"][plan.landing.name] = {"rows": _rows(plan.landing), "bytes": plan.landing.stat().st_size}
+            result["landing"][plan.landing.name] = {"rows": parquet_rows(plan.landing), "bytes": plan.landing.stat().st_size}
             entry.update(landing=plan.landing.name, landing_bytes=plan.landing.stat().st_size)
             run_dir = work / f"run-{name}"
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -557,7 +143,7 @@ def run(rows: list[int], judges: list[str], llm_rows: list[int] | None, cold_max
             if plan.judge == "litellm":
                 cli_store = run_dir / "cli-store.sqlite"
                 if warm is not None:
-                    _copy_store(warm, cli_store)
+                    copy_store(warm, cli_store)
             print(f"CLI: {name} ...", file=sys.stderr, flush=True)
             entry["cli"] = run_cli(plan, run_dir, judge_server, cli_store, kill_above_gb, timeout_s)
             print(f"  {entry['cli']['wall_s']:.0f} s, largest {entry['cli']['largest_gb']:.2f} GB", file=sys.stderr,
@@ -571,7 +157,7 @@ def run(rows: list[int], judges: list[str], llm_rows: list[int] | None, cold_max
 
 
 def _keep_store(store: Path, target: Path) -> Path:
-    _copy_store(store, target)
+    copy_store(store, target)
     return target
 
 
@@ -579,7 +165,7 @@ def _fill(work: Path, rows: int, chunk_rows: int, server: ServerProcess | None, 
           kill_above_gb: float, timeout_s: float) -> Path:
     """A store holding every result of the ``rows`` file: the CLI scores it once (not measured)."""
     path = work / f"store-{rows}.sqlite"
-    plan = Plan(rows, "litellm", "cold", _landing(work, rows, chunk_rows))
+    plan = Plan(rows, "litellm", "cold", landing_file(work, rows, chunk_rows))
     run_dir = work / f"fill-{rows}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir()
@@ -603,7 +189,7 @@ def _tidy(run_dir: Path) -> None:
 
 
 def _rss_mb() -> float:
-    return _status_kb(Path("/proc/self/status").read_text(), "VmRSS:") / 1024
+    return status_kb(Path("/proc/self/status").read_text(), "VmRSS:") / 1024
 
 
 # -------------------------------------------------------------------------------------------- report
@@ -820,32 +406,25 @@ if __name__ == "__main__":
     parser.add_argument("--month-days", type=int, default=0,
                         help="also the report over this many days of the largest --rows answers each "
                         "(bench/report_month.py)")
-    parser.add_argument("--generate", nargs=2, metavar=("ROWS", "PATH"), help=argparse.SUPPRESS)
-    parser.add_argument("--generate-repeat", nargs=3, metavar=("SOURCE", "ROWS", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.generate:
-        generate(int(args.generate[0]), Path(args.generate[1]), args.chunk_rows, SEED)
-    elif args.generate_repeat:
-        generate_repeat(Path(args.generate_repeat[0]), int(args.generate_repeat[1]), Path(args.generate_repeat[2]))
-    else:
-        if args.cold_max % args.chunk_rows:
-            parser.error("--cold-max must be a multiple of --chunk-rows (warm days repeat its row groups)")
-        figures = run(args.rows, args.judges, args.llm_rows, args.cold_max, args.work, args.kill_above_gb,
-                      args.timeout_s, args.chunk_rows)
-        # The fleet and the month are scripts of their own (each runs alone too), run here after the day.
-        if args.celery:
-            import celery_day
+    if args.cold_max % args.chunk_rows:
+        parser.error("--cold-max must be a multiple of --chunk-rows (warm days repeat its row groups)")
+    figures = run(args.rows, args.judges, args.llm_rows, args.cold_max, args.work, args.kill_above_gb,
+                  args.timeout_s, args.chunk_rows)
+    # The fleet and the month are scripts of their own (each runs alone too), run here after the day.
+    if args.celery:
+        import celery_day
 
-            with tempfile.TemporaryDirectory(prefix="fp-celery-landing-") as scratch:
-                figures["celery"] = celery_day.run(max(args.rows), 4, args.work or Path(scratch))
-        if args.month_days:
-            import report_month
+        with tempfile.TemporaryDirectory(prefix="fp-celery-landing-") as scratch:
+            figures["celery"] = celery_day.run(max(args.rows), 4, args.work or Path(scratch))
+    if args.month_days:
+        import report_month
 
-            figures["month"] = report_month.run(20_000, max(args.rows), args.month_days, None)
-        if args.json:
-            args.json.write_text(json.dumps(figures, indent=1, default=str), encoding="utf-8")
-        print(report(figures))
-        if "celery" in figures:
-            print("\n" + celery_day.report(figures["celery"]))
-        if "month" in figures:
-            print("\n" + report_month.report(figures["month"]))
+        figures["month"] = report_month.run(20_000, max(args.rows), args.month_days, None)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1, default=str), encoding="utf-8")
+    print(report(figures))
+    if "celery" in figures:
+        print("\n" + celery_day.report(figures["celery"]))
+    if "month" in figures:
+        print("\n" + report_month.report(figures["month"]))
