@@ -1,4 +1,5 @@
-"""The flags of the commands that take settings: derived from the settings registry, never declared here."""
+"""The flags of the commands that take settings and outputs: derived from the settings registry and the list of
+outputs, never declared here."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from typing import Any, TypeVar
 import click
 from pydantic import BaseModel
 
+from faithfulness_pipeline.outputs import Output
+from faithfulness_pipeline.outputs.run_files import offered
+from faithfulness_pipeline.outputs.scored_table import SCORED_TABLE
 from faithfulness_pipeline.settings.derive import Setting, from_env, settings
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
@@ -55,3 +59,26 @@ def resolved(model: type[M], options: Mapping[str, Any], env: Mapping[str, str])
 def resolve_settings(options: dict[str, Any], env: Mapping[str, str]) -> tuple[JudgeSettings, ScoringSettings]:
     """The judge's and the scoring settings of a run (:func:`resolved`)."""
     return resolved(JudgeSettings, options, env), resolved(ScoringSettings, options, env)
+
+
+def output_param(entry: Output) -> str:
+    """The command's parameter holding where ``entry`` goes (``--claims-out`` -> ``claims_out``)."""
+    assert entry.option is not None
+    return entry.option.removeprefix("--").replace("-", "_")
+
+
+def output_options(command: Callable[..., None]) -> Callable[..., None]:
+    """One option per output the command line offers (``outputs.catalog``): the scored table's is required,
+    each other one adds its output. Never declared here."""
+    for entry in reversed(offered()):
+        assert entry.option is not None
+        names = [n for n in (entry.short_option, entry.option) if n]
+        command = click.option(*names, output_param(entry), required=entry is SCORED_TABLE, default=None,
+                               metavar="PATH", help=entry.option_help)(command)
+    return command
+
+
+def chosen_outputs(options: dict[str, Any]) -> dict[Output, str]:
+    """The outputs a run's options ask for, and where (taken out of ``options``)."""
+    wanted = {entry: options.pop(output_param(entry), None) for entry in offered()}
+    return {entry: path for entry, path in wanted.items() if path is not None}

@@ -12,7 +12,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,13 @@ import click
 import polars as pl
 
 from faithfulness_pipeline.api.run import judge_run
-from faithfulness_pipeline.cli.options import resolve_settings, resolved, setting_options
+from faithfulness_pipeline.cli.options import (
+    chosen_outputs,
+    output_options,
+    resolve_settings,
+    resolved,
+    setting_options,
+)
 from faithfulness_pipeline.cli.process import freeze_loaded_objects
 from faithfulness_pipeline.cli.progress import Progress
 from faithfulness_pipeline.cli.sigterm import sigterm_as_interrupt, terminated
@@ -29,17 +34,21 @@ from faithfulness_pipeline.cli.summary import Summary
 from faithfulness_pipeline.core.combine import conform
 from faithfulness_pipeline.core.config import ContextHook, ScoringConfig
 from faithfulness_pipeline.core.errors import ConfigError, FaithfulnessPipelineError
-from faithfulness_pipeline.core.outputs import claim_table, mastra_jsonl_lines
 from faithfulness_pipeline.core.pipeline import check_inputs, new_run_id, scored_schema
 from faithfulness_pipeline.judging.dryrun import estimate_cost
 from faithfulness_pipeline.judging.factory import check_key, make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
+from faithfulness_pipeline.outputs import Output, OutputContext
+from faithfulness_pipeline.outputs.run_files import RunFiles, option_of, send_scores
+from faithfulness_pipeline.outputs.scored_table import SCORED_TABLE
+from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.landing import LandingSettings, WarehouseSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.traces import TraceExportSettings
 from faithfulness_pipeline.tables.output_files import OutputError, check_outputs, committed_together
 from faithfulness_pipeline.tables.read import count_rows, file_schema, iter_chunks
-from faithfulness_pipeline.tables.write import ParquetChunkWriter, input_arrow_types
+from faithfulness_pipeline.tables.write import input_arrow_types
 from faithfulness_pipeline.traces.phoenix import PHOENIX_KEY_ENV
 from faithfulness_pipeline.traces.staging import stage_inputs
 
@@ -101,61 +110,30 @@ async def _run(
     out_schema: pl.Schema,
     judge: JudgeStack,
     config: ScoringConfig,
-    outputs: dict[str, str],
+    outputs: dict[Output, str],
+    context: OutputContext,
     progress: Callable[[float], None] | None,
     summary: Summary,
 ) -> None:
-    """Scores ``chunks`` (read from ``paths``, whose columns make ``out_schema``) into ``outputs`` (option ->
-    path: ``-o`` and optionally ``--claims-out``, ``--mastra-out``), which appear together when the run is
+    """Scores ``chunks`` (read from ``paths``, whose columns make ``out_schema``) into ``outputs`` (entry ->
+    path: the scored table and the others the options ask for), which appear together when the run is
     complete, or not at all. A cap per model, or a judge that answers the whole run in bulk (batch mode), reads
     ``paths`` first."""
-    with committed_together(outputs) as tmps, ExitStack() as stack:
-        scored_writer = ParquetChunkWriter(tmps["-o"], arrow_types=input_arrow_types(paths))
-        claims_writer = ParquetChunkWriter(tmps["--claims-out"]) if "--claims-out" in tmps else None
-        mastra_handle = (
-            stack.enter_context(open(tmps["--mastra-out"], "w", encoding="utf-8")) if "--mastra-out" in tmps else None
-        )
+    with committed_together({option_of(e): path for e, path in outputs.items()}) as tmps:
+        files = RunFiles({e: tmps[option_of(e)] for e in outputs}, context, arrow_types=input_arrow_types(paths))
         text = config.columns.key_columns()
-        # The writers close inside the run, before its judge does; a run that fails before its first chunk (in
-        # the prepay) has written nothing, so there is no writer to close then.
+        # The files close inside the run, before its judge does.
         async with judge_run(judge, lambda: iter_chunks(paths, config.chunk_rows, text), config, progress=progress,
                              run_id=summary.run_id, spill=True, first_pass=chunks) as scored_chunks:
-            wrote_any = False
+            complete = False
             try:
                 async for chunk in scored_chunks:
-                    wrote_any = True
                     scored = conform(chunk, out_schema)  # files of other shapes or columns: one table
                     summary.add(scored)
-                    with _naming(tmps["-o"]):
-                        scored_writer.write(scored)
-                    if claims_writer is not None:
-                        with _naming(tmps["--claims-out"]):
-                            claims_writer.write(claim_table(scored))
-                    if mastra_handle is not None:
-                        with _naming(tmps["--mastra-out"]):
-                            mastra_handle.writelines(mastra_jsonl_lines(scored))
-                if not wrote_any:
-                    empty = pl.DataFrame(schema=out_schema)
-                    scored_writer.write(empty)
-                    if claims_writer is not None:
-                        claims_writer.write(claim_table(empty))
+                    files.write(scored)
+                complete = True
             finally:
-                with _naming(tmps["-o"]):
-                    scored_writer.close()
-                if claims_writer is not None:
-                    with _naming(tmps["--claims-out"]):
-                        claims_writer.close()
-
-
-@contextmanager
-def _naming(tmp: Path) -> Iterator[None]:
-    """A failed write names the file it was writing (pyarrow's OSErrors name none)."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.filename is None:
-            exc.filename = str(tmp)
-        raise
+                files.close(out_schema, complete=complete)
 
 
 def _read_ahead(chunks: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
@@ -164,29 +142,22 @@ def _read_ahead(chunks: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
     return chunks if first is None else itertools.chain([first], chunks)
 
 
-def _write_back(
-    traces: TraceExportSettings, output: str, scoring: ScoringSettings, chunk_rows: int
-) -> tuple[list[str], bool]:
+def _output_context(scoring: ScoringSettings) -> OutputContext:
+    """What the run's outputs read of the settings; the days of the day tables as the report reads them."""
+    landing, warehouse = from_env(LandingSettings, os.environ), from_env(WarehouseSettings, os.environ)
+    return OutputContext(
+        model_column=scoring.model_column, id_column=scoring.id_column, answer_column=scoring.output_column,
+        hallucination_threshold=scoring.hallucination_threshold, scale=scoring.scale,
+        segment_columns=tuple(warehouse.segment_columns), chunk_rows=scoring.chunk_rows,
+        timestamp_column=landing.timestamp_column, timezone=landing.zone(),
+    )
+
+
+def _write_back(traces: TraceExportSettings, output: str, context: OutputContext) -> tuple[list[str], bool]:
     """The scored table's scores sent back to the spans it was made of, where the settings name a place:
     evaluation events to an OTLP endpoint, annotations to Phoenix. One line each, and whether all arrived."""
-    lines: list[str] = []
-    if traces.phoenix_endpoint is not None:
-        from faithfulness_pipeline.judging.catalog import baseline_judges
-        from faithfulness_pipeline.traces.phoenix import PhoenixClient
-
-        code = baseline_judges()
-        with PhoenixClient(traces.phoenix_endpoint, os.environ.get(PHOENIX_KEY_ENV)) as phoenix:
-            lines.append(phoenix.annotate(iter_chunks([output], chunk_rows), threshold=scoring.hallucination_threshold,
-                                          scale=scoring.scale, kind_of=lambda m: "CODE" if m in code else "LLM").line())
-    if traces.otel_endpoint is not None:
-        from faithfulness_pipeline.traces.otel_events import send_evaluation_events
-
-        sent = send_evaluation_events(iter_chunks([output], chunk_rows), traces.otel_endpoint,
-                                      threshold=scoring.hallucination_threshold, scale=scoring.scale,
-                                      timeout_s=traces.otel_timeout_s)
-        lines.append(sent.line())
-        return lines, not sent.failed
-    return lines, True
+    delivered = send_scores(lambda: iter_chunks([output], context.chunk_rows), traces, context)
+    return [d.line for d in delivered], not any(d.failed for d in delivered)
 
 
 def _settings(options: dict[str, Any], batch: bool) -> tuple[JudgeSettings, ScoringSettings, TraceExportSettings]:
@@ -215,9 +186,7 @@ def _dry_run(judge_settings: JudgeSettings, paths: list[str], config: ScoringCon
 
 @click.command()
 @click.argument("input_spec", metavar="INPUT")
-@click.option("-o", "--output", required=True, help="Scored table to write (Parquet).")
-@click.option("--claims-out", help="Also write the claim table (one row per claim, Parquet).")
-@click.option("--mastra-out", help="Also write the Mastra-shaped export (JSON lines, one per row per scorer).")
+@output_options
 @click.option("--context", "static_texts", multiple=True, help="Static context passage for every row (repeatable).")
 @click.option("--context-file", default=None, help="Static context: a JSON list of strings, or one text passage.")
 @click.option("--context-hook", default=None, help="module:function returning a row's passages (beats all else).")
@@ -225,18 +194,20 @@ def _dry_run(judge_settings: JudgeSettings, paths: list[str], config: ScoringCon
 @click.option("--quiet", is_flag=True, help="No progress and no summary.")
 @click.option("--batch", is_flag=True, help="Same as --mode batch: the provider's Batch API, at its batch price.")
 @setting_options(JudgeSettings, ScoringSettings, TraceExportSettings)
-def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str | None,
-          static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None, dry_run: bool,
-          quiet: bool, batch: bool, **options: Any) -> None:
+def score(input_spec: str, static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None,
+          dry_run: bool, quiet: bool, batch: bool, **options: Any) -> None:
     """Score INPUT (a Parquet, JSON Lines or CSV file, a directory of them, or a glob) and write the scored
     table. Files may differ in shape (flat and chat) and columns: each is normalised on its own.
 
     Every setting can also be given by its environment variable; a flag beats the variable.
     """
     started = time.monotonic()
+    outputs = chosen_outputs(options)
+    output = outputs[SCORED_TABLE]
     with unfailing_streams(), sigterm_as_interrupt():
         try:
             judge_settings, scoring, traces = _settings(options, batch)
+            context = _output_context(scoring)
             config = scoring.config(
                 static_context=_static_context(static_texts, context_file),
                 context_hook=_load_hook(context_hook) if context_hook else None,
@@ -253,8 +224,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
                 return
             check_key(judge_settings)
             # So do outputs that could not be written, or would overwrite each other or an input.
-            outputs = {"-o": output, "--claims-out": claims_out, "--mastra-out": mastra_out}
-            check_outputs(outputs, [*paths, *staged.staged.values()])
+            check_outputs({option_of(e): path for e, path in outputs.items()}, [*paths, *staged.staged.values()])
             if judge_settings.model is not None:
                 # Requests cost money: whatever the inputs alone can refuse (a duplicate key in the last
                 # file) is found before the first one (the offline judge pays nothing: it is not read twice).
@@ -272,11 +242,10 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
                               sample_rate=scoring.sample_rate, sample_max_rows=scoring.sample_max_rows,
                               input_notes=staged.spans.lines() if staged.spans is not None else [])
             try:
-                given = {option: path for option, path in outputs.items() if path}
-                asyncio.run(_run(paths, chunks, out_schema, judge, config, given, progress, summary))
+                asyncio.run(_run(paths, chunks, out_schema, judge, config, outputs, context, progress, summary))
             finally:
                 progress.close()
-            written_back, delivered = _write_back(traces, output, scoring, config.chunk_rows)
+            written_back, delivered = _write_back(traces, output, context)
         except OutputError as exc:  # the machine's fault (a full disk, a read-only folder), not the command's
             click.echo(f"error: {exc}", err=True)
             sys.exit(1)
@@ -288,8 +257,7 @@ def score(input_spec: str, output: str, claims_out: str | None, mastra_out: str 
             click.echo(f"{how}: nothing was written (stored results are kept for the next run)", err=True)
             sys.exit(128 + (signal.SIGTERM if terminated() else signal.SIGINT))
         if not quiet:
-            written = [output] + [p for p in (claims_out, mastra_out) if p]
-            click.echo(summary.render(time.monotonic() - started, written, judge, scoring.max_error_rate,
+            click.echo(summary.render(time.monotonic() - started, list(outputs.values()), judge, scoring.max_error_rate,
                                       scoring.max_zero_claim_share), err=True)
         for line in written_back if not quiet or not delivered else []:
             click.echo(line, err=True)

@@ -14,7 +14,7 @@ than ``CHECKED_WITH_DAGSTER``, so the list is re-checked whenever dagster is upg
 import importlib
 import warnings
 
-# The dagster version MODULES (and PRELOAD_MODULES in defs/__init__.py) were last checked against.
+# The dagster version MODULES (and PRELOAD_MODULES in defs/executors.py) were last checked against.
 CHECKED_WITH_DAGSTER = "1.13.27"
 
 MODULES = (

@@ -55,11 +55,15 @@ class OutputContext:
     #: in raw_conversations, a claim's passage in the scored table's verdicts); the command line's files stand
     #: alone.
     views_join: bool = False
+    #: The command line's day of a row: the date of this column in ``timezone`` where the rows have it, else
+    #: of ``scored_at`` (a warehouse's day is its partition's).
+    timestamp_column: str = "created_at"
+    timezone: str = "UTC"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Output:
-    """What every output declares."""
+    """What every output declares. An entry is itself, compared and hashed by identity: the list holds each once."""
 
     name: str
     #: What one row of the output is, in a sentence or two.
@@ -70,6 +74,8 @@ class Output:
     kinds: frozenset[str] = frozenset()
     #: The command line's option naming where it goes (None: the command line does not offer it).
     option: str | None = None
+    #: Its one-letter form, which messages name it by.
+    short_option: str | None = None
     #: The option's help.
     option_help: str = ""
     #: Bumped when the output's own code changes what it holds; part of its Dagster code version.
@@ -79,7 +85,7 @@ class Output:
         return self.columns.get(column)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class TableOutput(Output):
     """An output that is a table of the warehouse, partitioned by day."""
 
@@ -97,7 +103,7 @@ def _nothing(frame: pl.DataFrame) -> Counter[str]:
     return Counter()
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class ChunkTable(TableOutput):
     """A table built from each scored chunk on its own."""
 
@@ -109,7 +115,7 @@ class ChunkTable(TableOutput):
     tally: Callable[[pl.DataFrame], Counter[str]] = _nothing
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class DayTable(TableOutput):
     """A table built from a day's scored rows together: only the few columns it reads are held."""
 
@@ -125,7 +131,7 @@ class DayTable(TableOutput):
     preview_key: str = "preview"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class ChunkLines(Output):
     """JSON Lines built from each scored chunk."""
 
@@ -141,7 +147,7 @@ class Delivered:
     figures: dict[str, int | str]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Sent(Output):
     """Records sent to another system, from the scored rows of a run or a day."""
 

@@ -70,6 +70,7 @@ SCORED_TABLE: Final = ChunkTable(
     columns=COLUMNS,
     kinds=frozenset({"polars"}),
     option="--output",
+    short_option="-o",
     option_help="Scored table to write (Parquet).",
     revision="scored-4",  # 2: scoring_run_id; 3: judge_settings_hash; 4: cached_prompt_tokens
     checks=("same_rows_as_upstream", "scores_in_range", "error_rate", "llm_judge_used", "claims_found",

@@ -253,8 +253,10 @@ def load_scored(spec: str, *, timestamp_column: str = "created_at", timezone: st
                                         columns=columns, answer_column=answer_column)), how="diagonal_relaxed")
 
 
-def day_of(frame: pl.DataFrame, column: str, timezone: str) -> pl.Expr:
-    """The local date in ``timezone`` of a datetime (naive = UTC), date or ISO-8601 text column."""
+def day_of(frame: pl.DataFrame, column: str, timezone: str,
+           fix: str = "name another with --timestamp-col") -> pl.Expr:
+    """The local date in ``timezone`` of a datetime (naive = UTC), date or ISO-8601 text column; ``fix`` says
+    how to name another column when it holds none of those."""
     dtype = frame.schema[column]
     value = pl.col(column)
     if dtype == pl.String:
@@ -266,7 +268,7 @@ def day_of(frame: pl.DataFrame, column: str, timezone: str) -> pl.Expr:
         return value.dt.convert_time_zone(timezone).dt.date()
     if dtype == pl.Date:
         return value
-    raise InputError(f"column {column!r} holds {dtype}, not a timestamp: name another with --timestamp-col")
+    raise InputError(f"column {column!r} holds {dtype}, not a timestamp: {fix}")
 
 
 def load_calibration(spec: str | None, warehouse: Place | None) -> pl.DataFrame | None:
