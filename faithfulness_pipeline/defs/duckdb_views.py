@@ -51,7 +51,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from faithfulness_pipeline.outputs import TABLE_DESCRIPTIONS, describe, tables
+from faithfulness_pipeline.outputs import describe, table_descriptions, tables
 from faithfulness_pipeline.outputs.catalog import RAW_TABLE
 from faithfulness_pipeline.outputs.claim_table import CLAIM_TABLE
 from faithfulness_pipeline.tables.parquet_tables import DATA_FILE, PARTITION_PREFIX
@@ -102,7 +102,7 @@ def view_sql(table: str, root: Place | None = None, *, with_evidence: bool = Fal
 def comment_sql(con: DuckDBPyConnection, table: str) -> list[str]:
     """``COMMENT ON`` statements for the view and every column that has a description."""
     columns = [row[0] for row in con.execute(f'DESCRIBE "{table}"').fetchall()]
-    statements = [f'COMMENT ON VIEW "{table}" IS {_quote(TABLE_DESCRIPTIONS[table])}']
+    statements = [f'COMMENT ON VIEW "{table}" IS {_quote(table_descriptions()[table])}']
     for column in columns:
         text = describe(table, column)
         if text:

@@ -23,7 +23,7 @@ from faithfulness_pipeline.defs.names import CLAIMS, GROUP, RAW, SCORED, VERDICT
 from faithfulness_pipeline.defs.resources import JudgeResource, ScoringResource, TracesResource
 from faithfulness_pipeline.defs.scored import scored_chunks
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
-from faithfulness_pipeline.outputs import OUTPUTS, ChunkTable, DayTable, Output, OutputContext, Sent, TableOutput
+from faithfulness_pipeline.outputs import ChunkTable, DayTable, Output, OutputContext, Sent, TableOutput, entries
 from faithfulness_pipeline.outputs.kinds import DAY
 from faithfulness_pipeline.outputs.scored_table import SCORED_TABLE
 from faithfulness_pipeline.settings.traces import TraceExportSettings
@@ -50,7 +50,7 @@ def output_assets(
     """An asset per output the code location has: every table, and each sent output whose place ``traces``
     names; ``versioned`` adds the judge's identity to a code version."""
     made = []
-    for entry in OUTPUTS:
+    for entry in entries():
         if isinstance(entry, TableOutput):
             made.append(_table_asset(entry, partitions, versioned, table_format))
         elif isinstance(entry, Sent) and entry.enabled(traces):

@@ -1,6 +1,6 @@
 """The outputs of a scoring, declared once (``outputs.catalog``) and made alike by every entry point."""
 
-from faithfulness_pipeline.outputs.catalog import OUTPUTS, TABLE_DESCRIPTIONS, describe, output, tables
+from faithfulness_pipeline.outputs.catalog import describe, entries, output, table_descriptions, tables
 from faithfulness_pipeline.outputs.kinds import (
     ChunkLines,
     ChunkTable,
@@ -12,5 +12,5 @@ from faithfulness_pipeline.outputs.kinds import (
     TableOutput,
 )
 
-__all__ = ["OUTPUTS", "TABLE_DESCRIPTIONS", "ChunkLines", "ChunkTable", "DayTable", "Delivered", "Output",
-           "OutputContext", "Sent", "TableOutput", "describe", "output", "tables"]
+__all__ = ["ChunkLines", "ChunkTable", "DayTable", "Delivered", "Output", "OutputContext", "Sent", "TableOutput",
+           "describe", "entries", "output", "table_descriptions", "tables"]

@@ -41,29 +41,33 @@ _RAW_DESCRIPTION: Final = (
 )
 
 
+def entries() -> tuple[Output, ...]:
+    """Every entry of the list, read when asked (what derives from the list asks here, never keeps a copy)."""
+    return OUTPUTS
+
+
 def output(name: str) -> Output:
     """The entry named ``name``."""
-    for entry in OUTPUTS:
+    for entry in entries():
         if entry.name == name:
             return entry
-    raise KeyError(f"no output named {name!r}: the outputs are {', '.join(e.name for e in OUTPUTS)}")
+    raise KeyError(f"no output named {name!r}: the outputs are {', '.join(e.name for e in entries())}")
 
 
 def tables() -> tuple[TableOutput, ...]:
     """The outputs that are tables of the warehouse, in the list's order."""
-    return tuple(e for e in OUTPUTS if isinstance(e, TableOutput))
+    return tuple(e for e in entries() if isinstance(e, TableOutput))
 
 
-#: What each table of the warehouse holds: every output table, and the landed rows.
-TABLE_DESCRIPTIONS: Final[Mapping[str, str]] = MappingProxyType(
-    {RAW_TABLE: _RAW_DESCRIPTION, **{e.name: e.description for e in tables()}}
-)
+def table_descriptions() -> Mapping[str, str]:
+    """What each table of the warehouse holds: every output table, and the landed rows."""
+    return MappingProxyType({RAW_TABLE: _RAW_DESCRIPTION, **{e.name: e.description for e in tables()}})
 
 
 def describe(table: str, column: str) -> str | None:
     """What ``table.column`` holds: the output's own description, else the scored table's (a staging table of
     the same column, the landed rows); None for a column of the user's own."""
-    for entry in OUTPUTS:
+    for entry in entries():
         if entry.name == table and entry.columns:
             return entry.describe(column)
     return SCORED_COLUMNS.get(column)

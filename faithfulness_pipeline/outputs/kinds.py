@@ -153,7 +153,9 @@ class Sent(Output):
 
     #: Whether the settings name the system (the output exists only then).
     enabled: Callable[[TraceExportSettings], bool]
-    #: What to say when they do not: which setting names it.
+    #: The setting that names the system, as a person sets it (flag and variable).
+    named_by: str
+    #: What to say when it is not set.
     unset: str
     #: The columns of the scored table it reads, given the columns there are.
     reads: Callable[[list[str]], list[str]]

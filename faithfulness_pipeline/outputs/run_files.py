@@ -18,7 +18,7 @@ from typing import IO
 import polars as pl
 import pyarrow as pa
 
-from faithfulness_pipeline.outputs.catalog import OUTPUTS
+from faithfulness_pipeline.outputs.catalog import entries
 from faithfulness_pipeline.outputs.kinds import (
     DAY,
     ChunkLines,
@@ -37,7 +37,7 @@ from faithfulness_pipeline.tables.write import ParquetChunkWriter
 
 def offered() -> tuple[Output, ...]:
     """The outputs the command line offers: every entry with an option, the scored table first."""
-    return tuple(e for e in OUTPUTS if e.option is not None)
+    return tuple(e for e in entries() if e.option is not None)
 
 
 def option_of(entry: Output) -> str:
@@ -125,7 +125,7 @@ def send_scores(scored: Callable[[], Iterable[pl.DataFrame]], traces: TraceExpor
                 context: OutputContext) -> list[Delivered]:
     """The run's scores sent to every system ``traces`` names, each from a fresh read of the scored rows."""
     delivered = []
-    for entry in OUTPUTS:
+    for entry in entries():
         if isinstance(entry, Sent) and entry.enabled(traces):
             delivered.append(entry.send((c.select(entry.reads(c.columns)) for c in scored()), traces, context))
     return delivered
