@@ -27,6 +27,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.sources.phoenix import is_phoenix
 from faithfulness_pipeline.tables.inputs import PARQUET, input_format, resolve_inputs
 from faithfulness_pipeline.tables.read import (
     READ_ERRORS,
@@ -38,7 +39,7 @@ from faithfulness_pipeline.tables.read import (
 )
 from faithfulness_pipeline.tables.storage import Place, StorageError, is_remote
 from faithfulness_pipeline.traces.phoenix import PHOENIX_KEY_ENV
-from faithfulness_pipeline.traces.staging import PHOENIX_SCHEMES, landed_spans, stage_phoenix_day
+from faithfulness_pipeline.traces.staging import landed_spans, stage_phoenix_day
 
 #: Where span exports of the landing are staged as conversation tables (one file per version of an export).
 SPAN_CACHE: Final = os.path.join(tempfile.gettempdir(), "faithfulness-pipeline-spans")
@@ -69,7 +70,7 @@ def list_landing(spec: str, day: date | None = None, timezone: str = "UTC") -> l
     folder, with the export's time and size: the day's rows, checks and partitions are read from it like
     any table's. A Phoenix project (``phoenix+http://.../projects/NAME``) has no files: ``day``'s spans (its
     midnights in ``timezone``) are pulled into one table of that day; without a day there is nothing to list."""
-    if spec.startswith(PHOENIX_SCHEMES):
+    if is_phoenix(spec):
         return [] if day is None else [_phoenix_day(spec, day, timezone)]
     try:
         paths = resolve_inputs(spec, compressed=True)
