@@ -11,25 +11,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from typing import Any, TypeAlias
 
 import polars as pl
-import pyarrow as pa
 
 from faithfulness_pipeline.api.run import judge_run
 from faithfulness_pipeline.core.config import ScoringConfig
-from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.flow import RowProgress
-from faithfulness_pipeline.core.pipeline import chunks_of
 from faithfulness_pipeline.core.port import Judge
-from faithfulness_pipeline.traces.conversations import spans_to_conversations
-from faithfulness_pipeline.traces.staging import frame_spans
+from faithfulness_pipeline.sources.frames import Table, to_polars
+from faithfulness_pipeline.sources.open import open_source
+from faithfulness_pipeline.traces.conversations import SpanCount
 
 log = logging.getLogger(__name__)
-
-#: What the entry points take: a polars DataFrame, a pyarrow Table or RecordBatch, or a pandas DataFrame
-#: (pandas is optional: it is never imported here, only recognised, so it cannot be named in the type).
-Table: TypeAlias = Any
 
 
 def default_judge() -> Judge:
@@ -39,36 +32,13 @@ def default_judge() -> Judge:
     return OfflineJudge()
 
 
-def to_polars(table: Table) -> pl.DataFrame:
-    """``table`` as a polars DataFrame, every column kept (pandas needs ``pip install pandas``)."""
-    if isinstance(table, pl.DataFrame):
-        return table
-    if isinstance(table, pa.Table | pa.RecordBatch):
-        frame = pl.from_arrow(table)
-        assert isinstance(frame, pl.DataFrame)
-        return frame
-    if type(table).__module__.split(".")[0] == "pandas" and type(table).__name__ == "DataFrame":
-        # The pandas index is not a column; a named index would otherwise be lost silently.
-        if any(name is not None for name in table.index.names):
-            table = table.reset_index()
-        return pl.from_pandas(table)
-    raise InputError(
-        f"cannot score a {type(table).__module__}.{type(table).__name__}: give a polars or pandas DataFrame or a "
-        f"pyarrow Table"
-    )
-
-
-def from_spans(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` itself, or its conversation rows when it is a table of spans (``traces.spans``: Phoenix's spans
-    dataframe, or trace_id / span_id / name / attributes): one row per LLM span. Spans whose attributes
-    could not be read are named in a warning of this module's logger: their rows have nothing to judge."""
-    spans = frame_spans(frame)
-    if spans is None:
-        return frame
-    rows, count = spans_to_conversations(spans)
+def _log_spans(count: SpanCount | None) -> None:
+    """What a table of spans held, on this module's logger: a warning naming the spans whose attributes
+    could not be read (their rows have nothing to judge)."""
+    if count is None:
+        return
     for line in count.lines():
         (log.warning if count.unreadable else log.info)("%s", line)
-    return rows
 
 
 async def score_frame_async(
@@ -79,12 +49,13 @@ async def score_frame_async(
 ) -> pl.DataFrame:
     """:func:`score_frame` for code already in an event loop (``await`` it in a notebook cell); closes the
     judge when done."""
-    frame = from_spans(to_polars(df))
     config = config or ScoringConfig()
-    chunk_rows = config.chunk_rows
-    async with judge_run(judge if judge is not None else default_judge(), lambda: chunks_of(frame, chunk_rows), config,
-                         progress=progress) as scored:
-        return pl.concat([part async for part in scored], how="vertical")
+    # A table only: a path given here is refused, not read as files (reading files is the command line's).
+    with open_source(to_polars(df), rows=config.chunk_rows) as source:
+        _log_spans(source.spans)
+        async with judge_run(judge if judge is not None else default_judge(), source.chunks, config,
+                             progress=progress) as scored:
+            return pl.concat([part async for part in scored], how="vertical")
 
 
 def score_frame(

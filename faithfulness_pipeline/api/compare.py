@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from faithfulness_pipeline.api import Table, to_polars
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.compare import CompareConfig, Comparison, compare, compare_segments
+from faithfulness_pipeline.sources.frames import Table, to_polars
 
 
 def compare_scored(

@@ -133,8 +133,8 @@ def run_demo(
 
 def _days_to_run(settings: DefsSettings) -> list[str]:
     """The partitions the landing data has rows for, in order."""
-    from faithfulness_pipeline.defs.landing import file_days, list_landing
     from faithfulness_pipeline.defs.partitions import daily_partitions
+    from faithfulness_pipeline.sources.landing import file_days, list_landing
 
     keys = set(daily_partitions(settings.partitions_start, settings.landing.zone()).get_partition_keys())
     resource = settings.landing

@@ -9,9 +9,9 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +46,12 @@ from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.landing import LandingSettings, WarehouseSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.traces import TraceExportSettings
+from faithfulness_pipeline.sources.open import open_source
+from faithfulness_pipeline.sources.source import Part, Source
 from faithfulness_pipeline.tables.output_files import OutputError, check_outputs, committed_together
-from faithfulness_pipeline.tables.read import count_rows, file_schema, iter_chunks
+from faithfulness_pipeline.tables.read import iter_chunks
 from faithfulness_pipeline.tables.write import input_arrow_types
 from faithfulness_pipeline.traces.phoenix import PHOENIX_KEY_ENV
-from faithfulness_pipeline.traces.staging import stage_inputs
 
 #: A run whose spend cap left rows unjudged (status skipped): its outputs are written, and complete but for them.
 SKIPPED_EXIT = 3
@@ -105,7 +106,7 @@ def _static_context(texts: tuple[str, ...], file: str | None) -> tuple[str, ...]
 
 
 async def _run(
-    paths: list[str],
+    source: Source[Part],
     chunks: Iterator[pl.DataFrame],
     out_schema: pl.Schema,
     judge: JudgeStack,
@@ -115,15 +116,15 @@ async def _run(
     progress: Callable[[float], None] | None,
     summary: Summary,
 ) -> None:
-    """Scores ``chunks`` (read from ``paths``, whose columns make ``out_schema``) into ``outputs`` (entry ->
-    path: the scored table and the others the options ask for), which appear together when the run is
-    complete, or not at all. A cap per model, or a judge that answers the whole run in bulk (batch mode), reads
-    ``paths`` first."""
+    """Scores ``chunks`` (read from ``source``, whose parts' columns make ``out_schema``) into ``outputs``
+    (entry -> path: the scored table and the others the options ask for), which appear together when the run
+    is complete, or not at all. A cap per model, or a judge that answers the whole run in bulk (batch mode),
+    reads ``source`` first."""
     with committed_together({option_of(e): path for e, path in outputs.items()}) as tmps:
-        files = RunFiles({e: tmps[option_of(e)] for e in outputs}, context, arrow_types=input_arrow_types(paths))
-        text = config.columns.key_columns()
+        files = RunFiles({e: tmps[option_of(e)] for e in outputs}, context,
+                         arrow_types=input_arrow_types([p.name for p in source.parts]))
         # The files close inside the run, before its judge does.
-        async with judge_run(judge, lambda: iter_chunks(paths, config.chunk_rows, text), config, progress=progress,
+        async with judge_run(judge, source.chunks, config, progress=progress,
                              run_id=summary.run_id, spill=True, first_pass=chunks) as scored_chunks:
             complete = False
             try:
@@ -176,10 +177,10 @@ def _settings(options: dict[str, Any], batch: bool) -> tuple[JudgeSettings, Scor
     return judge_settings, scoring, resolved(TraceExportSettings, options, os.environ)
 
 
-def _dry_run(judge_settings: JudgeSettings, paths: list[str], config: ScoringConfig) -> None:
+def _dry_run(judge_settings: JudgeSettings, source: Source[Part], config: ScoringConfig) -> None:
     judge = make_judge(judge_settings, need_key=False)
     freeze_loaded_objects()
-    click.echo(estimate_cost(judge, paths, config, batch=judge_settings.mode == "batch",
+    click.echo(estimate_cost(judge, source, config, batch=judge_settings.mode == "batch",
                              max_cost_usd=judge_settings.max_cost_usd))
     asyncio.run(judge.aclose())
 
@@ -204,7 +205,7 @@ def score(input_spec: str, static_texts: tuple[str, ...], context_file: str | No
     started = time.monotonic()
     outputs = chosen_outputs(options)
     output = outputs[SCORED_TABLE]
-    with unfailing_streams(), sigterm_as_interrupt():
+    with unfailing_streams(), sigterm_as_interrupt(), ExitStack() as inputs:
         try:
             judge_settings, scoring, traces = _settings(options, batch)
             context = _output_context(scoring)
@@ -212,25 +213,25 @@ def score(input_spec: str, static_texts: tuple[str, ...], context_file: str | No
                 static_context=_static_context(static_texts, context_file),
                 context_hook=_load_hook(context_hook) if context_hook else None,
             )
-            # Span exports become conversation tables in a folder of the run's, gone with the process at the latest.
-            staging = tempfile.TemporaryDirectory(prefix="fp-spans-")
-            staged = stage_inputs(input_spec, staging.name, os.environ.get(PHOENIX_KEY_ENV))
-            paths = staged.paths
+            # Span exports become conversation tables in a folder of the source's, removed when the command ends.
+            source = inputs.enter_context(open_source(input_spec, rows=config.chunk_rows,
+                                                      text=config.columns.key_columns(),
+                                                      phoenix_api_key=os.environ.get(PHOENIX_KEY_ENV)))
             # Every file's columns are validated before any call is paid for.
-            text = config.columns.key_columns()
-            out_schema = scored_schema([(p, file_schema(p, text)) for p in paths], config)
+            out_schema = scored_schema([(part.name, part.schema()) for part in source.parts], config)
             if dry_run:  # a dry run sends nothing, so it needs no key and writes nothing
-                _dry_run(judge_settings, paths, config)
+                _dry_run(judge_settings, source, config)
                 return
             check_key(judge_settings)
             # So do outputs that could not be written, or would overwrite each other or an input.
-            check_outputs({option_of(e): path for e, path in outputs.items()}, [*paths, *staged.staged.values()])
+            check_outputs({option_of(e): path for e, path in outputs.items()}, source.files)
             if judge_settings.model is not None:
                 # Requests cost money: whatever the inputs alone can refuse (a duplicate key in the last
                 # file) is found before the first one (the offline judge pays nothing: it is not read twice).
-                check_inputs(iter_chunks(paths, config.chunk_rows, text), config)
-            total = count_rows(paths, text)
-            chunks = _read_ahead(iter_chunks(paths, config.chunk_rows, text))
+                check_inputs(source.chunks(), config)
+            total = source.row_count()
+            assert total is not None  # files and a Phoenix project count their rows
+            chunks = _read_ahead(source.chunks())
             progress = Progress(total, enabled=not quiet)
             judge = make_judge(judge_settings, check_connection=True,
                                report=None if quiet else lambda line: click.echo(line, err=True),
@@ -240,9 +241,9 @@ def score(input_spec: str, static_texts: tuple[str, ...], context_file: str | No
             summary = Summary(model_column=scoring.model_column, answer_column=scoring.output_column,
                               threshold=scoring.hallucination_threshold, run_id=new_run_id(),
                               sample_rate=scoring.sample_rate, sample_max_rows=scoring.sample_max_rows,
-                              input_notes=staged.spans.lines() if staged.spans is not None else [])
+                              input_notes=source.notes)
             try:
-                asyncio.run(_run(paths, chunks, out_schema, judge, config, outputs, context, progress, summary))
+                asyncio.run(_run(source, chunks, out_schema, judge, config, outputs, context, progress, summary))
             finally:
                 progress.close()
             written_back, delivered = _write_back(traces, output, context)

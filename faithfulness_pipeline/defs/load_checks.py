@@ -11,8 +11,8 @@ import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.core.combine import column_types
-from faithfulness_pipeline.defs.landing import LandingFile
 from faithfulness_pipeline.defs.metadata import EXAMPLES, md_list
+from faithfulness_pipeline.sources.landing import LandingFile
 
 INPUT_SCHEMA = "input_schema"
 UNIQUE_KEYS = "unique_row_keys"

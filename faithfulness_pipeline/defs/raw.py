@@ -19,12 +19,12 @@ from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.keys import KeyRegistry, key_hashes
 from faithfulness_pipeline.core.normalize import derives_flat, prepare, without_internals
 from faithfulness_pipeline.defs import load_checks as checks
-from faithfulness_pipeline.defs.landing import LandingFile, day_batches, list_landing, rows_before
 from faithfulness_pipeline.defs.metadata import table_metadata
 from faithfulness_pipeline.defs.names import GROUP, RAW, RAW_REVISION
 from faithfulness_pipeline.defs.resources import LandingResource, ScoringResource
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
-from faithfulness_pipeline.tables.read import file_schema
+from faithfulness_pipeline.sources.landing import LandingDay, LandingFile, rows_before
+from faithfulness_pipeline.sources.open import open_source
 
 
 def raw_asset(partitions: dg.PartitionsDefinition[str]) -> dg.AssetsDefinition:
@@ -61,14 +61,15 @@ def load_raw(
     first partition key."""
     day = date.fromisoformat(context.partition_key)
     config = scoring.config()
-    files = list_landing(landing.path, day, landing.timezone)
-    if not files:
-        raise InputError(f"the landing location {landing.path!r} holds no Parquet, JSON Lines or CSV files yet")
-    schemas = [(file, file_schema(file.path)) for file in files]
+    # Not in a `with` block: a landing day stages span exports in the shared span cache, which outlives the run.
+    source = open_source(LandingDay(landing.path, day, landing.timestamp_column, landing.undated(), landing.zone()),
+                         rows=config.chunk_rows)
+    files = [part.file for part in source.parts]
+    schemas = [(part, part.schema()) for part in source.parts]
     # The judged columns are kept only where the input cannot rebuild them (a chat file among the day's).
     keep = not all(derives_flat(schema, config) for _, schema in schemas)
     try:
-        prepared = [(f.path, _prepared_schema(s, config, keep)) for f, s in schemas]
+        prepared = [(part.name, _prepared_schema(s, config, keep)) for part, s in schemas]
     except InputError as exc:
         raise _landing_error(files[0], exc) from None
     # Columns of different types across files are united to a common type here and reported by the blocking
@@ -77,25 +78,24 @@ def load_raw(
     counts: list[tuple[LandingFile, pl.Schema, int]] = []
     hashed: list[tuple[LandingFile, pl.Series]] = []
     with warehouse.writer(RAW, context.partition_key, empty=union) as out:
-        for file, schema in schemas:
+        for part, schema in schemas:
             # One registry per file: duplicates across files are reported by the unique-keys check, which can
             # name the files; duplicates inside one file are refused here with examples.
             registry = KeyRegistry()
             rows = 0
             keys = []
-            for frame in day_batches(file, day, landing.timestamp_column, landing.undated(), landing.zone(),
-                                     config.chunk_rows):
+            for frame in part.chunks():
                 try:
                     table = prepare(frame, config, registry)
                 except InputError as exc:
-                    raise _landing_error(file, exc) from None
+                    raise _landing_error(part.file, exc) from None
                 if not keep:
                     table = without_internals(table)
                 out.write(_united(table, union))
                 keys.append(key_hashes(table.get_column(S.ROW_KEY)))
                 rows += table.height
-            counts.append((file, schema, rows))
-            hashed.append((file, pl.concat(keys) if keys else pl.Series(dtype=pl.UInt64)))
+            counts.append((part.file, schema, rows))
+            hashed.append((part.file, pl.concat(keys) if keys else pl.Series(dtype=pl.UInt64)))
     early = _rows_before_start(context, landing, files, first)
     written = sum(n for _, _, n in counts)
     yield dg.MaterializeResult(metadata={

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from faithfulness_pipeline.defs.landing import LandingFile, file_days, list_landing
 from faithfulness_pipeline.defs.names import GROUP
 from faithfulness_pipeline.defs.resources import LandingResource
+from faithfulness_pipeline.sources.landing import LandingFile, file_days, list_landing
 
 if TYPE_CHECKING:
     # Dagster exports no public name for what define_asset_job and build_schedule_from_partitioned_job

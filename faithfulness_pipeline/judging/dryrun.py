@@ -13,20 +13,19 @@ from faithfulness_pipeline.core.pipeline import prepared_chunks, sample_of
 from faithfulness_pipeline.core.port import CostEstimate, ExtractItem, VerdictItem
 from faithfulness_pipeline.judging.llm.packing import rough_sentences
 from faithfulness_pipeline.judging.stack import JudgeStack
-from faithfulness_pipeline.tables.read import iter_chunks
+from faithfulness_pipeline.sources.source import Part, Source
 
 
-def estimate_cost(judge: JudgeStack, paths: list[str], config: ScoringConfig, *, batch: bool = False,
+def estimate_cost(judge: JudgeStack, source: Source[Part], config: ScoringConfig, *, batch: bool = False,
                   max_cost_usd: float | None = None) -> str:
-    """The dry-run report: what scoring ``paths`` would send, without sending anything; the cost both
+    """The dry-run report: what scoring ``source`` would send, without sending anything; the cost both
     interactively and as provider batches, ``batch`` marking the mode of this run, and whether the run's
     spend cap (``max_cost_usd``) is enough for it."""
     answers: list[ExtractItem] = []
     verdicts: list[VerdictItem] = []
     rows = sampled = 0
-    text = config.columns.key_columns()
-    sample = sample_of(config, prepared_chunks(iter_chunks(paths, config.chunk_rows, text), config))
-    for prepared in prepared_chunks(iter_chunks(paths, config.chunk_rows, text), config):
+    sample = sample_of(config, prepared_chunks(source.chunks(), config))
+    for prepared in prepared_chunks(source.chunks(), config):
         rows += prepared.height
         judged = row_frame(prepared, sample)  # only the sample is judged, so only it is priced
         sampled += judged.height

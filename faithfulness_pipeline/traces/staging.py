@@ -1,10 +1,11 @@
-"""Span exports among a run's inputs, turned into conversation tables before the run reads them.
+"""Span inputs turned into conversation tables before a run reads them.
 
-``stage_inputs`` resolves an input as ``tables.inputs`` does and looks at each file: an OpenTelemetry
-Collector export (JSON Lines of OTLP trace requests, gzip or not, found by its first line) or a Parquet
-table of spans (found by its columns) is read piece by piece into span facts on disk, then joined into
-conversation rows (``traces.conversations``) written as Parquet in the run's working folder; every other
-file is handed on as it is. A compressed file that is no span export is refused as tables refuse it."""
+``export_kind`` looks at one input file: an OpenTelemetry Collector export (JSON Lines of OTLP trace requests,
+gzip or not, found by its first line) or a Parquet table of spans (found by its columns) is a span export;
+every other file is a table, and a compressed file that is no span export is refused as tables refuse it.
+An export, or a Phoenix project's spans, is read piece by piece into span facts on disk, then joined into
+conversation rows (``traces.conversations``) written as Parquet in a working folder. Which inputs a run has,
+and whose working folder that is, is ``sources``'s."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.tables.inputs import PARQUET, compression_of, input_format, refuse_compressed, resolve_inputs
+from faithfulness_pipeline.tables.inputs import PARQUET, compression_of, input_format, refuse_compressed
 from faithfulness_pipeline.tables.read import file_schema, iter_chunks
 from faithfulness_pipeline.tables.storage import Place
 from faithfulness_pipeline.traces.conversations import FACTS_SCHEMA, SpanCount, conversations, span_facts
@@ -31,22 +31,12 @@ from faithfulness_pipeline.traces.spans import Span, is_otlp_export, is_span_tab
 #: Suffixes a table is read by without looking inside: a Parquet or CSV file is never an OTLP export.
 _TABLE_ONLY: Final = frozenset({".parquet", ".csv"})
 _PIECE_ROWS: Final = 5_000
-#: How an input names a Phoenix project instead of files.
-PHOENIX_SCHEMES: Final = ("phoenix+http://", "phoenix+https://")
+#: What :func:`export_kind` says of a file that is no span export.
+TABLE: Final = "table"
 
 
-@dataclass(slots=True)
-class StagedInputs:
-    """The files a run reads (span exports replaced by their conversation tables) and what the spans held
-    (None when no input was a span export)."""
-
-    paths: list[str]
-    spans: SpanCount | None = None
-    staged: dict[str, str] = field(default_factory=dict)  # conversation table -> the span export it came from
-
-
-def _kind_of(path: str) -> str:
-    """``otlp``, ``span-table`` or ``table``."""
+def export_kind(path: str) -> str:
+    """``otlp``, ``span-table`` or ``table`` (:data:`TABLE`)."""
     suffix = os.path.splitext(path.removesuffix(".gz").removesuffix(".GZ"))[1].lower()
     if suffix not in _TABLE_ONLY and is_otlp_export(path):
         return "otlp"
@@ -57,7 +47,7 @@ def _kind_of(path: str) -> str:
             _refuse_unknown(path)
         if is_span_table(file_schema(path).names()):
             return "span-table"
-    return "table"
+    return TABLE
 
 
 def _refuse_unknown(path: str) -> None:
@@ -98,43 +88,25 @@ def stage_spans(pieces: Iterable[list[Span]], name: str, workdir: str, count: Sp
     return target
 
 
-def _name(path: str) -> str:
-    return os.path.basename(path).split(".")[0]
-
-
-def stage_inputs(spec: str, workdir: str, phoenix_api_key: str | None = None) -> StagedInputs:
-    """The files of ``spec`` for a run, span exports staged as conversation tables under ``workdir``; a
-    Phoenix project (``phoenix+http://host:6006/projects/NAME?start=...&end=...``) is pulled and staged alike."""
-    staged = StagedInputs([])
-    if spec.startswith(PHOENIX_SCHEMES):
-        staged.spans = SpanCount()
-        staged.paths.append(stage_spans(phoenix_pieces(spec, phoenix_api_key), "phoenix", workdir, staged.spans))
-        return staged
-    for path in resolve_inputs(spec, compressed=True):
-        kind = _kind_of(path)
-        if kind == "table":
-            staged.paths.append(path)
-            continue
-        staged.spans = staged.spans or SpanCount()
-        target = stage_spans(_pieces(path, kind), _name(path), workdir, staged.spans)
-        staged.staged[target] = path
-        staged.paths.append(target)
-    return staged
+def stage_export(path: str, kind: str, workdir: str, count: SpanCount) -> str:
+    """The conversation table of the span export ``path`` of ``kind`` (:func:`export_kind`), written under
+    ``workdir`` and named after the export."""
+    return stage_spans(_pieces(path, kind), os.path.basename(path).split(".")[0], workdir, count)
 
 
 def landed_spans(path: str, fingerprint: str, cache: str) -> str | None:
     """The conversation table of the landing file ``path`` when it is a span export (None when it is a table),
     staged once per ``fingerprint`` (path, time, size) under the local folder ``cache``: every process of a
     day (each step, each machine) finds or makes the same file, written whole under a temporary name first."""
-    kind = _kind_of(path)
-    if kind == "table":
+    kind = export_kind(path)
+    if kind == TABLE:
         return None
     target = os.path.join(cache, hashlib.sha256(fingerprint.encode()).hexdigest()[:32] + ".parquet")
     if os.path.exists(target):
         return target
     os.makedirs(cache, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as work:
-        made = stage_spans(_pieces(path, kind), _name(path), work, SpanCount())
+        made = stage_export(path, kind, work, SpanCount())
         os.replace(made, target)
     return target
 

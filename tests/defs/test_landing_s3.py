@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.defs.landing import LandingFile, day_batches, file_days, list_landing, rows_before
+from faithfulness_pipeline.sources.landing import LandingFile, day_batches, file_days, list_landing, rows_before
 from faithfulness_pipeline.tables.storage import Place
 from tests.conftest import S3Bucket
 from tests.defs.conftest import SAMPLE

@@ -275,12 +275,13 @@ def test_the_dry_run_shows_the_interactive_and_the_batch_cost_side_by_side(tmp_p
     import re
 
     from faithfulness_pipeline.judging.dryrun import estimate_cost
+    from faithfulness_pipeline.sources.open import open_source
 
     src = tmp_path / "in.parquet"
     _frame(300).write_parquet(src)
-    with FakeLLMServer(ScriptedJudge()) as server:
+    with FakeLLMServer(ScriptedJudge()) as server, open_source(src, rows=ScoringConfig().chunk_rows) as source:
         judge = make_judge(_settings(server, tmp_path / "s.sqlite"))
-        report = estimate_cost(judge, [str(src)], ScoringConfig(), batch=True)
+        report = estimate_cost(judge, source, ScoringConfig(), batch=True)
         asyncio.run(judge.aclose())
         assert server.stats().requests == 0 and server.stats().files_uploaded == 0
     found = dict(re.findall(r"estimated cost, (interactive|batch)[^$]*\$([\d.]+)", report))

@@ -1,4 +1,5 @@
-"""The landing location: which input files (Parquet, JSON Lines, CSV) are there, their days, one day's rows.
+"""The landing location: which input files (Parquet, JSON Lines, CSV) are there, their days, and one day's
+rows as a source (:class:`LandingDay`), as the Dagster assets read them; no Dagster here.
 
 A row belongs to the calendar day of its timestamp column in the landing resource's time zone (UTC unless
 ``FP_TIMEZONE`` says otherwise; naive timestamps are UTC). A row without a timestamp (the table has no such
@@ -27,6 +28,8 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.sources.phoenix import is_phoenix
+from faithfulness_pipeline.sources.source import Source
 from faithfulness_pipeline.tables.inputs import PARQUET, input_format, resolve_inputs
 from faithfulness_pipeline.tables.read import (
     READ_ERRORS,
@@ -38,7 +41,7 @@ from faithfulness_pipeline.tables.read import (
 )
 from faithfulness_pipeline.tables.storage import Place, StorageError, is_remote
 from faithfulness_pipeline.traces.phoenix import PHOENIX_KEY_ENV
-from faithfulness_pipeline.traces.staging import PHOENIX_SCHEMES, landed_spans, stage_phoenix_day
+from faithfulness_pipeline.traces.staging import landed_spans, stage_phoenix_day
 
 #: Where span exports of the landing are staged as conversation tables (one file per version of an export).
 SPAN_CACHE: Final = os.path.join(tempfile.gettempdir(), "faithfulness-pipeline-spans")
@@ -69,7 +72,7 @@ def list_landing(spec: str, day: date | None = None, timezone: str = "UTC") -> l
     folder, with the export's time and size: the day's rows, checks and partitions are read from it like
     any table's. A Phoenix project (``phoenix+http://.../projects/NAME``) has no files: ``day``'s spans (its
     midnights in ``timezone``) are pulled into one table of that day; without a day there is nothing to list."""
-    if spec.startswith(PHOENIX_SCHEMES):
+    if is_phoenix(spec):
         return [] if day is None else [_phoenix_day(spec, day, timezone)]
     try:
         paths = resolve_inputs(spec, compressed=True)
@@ -250,3 +253,47 @@ def day_batches(
         raise _timestamp_error(file.path, timestamp_column, exc) from None
     except READ_ERRORS as exc:
         raise read_error(file.path, exc) from None
+
+
+@dataclass(frozen=True, slots=True)
+class LandingDay:
+    """One day of the landing location ``location``: each file's rows dated ``day`` in ``timezone`` by their
+    ``timestamp_column`` (rows without one: ``undated_day``, else the file's arrival day)."""
+
+    location: str
+    day: date
+    timestamp_column: str
+    undated_day: date | None = None
+    timezone: str = "UTC"
+
+
+@dataclass(frozen=True, slots=True)
+class DayPart:
+    """One landing file's rows of one day, in chunks of at most ``rows`` rows (:func:`day_batches`)."""
+
+    file: LandingFile
+    of: LandingDay
+    rows: int
+
+    @property
+    def name(self) -> str:
+        return self.file.path
+
+    def schema(self) -> pl.Schema:
+        return file_schema(self.file.path)
+
+    def chunks(self) -> Iterator[pl.DataFrame]:
+        day = self.of
+        return day_batches(self.file, day.day, day.timestamp_column, day.undated_day, day.timezone, self.rows)
+
+    def row_count(self) -> int | None:
+        return None  # a file's rows of one day are known by reading its timestamps: nothing needs them ahead
+
+
+def day_source(day: LandingDay, rows: int) -> Source[DayPart]:
+    """Every landing file's rows of the day, a part per file (:func:`list_landing`: a span export is read as
+    its conversation table, staged in :data:`SPAN_CACHE`); a location with no input files is refused."""
+    files = list_landing(day.location, day.day, day.timezone)
+    if not files:
+        raise InputError(f"the landing location {day.location!r} holds no Parquet, JSON Lines or CSV files yet")
+    return Source([DayPart(file, day, rows) for file in files], files=[file.path for file in files])
