@@ -76,7 +76,8 @@ class ShardResult:
 
 
 def judge_assets(
-    partitions: dg.PartitionsDefinition[str], versioned: Any, step_tags: Mapping[str, str] | None = None
+    partitions: dg.PartitionsDefinition[str], versioned: Callable[[str], str],
+    step_tags: Mapping[str, str] | None = None,
 ) -> dg.AssetsDefinition:
     """The graph that judges a day; ``versioned`` adds the judge's identity to a code version; ``step_tags``
     go on the judge steps (``dagster-celery/queue``: the Celery queue they are sent to)."""
@@ -133,7 +134,7 @@ def shard_of(frame: pl.DataFrame, shards: int) -> pl.Series:
 
 
 def _shard_rows(
-    warehouse: WarehouseResource, day: str, config: Any, shard: int, shards: int
+    warehouse: WarehouseResource, day: str, config: ScoringConfig, shard: int, shards: int
 ) -> Iterator[pl.DataFrame]:
     """This shard's rows of the day, prepared (judged columns rebuilt where the raw table does not keep
     them), with their position in the day, chunk by chunk."""

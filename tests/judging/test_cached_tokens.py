@@ -21,6 +21,7 @@ from faithfulness_pipeline.core.port import ClaimVerdict, Usage
 from faithfulness_pipeline.judging.llm.batch.lines import Pending, deserialise, serialise
 from faithfulness_pipeline.judging.llm.card import ModelCard, model_card
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
+from faithfulness_pipeline.judging.llm.part_settings import CardSettings
 from faithfulness_pipeline.judging.llm.plans import share_usage
 from faithfulness_pipeline.judging.llm.prompts import EXTRACT_SYSTEM, VERDICT_SYSTEM
 from faithfulness_pipeline.judging.llm.replies import cached_prompt_tokens
@@ -191,18 +192,18 @@ def test_cached_shares_add_up_and_never_exceed_an_items_prompt_share() -> None:
 
 
 def test_the_card_takes_litellms_cached_prices_and_never_makes_one_up() -> None:
-    mini = model_card(JudgeSettings(model="gpt-4o-mini"), "gpt-4o-mini")
+    mini = model_card(CardSettings.of(JudgeSettings(model="gpt-4o-mini")), "gpt-4o-mini")
     assert mini.cached_input_cost_per_token == 7.5e-8 and mini.input_cost_per_token == 1.5e-7
     assert mini.for_batches().cached_input_cost_per_token is None  # litellm names no batch cached price
     # ... so a batch's cached tokens cost what its other prompt tokens do
     assert mini.for_batches().cost(1000, 0, 600) == mini.for_batches().cost(1000, 0, 0)
-    five = model_card(JudgeSettings(model="gpt-5-mini"), "gpt-5-mini")
+    five = model_card(CardSettings.of(JudgeSettings(model="gpt-5-mini")), "gpt-5-mini")
     assert five.for_batches().cached_input_cost_per_token == 1.25e-8
     # a hand-set input price is not mixed with litellm's cached one: unknown, so the input price
-    hand = model_card(JudgeSettings(model="gpt-4o-mini", input_cost_per_token=1e-6, output_cost_per_token=2e-6),
-                      "gpt-4o-mini")
+    hand_set = JudgeSettings(model="gpt-4o-mini", input_cost_per_token=1e-6, output_cost_per_token=2e-6)
+    hand = model_card(CardSettings.of(hand_set), "gpt-4o-mini")
     assert hand.cached_input_cost_per_token is None and hand.cost(1000, 10, 800) == hand.cost(1000, 10, 0)
-    set_too = model_card(JudgeSettings(model="gpt-4o-mini", **PRICES), "gpt-4o-mini")
+    set_too = model_card(CardSettings.of(JudgeSettings(model="gpt-4o-mini", **PRICES)), "gpt-4o-mini")
     cost = set_too.cost(1000, 10, 800)
     assert cost is not None and math.isclose(cost[0], 200 * 1e-6 + 800 * 2.5e-7)
     assert set_too.for_batches().cost(1000, 10, 800) == cost  # hand-set prices hold in either mode
@@ -271,7 +272,7 @@ def test_a_batch_bills_cached_tokens_at_the_batch_cached_price(tmp_path: Path) -
     from faithfulness_pipeline.testing.fakellm.faults import BatchTiming
 
     model = "openai/gpt-5-mini"  # litellm prices its cached tokens in batches too
-    card = model_card(JudgeSettings(model=model), model).for_batches()
+    card = model_card(CardSettings.of(JudgeSettings(model=model)), model).for_batches()
     assert card.input_cost_per_token and card.output_cost_per_token and card.cached_input_cost_per_token
     fast = BatchTiming(validating_s=0.01, per_line_s=0.001, finalizing_s=0.01, cancelling_s=0.01)
     settings = JudgeSettings(model=model, api_base="http://127.0.0.1:1/v1", api_key_env=KEY_ENV, timeout_s=5,

@@ -649,7 +649,7 @@ def test_the_key_never_leaves_for_anywhere_but_the_provider(tmp_path: Path, capl
         judge = make_judge(srv, store_path=tmp_path / "store" / "r.sqlite")
         extracted, verdicts = run(judge, rows)
         assert_scripted(rows, extracted, verdicts)  # the key did reach the provider
-        text = repr((extracted, verdicts, judge.stats(), judge.inner.config))
+        text = repr((extracted, verdicts, judge.stats(), judge.inner.settings))
         assert CANARY not in text
         assert CANARY.encode() not in _files_bytes(tmp_path / "store")
 

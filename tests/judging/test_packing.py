@@ -138,7 +138,7 @@ def test_default_pack_budget_gives_at_most_half_a_request_per_answer(monkeypatch
             judge = LiteLLMJudge(
                 JudgeSettings(model="openai/fake-judge", api_base=server.base_url, api_key_env="FP_TEST_KEY")
             )
-            assert judge.config.pack_tokens == DEFAULT_PACK_TOKENS
+            assert judge.settings.pack_tokens == DEFAULT_PACK_TOKENS
             server.reset_stats()
             asyncio.run(run(judge, subset))
             s = server.stats()

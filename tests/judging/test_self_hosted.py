@@ -15,6 +15,7 @@ import pytest
 
 from faithfulness_pipeline.core.port import ExtractResult, VerdictResult
 from faithfulness_pipeline.judging.llm.card import model_card
+from faithfulness_pipeline.judging.llm.part_settings import CardSettings
 from faithfulness_pipeline.judging.llm.server_limits import OLLAMA_DEFAULT_NUM_CTX, ask_server
 from faithfulness_pipeline.settings.judge import DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_ITEMS_PER_PACK, JudgeSettings
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer, Latency, ServedLimits, count_prompt_tokens
@@ -94,13 +95,14 @@ def test_a_schema_asked_for_explicitly_does_not_step_down() -> None:
 
 
 def test_litellm_vouches_only_for_a_model_it_knows_at_its_own_endpoint() -> None:
-    known = model_card(JudgeSettings(), "gpt-4o-mini")
+    known = model_card(CardSettings.of(JudgeSettings()), "gpt-4o-mini")
     assert known.json_schema and not known.schema_fallback
-    proxied = model_card(JudgeSettings(api_base="http://127.0.0.1:9/v1"), "gpt-4o-mini")
+    proxied = model_card(CardSettings.of(JudgeSettings(api_base="http://127.0.0.1:9/v1")), "gpt-4o-mini")
     assert proxied.json_schema and proxied.schema_fallback
-    unknown = model_card(JudgeSettings(), "openai/some-local-model")
+    unknown = model_card(CardSettings.of(JudgeSettings()), "openai/some-local-model")
     assert unknown.json_schema and unknown.schema_fallback
-    chosen = model_card(JudgeSettings(api_base="http://127.0.0.1:9/v1", use_json_schema="no"), "openai/x")
+    no_schema = JudgeSettings(api_base="http://127.0.0.1:9/v1", use_json_schema="no")
+    chosen = model_card(CardSettings.of(no_schema), "openai/x")
     assert not chosen.json_schema and not chosen.schema_fallback
     # the verdict counts are pinned in the schema only where litellm cannot vouch (grammar-enforcing servers)
     assert not known.exact_schema and proxied.exact_schema and unknown.exact_schema and not chosen.exact_schema

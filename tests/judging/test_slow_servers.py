@@ -19,6 +19,7 @@ import pytest
 from faithfulness_pipeline.core.port import ExtractItem, ExtractResult, Hooks, VerdictItem, VerdictResult
 from faithfulness_pipeline.judging.llm.card import model_card
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
+from faithfulness_pipeline.judging.llm.part_settings import CardSettings
 from faithfulness_pipeline.judging.llm.requests import Receiving
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.testing.fakellm import ChatRequest, FakeLLMServer, FaultPlan, Latency, ServedLimits
@@ -277,4 +278,4 @@ def test_auto_streams_where_litellm_cannot_vouch_for_the_endpoint(
     model: str, api_base: str | None, stream: str, streams: bool
 ) -> None:
     settings = JudgeSettings(model=model, api_base=api_base, stream=stream, context_window=8192)  # type: ignore[arg-type]
-    assert model_card(settings, model).stream is streams
+    assert model_card(CardSettings.of(settings), model).stream is streams

@@ -179,7 +179,7 @@ def test_an_item_too_long_for_the_servers_window_alone_has_its_context_cut() -> 
         scored = score_frame(frame, judge, ScoringConfig())
     row = scored.row(0, named=True)
     assert row["status"] == "ok" and row["context_truncated"] is True
-    assert server.requests <= 1 + 1 + judge.config.max_retries  # extraction, then halving passages
+    assert server.requests <= 1 + 1 + judge.settings.max_retries  # extraction, then halving passages
     assert any("--context-window" in n and "context_truncated" in n for n in judge.stats().notes)
 
 

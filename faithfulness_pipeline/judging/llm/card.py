@@ -15,13 +15,13 @@ from importlib import resources
 from typing import Any, Final
 
 from faithfulness_pipeline.judging.llm.packing import Count
+from faithfulness_pipeline.judging.llm.part_settings import CardSettings
 from faithfulness_pipeline.judging.llm.server_limits import ServerWindow
 from faithfulness_pipeline.settings.judge import (
     DEFAULT_CONTEXT_WINDOW,
     DEFAULT_MAX_ITEMS_PER_PACK,
     DEFAULT_MAX_OUTPUT_TOKENS,
     SELF_HOSTED_MAX_ITEMS_PER_PACK,
-    JudgeSettings,
 )
 
 # ------------------------------------------------------------------------------------- the model
@@ -29,7 +29,7 @@ from faithfulness_pipeline.settings.judge import (
 
 @dataclass(frozen=True, slots=True)
 class ModelCard:
-    """What the judge knows of its model, from litellm's model map or the config overrides."""
+    """What the judge knows of its model, from litellm's model map or the settings that override it."""
 
     context_window: int
     max_output_tokens: int
@@ -138,9 +138,9 @@ def import_litellm_in_background() -> threading.Thread:
 
 
 def model_card(
-    config: JudgeSettings, model: str, ask_server: Callable[[], ServerWindow | None] | None = None
+    chosen: CardSettings, model: str, ask_server: Callable[[], ServerWindow | None] | None = None
 ) -> ModelCard:
-    """Window, output limit, schema support and prices of the model (config overrides win).
+    """Window, output limit, schema support and prices of the model (what ``chosen`` sets wins).
 
     ``ask_server`` (``server_limits.ask_server`` for the configured endpoint) is called only when neither the
     settings nor litellm know the window: then the server's own window, and its cap on a reply, are taken.
@@ -149,15 +149,15 @@ def model_card(
 
     notes: list[str] = []
     info = lenient(lambda: litellm.get_model_info(model)) or {}
-    window = config.context_window or info.get("max_input_tokens") or info.get("max_tokens")
-    max_out = config.max_output_tokens or info.get("max_output_tokens")
+    window = chosen.context_window or info.get("max_input_tokens") or info.get("max_tokens")
+    max_out = chosen.max_output_tokens or info.get("max_output_tokens")
     # litellm vouches for a model it has a card for, at its provider's own endpoint; anywhere else (a server
     # of one's own, a proxy) auto tries the schema and steps down if the endpoint refuses it.
-    vouched = bool(info) and not config.api_base
+    vouched = bool(info) and not chosen.api_base
     # The server is asked for its window when nobody else knows it, and whether it is a server of one's own
     # (llama.cpp, vLLM, Ollama say so by answering) when that decides the packing.
     served = None
-    if ask_server is not None and (not window or (config.max_items_per_pack is None and not vouched)):
+    if ask_server is not None and (not window or (chosen.max_items_per_pack is None and not vouched)):
         served = ask_server()
     if not window:
         if served is not None:
@@ -173,12 +173,12 @@ def model_card(
                 "(set context_window to change it)"
             )
     max_out = max_out or DEFAULT_MAX_OUTPUT_TOKENS
-    fallback = config.use_json_schema == "auto" and not vouched
-    if config.use_json_schema == "auto":
+    fallback = chosen.use_json_schema == "auto" and not vouched
+    if chosen.use_json_schema == "auto":
         schema = bool(lenient(lambda: litellm.supports_response_schema(model=model))) if vouched else True
     else:
-        schema = config.use_json_schema == "yes"
-    in_cost, out_cost = config.input_cost_per_token, config.output_cost_per_token
+        schema = chosen.use_json_schema == "yes"
+    in_cost, out_cost = chosen.input_cost_per_token, chosen.output_cost_per_token
     if in_cost is None or out_cost is None:
         known = lenient(lambda: litellm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1))
         if known is not None:
@@ -189,14 +189,14 @@ def model_card(
                 f"no price known for {model}: cost_usd is null "
                 "(set input_cost_per_token and output_cost_per_token to price it)"
             )
-    cached_cost = _cached_price(config, info, "cache_read_input_token_cost")
-    if config.input_cost_per_token is not None and config.output_cost_per_token is not None:
+    cached_cost = _cached_price(chosen, info, "cache_read_input_token_cost")
+    if chosen.input_cost_per_token is not None and chosen.output_cost_per_token is not None:
         # Prices set by hand are what the user pays, in either mode.
         batch_in, batch_out = in_cost, out_cost
-        batch_cached = cached_cost if config.cached_input_cost_per_token is not None else None
+        batch_cached = cached_cost if chosen.cached_input_cost_per_token is not None else None
     else:
         batch_in, batch_out = info.get("input_cost_per_token_batches"), info.get("output_cost_per_token_batches")
-        batch_cached = _cached_price(config, info, "cache_read_input_token_cost_batches")
+        batch_cached = _cached_price(chosen, info, "cache_read_input_token_cost_batches")
     return ModelCard(
         cached_input_cost_per_token=cached_cost,
         batch_cached_input_cost_per_token=batch_cached,
@@ -207,8 +207,8 @@ def model_card(
         json_schema=schema,
         schema_fallback=fallback,
         exact_schema=schema and not vouched,
-        stream=config.stream == "yes" or (config.stream == "auto" and not vouched),
-        max_items_per_pack=config.max_items_per_pack or (SELF_HOSTED_MAX_ITEMS_PER_PACK if served is not None
+        stream=chosen.stream == "yes" or (chosen.stream == "auto" and not vouched),
+        max_items_per_pack=chosen.max_items_per_pack or (SELF_HOSTED_MAX_ITEMS_PER_PACK if served is not None
                                                          else DEFAULT_MAX_ITEMS_PER_PACK),
         input_cost_per_token=in_cost,
         output_cost_per_token=out_cost,
@@ -217,12 +217,12 @@ def model_card(
     )
 
 
-def _cached_price(config: JudgeSettings, info: dict[str, Any], key: str) -> float | None:
+def _cached_price(chosen: CardSettings, info: dict[str, Any], key: str) -> float | None:
     """The price of a cached prompt token: the setting, else litellm's ``key``, only where the input price is
     litellm's too (a hand-set input price with litellm's cached one would mix two price lists)."""
-    if config.cached_input_cost_per_token is not None:
-        return config.cached_input_cost_per_token
-    if config.input_cost_per_token is not None:
+    if chosen.cached_input_cost_per_token is not None:
+        return chosen.cached_input_cost_per_token
+    if chosen.input_cost_per_token is not None:
         return None
     known = info.get(key)
     return None if known is None else float(known)

@@ -15,7 +15,7 @@ from faithfulness_pipeline.judging.llm.plans import Plan, repair_messages
 
 if TYPE_CHECKING:
     from faithfulness_pipeline.judging.llm.card import ModelCard
-    from faithfulness_pipeline.settings.judge import JudgeSettings
+    from faithfulness_pipeline.judging.llm.part_settings import Sampling
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,17 +43,17 @@ def chat_of(plan: Plan[Any], indices: Sequence[int], card: ModelCard, repair: tu
     return Chat([*rendered, *extra], extra, id_map, context, max_tokens, schema)
 
 
-def chat_body(model: str, messages: list[dict[str, str]], config: JudgeSettings, max_tokens: int,
+def chat_body(model: str, messages: list[dict[str, str]], sampling: Sampling, max_tokens: int,
               response_format: dict[str, Any] | None) -> dict[str, Any]:
     """The body of a chat completion request: what changes the reply, nothing of how it is sent."""
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
-        "temperature": config.temperature,
+        "temperature": sampling.temperature,
         "max_tokens": max_tokens,
     }
-    if config.seed is not None:
-        body["seed"] = config.seed
+    if sampling.seed is not None:
+        body["seed"] = sampling.seed
     if response_format is not None:
         body["response_format"] = response_format
     return body

@@ -9,7 +9,7 @@ its price map). The judge is split by what each part holds:
 - ``runner``: :class:`PackRunner`, a plan's packs run through the limiter and the sender: the retry
   policy, splitting, and the usage of each request charged to its items;
 - ``card``: the model card (window, output limit, prices) and the offline token counter (the settings
-  themselves are ``settings.judge``);
+  themselves are ``settings.judge``; ``part_settings`` cuts them into what each part reads);
 - ``secrets``: the API key, read from the environment, and the :class:`Redactor`;
 - ``plans``: what a step's items become: packing entries, prompts (``prompts``), parsing (``parsing``),
   results; ``packing`` fits entries into requests;
@@ -67,6 +67,7 @@ from faithfulness_pipeline.judging.llm.card import ModelCard, import_litellm, mo
 from faithfulness_pipeline.judging.llm.limits import Clock, RequestLimiter, Sleep
 from faithfulness_pipeline.judging.llm.output_mode import OutputMode
 from faithfulness_pipeline.judging.llm.packing import REPLY_SLACK_TOKENS, WINDOW_MARGIN, Count, Limits
+from faithfulness_pipeline.judging.llm.part_settings import CardSettings, RateLimits, RequestSettings
 from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, R, Sizing, VerdictPlan
 from faithfulness_pipeline.judging.llm.requests import Receiving, Sender
 from faithfulness_pipeline.judging.llm.runner import PackRunner
@@ -77,20 +78,20 @@ from faithfulness_pipeline.settings.judge import JudgeSettings
 log = logging.getLogger(__name__)
 
 
-def _tpm_warning(config: JudgeSettings, limits: Limits) -> str | None:
+def _tpm_warning(tpm: int | None, limits: Limits) -> str | None:
     """What a ``tpm`` below one full pack costs: such a request takes the whole minute's budget and more,
     so the next one waits until the bucket has refilled what it overdrew."""
-    pack = min(config.pack_tokens, limits.usable_window)
-    if config.tpm is None or config.tpm >= pack:
+    pack = min(limits.pack_tokens, limits.usable_window)
+    if tpm is None or tpm >= pack:
         return None
-    wait_s = 60.0 * pack / config.tpm
+    wait_s = 60.0 * pack / tpm
     return (
-        f"tpm {config.tpm} is below one full request of about {pack} prompt tokens (pack_tokens): each full "
+        f"tpm {tpm} is below one full request of about {pack} prompt tokens (pack_tokens): each full "
         f"request waits about {wait_s:.0f} s ({wait_s / 60:.1f} min) for the tokens of the one before; raise "
-        f"--tpm (FP_JUDGE_TPM) or lower --pack-tokens to at most {max(config.tpm, 256)}"
+        f"--tpm (FP_JUDGE_TPM) or lower --pack-tokens to at most {max(tpm, 256)}"
     )
 
-def _limiter(config: JudgeSettings, clock: Clock | None, sleep: Sleep | None) -> RequestLimiter:
+def _limiter(rate_limits: RateLimits, clock: Clock | None, sleep: Sleep | None) -> RequestLimiter:
     """The one limiter of every request of the judge (``clock`` and ``sleep``: a test's, else the real ones)."""
     timing: dict[str, Any] = {}
     if clock is not None:
@@ -98,11 +99,11 @@ def _limiter(config: JudgeSettings, clock: Clock | None, sleep: Sleep | None) ->
     if sleep is not None:
         timing["sleep"] = sleep
     return RequestLimiter(
-        config.max_concurrency,
-        config.rpm,
-        config.tpm,
-        backoff_base_s=config.backoff_base_s,
-        backoff_max_s=max(config.backoff_max_s, config.backoff_base_s),
+        rate_limits.max_concurrency,
+        rate_limits.rpm,
+        rate_limits.tpm,
+        backoff_base_s=rate_limits.backoff_base_s,
+        backoff_max_s=rate_limits.backoff_max_s,
         **timing,
     )
 
@@ -111,10 +112,10 @@ def _limiter(config: JudgeSettings, clock: Clock | None, sleep: Sleep | None) ->
 SHORTEST_ITEM_TOKENS: Final = 64
 
 
-def _sizing(config: JudgeSettings, card: ModelCard, count_tokens: Count) -> Sizing:
+def _sizing(pack_tokens: int, card: ModelCard, count_tokens: Count) -> Sizing:
     """What packing needs of the model: its counter, its limits, and the tokens of each step's fixed frame."""
     limits = Limits(
-        pack_tokens=config.pack_tokens,
+        pack_tokens=pack_tokens,
         max_items=card.max_items_per_pack,
         context_window=card.context_window,
         max_output_tokens=card.max_output_tokens,
@@ -148,7 +149,7 @@ class LiteLLMJudge:
 
     def __init__(
         self,
-        config: JudgeSettings,
+        settings: JudgeSettings,
         *,
         api_key: str | None = None,
         need_key: bool = True,
@@ -156,39 +157,39 @@ class LiteLLMJudge:
         sleep: Sleep | None = None,
         receiving: Receiving | None = None,
     ) -> None:
-        if not config.model or not config.model.strip():
+        if not settings.model or not settings.model.strip():
             raise ConfigError("the litellm judge needs a model name (e.g. --model openai/gpt-4o-mini)")
-        self.config = config
-        self.model_name: str = config.model
+        self.settings = settings
+        self.model_name: str = settings.model
         self.prompt_version: str = prompts.PROMPT_VERSION
         # The key comes first: a missing one must fail before anything else is done.
-        self.api_key_env, api_key = judge_key(self.model_name, config.api_key_env, api_key, need_key=need_key,
-                                               api_base=config.api_base)
+        self.api_key_env, api_key = judge_key(self.model_name, settings.api_key_env, api_key, need_key=need_key,
+                                               api_base=settings.api_base)
         #: where requests go: the configured base, else the provider's default where litellm knows one
-        self.endpoint: str | None = config.api_base or model_provider(self.model_name)[1]
+        self.endpoint: str | None = settings.api_base or model_provider(self.model_name)[1]
         self.redact = Redactor(api_key)
         litellm = import_litellm()
         litellm.suppress_debug_info = True
-        base = config.api_base
+        base = settings.api_base
         self.card = model_card(
-            config, self.model_name,
+            CardSettings.of(settings), self.model_name,
             None if base is None else lambda: ask_server(base, self.model_name, api_key=api_key,
-                                                         timeout_s=config.timeout_s),
+                                                         timeout_s=settings.timeout_s),
         )
-        need_price(config.max_cost_usd, self.card.priced, self.model_name)
+        need_price(settings.max_cost_usd, self.card.priced, self.model_name)
         #: the run's spend cap (None: none); the batch judge holds its batches against the same one
-        self.budget = None if config.max_cost_usd is None else Budget(config.max_cost_usd)
+        self.budget = None if settings.max_cost_usd is None else Budget(settings.max_cost_usd)
         #: the structured output of the run's requests, stepped down (once per step) when the endpoint refuses
         self.output = OutputMode("schema" if self.card.json_schema else "prompt", fallback=self.card.schema_fallback)
         count_tokens = token_counter(self.model_name)
-        self.limiter = _limiter(config, clock, sleep)
-        self.sizing = _sizing(config, self.card, count_tokens)
+        self.limiter = _limiter(RateLimits.of(settings), clock, sleep)
+        self.sizing = _sizing(settings.pack_tokens, self.card, count_tokens)
         self._stats = JudgeStats(cost_usd=0.0 if self.card.priced else None, notes=list(self.card.notes))
-        if (slow := _tpm_warning(config, self.sizing.limits)) is not None:
+        if (slow := _tpm_warning(settings.tpm, self.sizing.limits)) is not None:
             log.warning("warning: %s", slow)
             self._stats.notes.append(slow)
         sender = Sender(
-            config,
+            RequestSettings.of(settings),
             api_key=api_key,
             api_key_env=self.api_key_env,
             limiter=self.limiter,
@@ -207,7 +208,7 @@ class LiteLLMJudge:
             sender=sender,
             stats=self._stats,
             redact=self.redact,
-            max_retries=config.max_retries,
+            max_retries=settings.max_retries,
             budget=self.budget,
         )
 
@@ -253,9 +254,10 @@ class LiteLLMJudge:
         The response format is the one the run starts with: where it steps down (``output_mode``), every
         run against the same endpoint steps down alike, so its results are still the ones a re-run would get.
         """
-        cfg = self.config
+        settings = self.settings
         mode = "schema" if self.card.json_schema else "prompt"
-        common = (self.model_name, (cfg.api_base or "").rstrip("/"), f"t={cfg.temperature}", f"seed={cfg.seed}", mode)
+        common = (self.model_name, (settings.api_base or "").rstrip("/"), f"t={settings.temperature}",
+                  f"seed={settings.seed}", mode)
         window = f"window={self.card.context_window}"
         return ResultScope(
             extract=("extract", prompts.EXTRACT_PROMPT_VERSION, *common),

@@ -46,7 +46,7 @@ from faithfulness_pipeline.judging.llm.streams import StreamTimeout, read_stream
 from faithfulness_pipeline.judging.llm.valid_text import valid_text
 
 if TYPE_CHECKING:
-    from faithfulness_pipeline.settings.judge import JudgeSettings
+    from faithfulness_pipeline.judging.llm.part_settings import RequestSettings
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class Sender:
 
     def __init__(
         self,
-        config: JudgeSettings,
+        request_settings: RequestSettings,
         *,
         api_key: str | None,
         api_key_env: str | None,
@@ -88,13 +88,13 @@ class Sender:
         receiving: Receiving | None = None,
         working_url: str | None = None,
     ) -> None:
-        self.config = config
+        self.request_settings = request_settings
         self.output = output
         self.stream = stream
         self._working_url = working_url
         self._receiving = receiving
-        self.model = config.model or ""
-        self.endpoint = shown(config.api_base) if config.api_base else None
+        self.model = request_settings.model
+        self.endpoint = shown(request_settings.api_base) if request_settings.api_base else None
         self.api_key_env = api_key_env
         self.limiter = limiter
         self.count_tokens = count_tokens
@@ -107,10 +107,7 @@ class Sender:
         # The limiter holds the concurrency the settings asked for: read there, as every other part does.
         self._breaker = breaker_threshold(limiter.max_in_flight)
         #: a Retry-After longer than this fails the requests it holds back instead of pausing them
-        self.retry_after_max_s = (
-            config.retry_after_max_s if config.retry_after_max_s is not None
-            else max(config.backoff_max_s, config.backoff_base_s)
-        )
+        self.retry_after_max_s = request_settings.retry_after_max_s
         self._held_until = float("-inf")  # on the limiter's clock: until then requests fail unsent
         self._held_reason = ""
         self._unmetered = 0  # streamed replies whose server sent no usage: their tokens are estimates
@@ -148,8 +145,8 @@ class Sender:
         head_start_s: float,
     ) -> Reply:
         litellm = import_litellm()
-        cfg = self.config
-        kwargs = chat_body(self.model, messages, cfg, max_tokens, response_format) | self._transport()
+        asked = self.request_settings
+        kwargs = chat_body(self.model, messages, asked.sampling, max_tokens, response_format) | self._transport()
         async with self.limiter.slot(prompt_estimate + max_tokens, head_start_s) as slot:
             if self.fatal is not None:  # learnt while this request waited for its slot
                 raise RequestFailed("fatal", self.fatal, sent=False)
@@ -167,7 +164,7 @@ class Sender:
                     # ``timeout`` bounds the whole request: the client's own timeout bounds each read, so a body
                     # trickling in a byte at a time would hold the request (and its slot) for as long as the
                     # server likes. A context manager, not wait_for: no extra task and loop hop per request.
-                    async with asyncio.timeout(cfg.timeout_s):
+                    async with asyncio.timeout(asked.timeout_s):
                         answer = Answer.of(await litellm.acompletion(**kwargs))
             except Exception as exc:
                 raise self.classify(exc, mode if response_format is not None else "prompt") from None
@@ -202,9 +199,9 @@ class Sender:
     def _transport(self) -> dict[str, Any]:
         """How a request is sent, beside what it asks (``chat.chat_body``): the client's timeout, no retries
         of litellm's own, the endpoint and the key."""
-        cfg = self.config
+        asked = self.request_settings
         kwargs: dict[str, Any] = {
-            "timeout": cfg.timeout_s,
+            "timeout": asked.timeout_s,
             # Our limiter must see every 429: no retries inside litellm or the provider SDK.
             "num_retries": 0,
             "max_retries": 0,
@@ -216,9 +213,9 @@ class Sender:
             # The client's timeout bounds each read: a server of one's own sends nothing while the request
             # waits in its queue and while it reads the prompt, which can take minutes on a CPU. The judge's
             # own bounds (``streams.read_stream``) tell that from silence in the middle of a reply.
-            kwargs["timeout"] = cfg.stream_max_s
-        if cfg.api_base:
-            kwargs["api_base"] = cfg.api_base
+            kwargs["timeout"] = asked.stream_max_s
+        if asked.api_base:
+            kwargs["api_base"] = asked.api_base
         if self._api_key:
             kwargs["api_key"] = self._api_key
         return kwargs
@@ -227,20 +224,21 @@ class Sender:
         """Whether the server says it is working now (a thread: the probe is a blocking standard-library call)."""
         assert self._working_url is not None
         busy = await asyncio.to_thread(server_working, self._working_url, api_key=self._api_key,
-                                       timeout_s=self.config.timeout_s)  # fmt: skip
+                                       timeout_s=self.request_settings.timeout_s)  # fmt: skip
         if busy:
             self._waited_out += 1
             if self._waited_out == 1:
                 self._stats.notes.append(
-                    f"a streamed reply went silent for over {self.config.timeout_s:g} s (--timeout) while the server "
-                    "said it was working (llama.cpp /slots: reading another request's prompt): waited for, not "
-                    f"cancelled, up to --stream-max {self.config.stream_max_s:g} s")
+                    f"a streamed reply went silent for over {self.request_settings.timeout_s:g} s (--timeout) while "
+                    "the server said it was working (llama.cpp /slots: reading another request's prompt): waited "
+                    f"for, not cancelled, up to --stream-max {self.request_settings.stream_max_s:g} s")
         return busy
 
     async def _streamed(self, litellm: Any, kwargs: dict[str, Any]) -> Answer:
         """One streamed request, read to its end under the judge's own bounds (``streams.read_stream``)."""
-        answer, streamed = await read_stream(litellm, kwargs, stream_max_s=self.config.stream_max_s,
-                                             timeout_s=self.config.timeout_s, on_piece=self._piece,
+        asked = self.request_settings
+        answer, streamed = await read_stream(litellm, kwargs, stream_max_s=asked.stream_max_s,
+                                             timeout_s=asked.timeout_s, on_piece=self._piece,
                                              still_working=None if self._working_url is None else self._working)
         if streamed and answer.usage is None:
             self._unmetered += 1
@@ -306,7 +304,7 @@ class Sender:
         if isinstance(exc, StreamTimeout):
             return RequestFailed("timeout", exc.reason)
         if isinstance(exc, litellm.Timeout | TimeoutError | asyncio.TimeoutError):
-            return RequestFailed("timeout", f"timed out after {self.config.timeout_s:g} s")
+            return RequestFailed("timeout", f"timed out after {self.request_settings.timeout_s:g} s")
         if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError | litellm.NotFoundError):
             where = f" (key from {self.api_key_env})" if self.api_key_env else ""
             self.fatal = f"{name}{where}: {detail}"

@@ -23,7 +23,6 @@ from faithfulness_pipeline.judging.llm.card import import_litellm
 from faithfulness_pipeline.judging.llm.failures import quota_used_up
 from faithfulness_pipeline.judging.llm.limits import retry_after_from_headers
 from faithfulness_pipeline.judging.llm.reachability import shown
-from faithfulness_pipeline.settings.judge import JudgeSettings
 
 #: Providers whose batch endpoints litellm speaks (``litellm.acreate_batch``'s ``custom_llm_provider``).
 BATCH_PROVIDERS: Final = ("openai", "azure", "vertex_ai", "bedrock", "hosted_vllm", "litellm_proxy", "mistral", "xai")
@@ -61,18 +60,21 @@ class BatchView:
 
 
 class BatchAPI:
-    """Upload, create, look at, read and cancel batches of one model's provider."""
+    """Upload, create, look at, read and cancel batches of one model's provider: ``model`` at ``api_base`` (None:
+    the provider's own endpoint). A 429 on a creation whose Retry-After is longer than ``retry_after_max_s`` is a
+    failure, not a pause (as for requests)."""
 
     def __init__(
         self,
-        config: JudgeSettings,
+        model: str,
         *,
+        api_base: str | None,
+        retry_after_max_s: float,
         api_key: str | None,
         redact: Callable[[str], str],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         litellm = import_litellm()
-        model = config.model or ""
         try:
             self.model, self.provider = litellm.get_llm_provider(model)[:2]
         except Exception as exc:
@@ -82,10 +84,8 @@ class BatchAPI:
                 f"batch mode: litellm has no batch endpoints for provider {self.provider!r} (model {model}); "
                 f"use one of {', '.join(BATCH_PROVIDERS)} or the interactive mode"
             )
-        self.api_base = config.api_base
-        #: a Retry-After on a creation longer than this is a failure, not a pause (as for requests)
-        self.retry_after_max_s = (config.retry_after_max_s if config.retry_after_max_s is not None
-                                  else max(config.backoff_max_s, config.backoff_base_s))
+        self.api_base = api_base
+        self.retry_after_max_s = retry_after_max_s
         self._api_key = api_key
         self._redact = redact
         self._sleep = sleep

@@ -67,6 +67,7 @@ from faithfulness_pipeline.judging.llm.batch.spend import BatchSpend, claims_sha
 from faithfulness_pipeline.judging.llm.chat import chat_body, chat_of
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
 from faithfulness_pipeline.judging.llm.packing import Limits, pack_entries
+from faithfulness_pipeline.judging.llm.part_settings import BatchPolicy, RequestSettings
 from faithfulness_pipeline.judging.llm.plans import ExtractPlan, Plan, VerdictPlan
 from faithfulness_pipeline.judging.llm.secrets import judge_key
 from faithfulness_pipeline.judging.store.keys import ContentKeys
@@ -92,7 +93,7 @@ class BatchJudge:
 
     def __init__(
         self,
-        config: JudgeSettings,
+        settings: JudgeSettings,
         store: Store | None,
         *,
         api_key: str | None = None,
@@ -104,10 +105,10 @@ class BatchJudge:
     ) -> None:
         if store is None:
             raise ConfigError(NEEDS_A_STORE)
-        _, api_key = judge_key(config.model or "", config.api_key_env, api_key, need_key=need_key,
-                              api_base=config.api_base)
-        self.interactive = LiteLLMJudge(config, api_key=api_key, need_key=need_key)
-        self.config = config
+        _, api_key = judge_key(settings.model or "", settings.api_key_env, api_key, need_key=need_key,
+                              api_base=settings.api_base)
+        self.interactive = LiteLLMJudge(settings, api_key=api_key, need_key=need_key)
+        self.policy = BatchPolicy.of(settings)
         self.model_name: str = self.interactive.model_name
         self.prompt_version: str = self.interactive.prompt_version
         self.redact = self.interactive.redact
@@ -115,7 +116,11 @@ class BatchJudge:
         self.card = self.interactive.card.for_batches()
         self.store = store
         self.ledger = ledger_of(store)
-        self.api = BatchAPI(config, api_key=api_key, redact=self.redact, sleep=sleep)
+        asked = RequestSettings.of(settings)
+        #: what a batch line's body asks, as the interactive judge's requests ask it
+        self.sampling = asked.sampling
+        self.api = BatchAPI(asked.model, api_base=asked.api_base, retry_after_max_s=asked.retry_after_max_s,
+                            api_key=api_key, redact=self.redact, sleep=sleep)
         self.limits = limits
         #: Where progress of the batches goes (the CLI prints it; Dagster logs it).
         self.report: Callable[[str], None] = report or log.info
@@ -168,11 +173,11 @@ class BatchJudge:
             retry = await self._wait(step, records, wanted)
             self._spend.settle()
             # max_retries: the tries of an item (the spend cap is self.budget)
-            give_up = {k: p for k, p in retry.items() if p.out_of_tries(self.config.max_retries)}
+            give_up = {k: p for k, p in retry.items() if p.out_of_tries(self.policy.max_retries)}
             for key, p in give_up.items():
                 self._failed[(step, key)] = p
             retry = {k: p for k, p in retry.items() if k not in give_up}
-            if self.config.batch_fallback == "interactive":
+            if self.policy.fallback == "interactive":
                 await self._ask_interactively(step, retry)
                 break
             records = await self._submit(step, retry)
@@ -234,7 +239,7 @@ class BatchJudge:
         chat = chat_of(plan, indices, self.interactive.card, repair, attempt=pending[0].tries + 1)
         # A batch line cannot step down on its own: it carries what the run's requests carry now.
         response_format = None if chat.schema is None else self.interactive.output.response_format(chat.schema)
-        return chat_body(self.api.model, chat.messages, self.config, chat.max_tokens, response_format)
+        return chat_body(self.api.model, chat.messages, self.sampling, chat.max_tokens, response_format)
 
     async def _create(self, step: str, tag: str, data: bytes, lines: list[LineRecord]) -> BatchRecord:
         """Uploads one batch file and creates its batch, recorded before and after the create call."""
@@ -271,8 +276,8 @@ class BatchJudge:
         self, step: str, records: list[BatchRecord], wanted: dict[bytes, Pending]
     ) -> dict[bytes, Pending]:
         """Polls ``records`` until each has ended and is ingested; returns the items to ask again."""
-        deadline = self._clock() + self.config.batch_max_wait_s
-        pause = self.config.batch_poll_s
+        deadline = self._clock() + self.policy.max_wait_s
+        pause = self.policy.poll_s
         active = {r.submission: r for r in records}
         retry: dict[bytes, Pending] = {}
         while active:
@@ -301,7 +306,7 @@ class BatchJudge:
             if self._clock() + pause > deadline:
                 ids = ", ".join(r.batch_id or r.submission for r in active.values())
                 raise BatchFailed(
-                    f"batch mode: {len(active)} {step} batches still running after {self.config.batch_max_wait_s:g} s "
+                    f"batch mode: {len(active)} {step} batches still running after {self.policy.max_wait_s:g} s "
                     f"({ids}); they stay with the provider and are recorded in the store: run again to pick them up"
                 )
             await self._sleep(pause)
