@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from faithfulness_pipeline.core.pipeline import check_inputs, new_run_id, scored
 from faithfulness_pipeline.judging.dryrun import estimate_cost
 from faithfulness_pipeline.judging.factory import check_key, make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
-from faithfulness_pipeline.outputs import Output, OutputContext
+from faithfulness_pipeline.outputs import DayTable, Output, OutputContext
 from faithfulness_pipeline.outputs.run_files import RunFiles, option_of, send_scores
 from faithfulness_pipeline.outputs.scored_table import SCORED_TABLE
 from faithfulness_pipeline.settings.derive import from_env
@@ -143,15 +144,19 @@ def _read_ahead(chunks: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
     return chunks if first is None else itertools.chain([first], chunks)
 
 
-def _output_context(scoring: ScoringSettings) -> OutputContext:
-    """What the run's outputs read of the settings; the days of the day tables as the report reads them."""
-    landing, warehouse = from_env(LandingSettings, os.environ), from_env(WarehouseSettings, os.environ)
-    return OutputContext(
+def _output_context(scoring: ScoringSettings, outputs: dict[Output, str]) -> OutputContext:
+    """What the run's outputs read of the settings. Tables of whole days also read, as the report does, a row's
+    day (``FP_TIMESTAMP_COLUMN`` in ``FP_TIMEZONE``) and the comparison's segments (``FP_SEGMENT_COLUMNS``):
+    only then, so that a Dagster variable that is wrong never stops a run that does not need it."""
+    context = OutputContext(
         model_column=scoring.model_column, id_column=scoring.id_column, answer_column=scoring.output_column,
-        hallucination_threshold=scoring.hallucination_threshold, scale=scoring.scale,
-        segment_columns=tuple(warehouse.segment_columns), chunk_rows=scoring.chunk_rows,
-        timestamp_column=landing.timestamp_column, timezone=landing.zone(),
+        hallucination_threshold=scoring.hallucination_threshold, scale=scoring.scale, chunk_rows=scoring.chunk_rows,
     )
+    if not any(isinstance(entry, DayTable) for entry in outputs):
+        return context
+    landing, warehouse = from_env(LandingSettings, os.environ), from_env(WarehouseSettings, os.environ)
+    return replace(context, segment_columns=tuple(warehouse.segment_columns),
+                   timestamp_column=landing.timestamp_column, timezone=landing.zone())
 
 
 def _write_back(traces: TraceExportSettings, output: str, context: OutputContext) -> tuple[list[str], bool]:
@@ -208,7 +213,7 @@ def score(input_spec: str, static_texts: tuple[str, ...], context_file: str | No
     with unfailing_streams(), sigterm_as_interrupt(), ExitStack() as inputs:
         try:
             judge_settings, scoring, traces = _settings(options, batch)
-            context = _output_context(scoring)
+            context = _output_context(scoring, outputs)
             config = scoring.config(
                 static_context=_static_context(static_texts, context_file),
                 context_hook=_load_hook(context_hook) if context_hook else None,
@@ -260,9 +265,14 @@ def score(input_spec: str, static_texts: tuple[str, ...], context_file: str | No
         if not quiet:
             click.echo(summary.render(time.monotonic() - started, list(outputs.values()), judge, scoring.max_error_rate,
                                       scoring.max_zero_claim_share), err=True)
-        for line in written_back if not quiet or not delivered else []:
-            click.echo(line, err=True)
-        if not delivered:  # the endpoint's fault, not the command's: the scored table is written all the same
-            sys.exit(1)
-        if summary.skipped:  # the outputs are written: a scheduler still hears the run is not complete
-            sys.exit(SKIPPED_EXIT)
+        _exit_after_writing(summary, written_back, delivered, quiet)
+
+
+def _exit_after_writing(summary: Summary, written_back: list[str], delivered: bool, quiet: bool) -> None:
+    """What a run that wrote its outputs says of its scores sent back, and its exit status."""
+    for line in written_back if not quiet or not delivered else []:
+        click.echo(line, err=True)
+    if not delivered:  # the endpoint's fault, not the command's: the scored table is written all the same
+        sys.exit(1)
+    if summary.skipped:  # the outputs are written: a scheduler still hears the run is not complete
+        sys.exit(SKIPPED_EXIT)
