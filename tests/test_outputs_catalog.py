@@ -187,3 +187,40 @@ def test_every_table_output_builds_an_empty_table_with_its_columns(entry: TableO
         built = entry.build(empty, context)
         assert built.height == 0 and built.width > 0
 
+
+
+def _score(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "faithfulness_pipeline.cli", "score", str(SAMPLE), "-o", str(tmp_path / "s.parquet"),
+         "--quiet", *extra],
+        capture_output=True, text=True, timeout=180, check=False, cwd=ROOT,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("FP_")}, **(env or {})},
+    )
+
+
+def test_a_wrong_dagster_variable_stops_only_a_run_that_writes_day_tables(tmp_path: Path) -> None:
+    wrong = {"FP_TIMEZONE": "Mars/Olympus_Mons"}
+    assert _score(tmp_path, env=wrong).returncode == 0
+    refused = _score(tmp_path, "--daily-out", str(tmp_path / "d.parquet"), env=wrong)
+    assert refused.returncode == 2
+    assert "FP_TIMEZONE" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (tmp_path / "d.parquet").exists()
+
+
+def test_the_command_lines_day_follows_the_time_zone(tmp_path: Path) -> None:
+    """A row's day is its timestamp's date where the day boundary is: the same rows, other days at UTC+14 (the
+    sample's rows were written at 09:00-10:59 UTC, so some of them are already the next day there)."""
+    utc = _score(tmp_path, "--daily-out", str(tmp_path / "utc.parquet"))
+    east = _score(tmp_path, "--daily-out", str(tmp_path / "east.parquet"), env={"FP_TIMEZONE": "Pacific/Kiritimati"})
+    assert utc.returncode == 0 and east.returncode == 0, utc.stderr + east.stderr
+    times = pl.read_parquet(tmp_path / "s.parquet").get_column("created_at")
+    aware = times if times.dtype.time_zone else times.dt.replace_time_zone("UTC")  # type: ignore[attr-defined]
+    days = {}
+    for name, zone in (("utc", "UTC"), ("east", "Pacific/Kiritimati")):
+        daily = pl.read_parquet(tmp_path / f"{name}.parquet")
+        expected = aware.dt.convert_time_zone(zone).dt.date().value_counts().sort("created_at")
+        got = daily.group_by("day").agg(pl.col("answers").sum()).sort("day")
+        assert got.get_column("day").to_list() == expected.get_column("created_at").to_list(), name
+        assert got.get_column("answers").to_list() == expected.get_column("count").to_list(), name
+        days[name] = got
+    assert not days["utc"].equals(days["east"])
