@@ -107,7 +107,7 @@ def _nothing(frame: pl.DataFrame) -> Counter[str]:
 class ChunkTable(TableOutput):
     """A table built from each scored chunk on its own."""
 
-    #: The table of one chunk of scored rows (``day``: the partition's, None on the command line).
+    #: The table of one chunk of scored rows.
     build: Callable[[pl.DataFrame, OutputContext], pl.DataFrame]
     #: The columns of the scored table it reads (None: all of them), given the columns there are.
     reads: Callable[[list[str], OutputContext], list[str] | None] = lambda present, context: None
@@ -121,8 +121,8 @@ class DayTable(TableOutput):
 
     #: The columns of the scored table it reads, given the columns there are.
     reads: Callable[[list[str], OutputContext], list[str]]
-    #: The table of the rows read, which carry a ``day`` column (Date): one day in Dagster, every day of
-    #: the scored table on the command line.
+    #: The table of the rows read, which carry their day in the column :data:`DAY` (Date): one day in
+    #: Dagster, every day of the scored table on the command line.
     build: Callable[[pl.DataFrame, OutputContext], pl.DataFrame]
     #: Its columns, for a run without rows.
     schema: Callable[[OutputContext], pl.Schema]
