@@ -11,10 +11,16 @@ import polars as pl
 
 from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core import schema as S
-from faithfulness_pipeline.core.corrected import FIGURES, FROM_NONE, FROM_POOL, EstimateConfig, estimate_groups
+from faithfulness_pipeline.core.corrected import (
+    FIGURES,
+    FROM_NONE,
+    FROM_POOL,
+    EstimateConfig,
+    estimate_groups,
+    keyed_labels,
+)
 from faithfulness_pipeline.core.corrected import labelled_scores as join_labels
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError, InputError
-from faithfulness_pipeline.core.labels import LABEL_COLUMNS, check_labels, key_columns
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.inputs import resolve_inputs
@@ -47,22 +53,10 @@ def _scored(specs: tuple[str, ...], by: list[str], id_columns: list[str]) -> pl.
 
 
 def _labels(specs: tuple[str, ...], scored: pl.DataFrame, scoring: ScoringSettings) -> pl.DataFrame:
-    """Every labelled table, its rows tied to the scored rows' ``row_key`` (by the row key, or by the id and
-    turn columns the scorer keys rows by); a labelled row matching no scored row keeps its own key text."""
-    frames = []
-    for spec in specs:
-        labels = read_all(spec, scoring.columns().key_columns())
-        check_labels(labels)
-        keys = key_columns(labels, scored, id_column=scoring.id_column, turn_column=scoring.turn_column,
-                           key_column=scoring.key_column)
-        if keys != [S.ROW_KEY]:
-            index = scored.select(*[pl.col(k).cast(pl.String) for k in keys], S.ROW_KEY).unique(keys)
-            own = pl.concat_str([pl.col(k).cast(pl.String) for k in keys], separator="#")
-            labels = labels.drop(S.ROW_KEY, strict=False).with_columns(pl.col(k).cast(pl.String) for k in keys).join(
-                index, on=keys, how="left").with_columns(pl.col(S.ROW_KEY).fill_null(own))
-        frames.append(labels.select([c for c in labels.columns if c in (S.ROW_KEY, *LABEL_COLUMNS,
-                                                                         "inclusion_probability", "reviewer")]))
-    return pl.concat(frames, how="diagonal_relaxed")
+    """Every labelled table, its rows tied to the scored rows' ``row_key`` (``core.corrected.keyed_labels``)."""
+    return pl.concat([keyed_labels(read_all(spec, scoring.columns().key_columns()), scored,
+                                   id_column=scoring.id_column, turn_column=scoring.turn_column,
+                                   key_column=scoring.key_column) for spec in specs], how="diagonal_relaxed")
 
 
 def _num(value: float | None) -> str:

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Final
 
 import numpy as np
 import polars as pl
 
 from faithfulness_pipeline.core import schema as S
-from faithfulness_pipeline.core.labels import LABEL_FAITHFULNESS, binary_label
+from faithfulness_pipeline.core.labels import LABEL_COLUMNS, LABEL_FAITHFULNESS, binary_label, check_labels, key_columns
 from faithfulness_pipeline.core.ppi import MIN_LABELS, Corrected, ppi_mean
 
 #: The figures corrected, each the mean of (people's value, the judge's value).
@@ -204,3 +205,46 @@ def spread(values: pl.DataFrame, figure: str = "over_threshold_share") -> tuple[
         return 0.25, 0.25, 0.0  # nothing measured: the widest a 0-1 value can vary
     lam = tuned_lambda(y, f, f_all)
     return float(np.var(y)), float(np.var(y - lam * f)), float(np.var(lam * f_all))
+
+
+def keyed_labels(labels: pl.DataFrame, scored: pl.DataFrame, *, id_column: str, turn_column: str,
+                 key_column: str | None) -> pl.DataFrame:
+    """People's labels with the ``row_key`` of their scored rows: given, or found by the id and turn columns (or
+    the key column) the scorer keys rows by. A label matching no scored row keeps its own key text, so that it
+    is counted as unmatched (:func:`labelled_scores`), not lost."""
+    check_labels(labels)
+    keys = key_columns(labels, scored, id_column=id_column, turn_column=turn_column, key_column=key_column)
+    if keys != [S.ROW_KEY]:
+        index = scored.select(*[pl.col(k).cast(pl.String) for k in keys], S.ROW_KEY).unique(keys)
+        own = pl.concat_str([pl.col(k).cast(pl.String) for k in keys], separator="#")
+        labels = labels.drop(S.ROW_KEY, strict=False).with_columns(pl.col(k).cast(pl.String) for k in keys).join(
+            index, on=keys, how="left").with_columns(pl.col(S.ROW_KEY).fill_null(own))
+    return labels.select([c for c in labels.columns if c in (S.ROW_KEY, *LABEL_COLUMNS, INCLUSION, REVIEWER)])
+
+
+def corrected_difference(baseline: pl.DataFrame, candidate: pl.DataFrame, config: EstimateConfig) -> pl.DataFrame:
+    """Per figure, the corrected figure of two groups of answers (two app versions, two models: different answers,
+    each with labels of its own) and their difference with its interval; ``verdict`` says whether it excludes 0.
+    Each side is :func:`labelled_scores`' values of its rows."""
+    z = NormalDist().inv_cdf(0.5 + config.level / 2)
+    rows = []
+    for figure in FIGURES:
+        sides = [_corrected(values, values, figure, config, within=True) for values in (baseline, candidate)]
+        base, cand = sides
+        if base.se is None or cand.se is None or base.estimate is None or cand.estimate is None:
+            rows.append({"figure": figure, "baseline": base.estimate, "candidate": cand.estimate,
+                         "baseline_labels": base.labelled, "candidate_labels": cand.labelled, "difference": None,
+                         "low": None, "high": None, "verdict": "too few labels"})
+            continue
+        difference = cand.estimate - base.estimate
+        half = z * (base.se**2 + cand.se**2) ** 0.5
+        # A census on both sides leaves no doubt: only a difference beyond float noise is one.
+        larger = difference - half > 1e-12 or difference + half < -1e-12
+        rows.append({"figure": figure, "baseline": base.estimate, "candidate": cand.estimate,
+                     "baseline_labels": base.labelled, "candidate_labels": cand.labelled, "difference": difference,
+                     "low": difference - half, "high": difference + half,
+                     "verdict": "larger than noise" if larger else "within noise"})
+    return pl.DataFrame(rows, schema={"figure": pl.String, "baseline": pl.Float64, "candidate": pl.Float64,
+                                      "baseline_labels": pl.Int64, "candidate_labels": pl.Int64,
+                                      "difference": pl.Float64, "low": pl.Float64, "high": pl.Float64,
+                                      "verdict": pl.String})

@@ -56,6 +56,7 @@ class Corrected:
     labelled: int
     rows: int
     lam: float | None
+    se: float | None = None
 
     @property
     def half_width(self) -> float | None:
@@ -119,7 +120,7 @@ def ppi_mean(y: Array, f: Array, f_all: Array, *, weights: Array | None = None, 
         variance = (1 - share) * float(np.var(np.concatenate([rectifier, imagined]), ddof=1)) / n
     z = NormalDist().inv_cdf(0.5 + level / 2)
     se = math.sqrt(variance)
-    return Corrected(estimate, estimate - z * se, estimate + z * se, n, big_n, chosen)
+    return Corrected(estimate, estimate - z * se, estimate + z * se, n, big_n, chosen, se)
 
 
 def labels_needed(half_width: float, *, y_variance: float, residual_variance: float, imputed_variance: float,

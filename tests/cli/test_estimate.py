@@ -66,3 +66,37 @@ def test_bad_requests_are_one_line_and_exit_2(scored: Path, tmp_path: Path, args
     done = _cli("estimate", str(scored), "--labels", str(LABELLED), *args, cwd=tmp_path)
     assert done.returncode == 2
     assert says in done.stderr and "Traceback" not in done.stderr
+
+
+def _synthetic(tmp_path: Path) -> tuple[Path, Path]:
+    """Two models' answers (seed 63): a judge that flags 30 % of good answers, people who label 200 of each
+    model's; model b really hallucinates more (20 % against 5 %)."""
+    import numpy as np
+
+    rng = np.random.default_rng(63)
+    frames, labels = [], []
+    for model, rate in (("a", 0.05), ("b", 0.20)):
+        truth = rng.random(2000) < rate
+        flag = np.where(truth, rng.random(2000) < 0.8, rng.random(2000) < 0.3)
+        keys = [f"{model}-{i}" for i in range(2000)]
+        frames.append(pl.DataFrame({"row_key": keys, "model": model, "status": "ok",
+                                    "hallucination_score": np.where(flag, 1.0, 0.0),
+                                    "faithfulness_score": np.where(flag, 0.0, 1.0)}))
+        picked = rng.choice(2000, 200, replace=False)
+        labels.append(pl.DataFrame({"row_key": [keys[i] for i in picked],
+                                    "label_hallucinated": [bool(truth[i]) for i in picked]}))
+    scored, labelled = tmp_path / "scored.parquet", tmp_path / "labels.parquet"
+    pl.concat(frames).write_parquet(scored)
+    pl.concat(labels).write_parquet(labelled)
+    return scored, labelled
+
+
+def test_compare_prints_the_difference_corrected_by_the_labels(tmp_path: Path) -> None:
+    scored, labelled = _synthetic(tmp_path)
+    done = _cli("compare", str(scored), "--by", "model", "--labelled", str(labelled), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    corrected = done.stdout.split("corrected by people's labels")[1]
+    line = next(li for li in corrected.splitlines() if li.strip().startswith("over_threshold_share"))
+    low, high = (float(x) for x in line.split("[")[1].split("]")[0].split(","))
+    assert low <= 0.15 <= high and low > 0  # the true difference, and it is larger than the noise
+    assert "(200 labels)" in line and "larger than noise" in line
