@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
 import polars as pl
 
+from faithfulness_pipeline.cli.options import resolved, setting_options
 from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.corrected import (
@@ -22,6 +24,7 @@ from faithfulness_pipeline.core.corrected import (
 from faithfulness_pipeline.core.corrected import labelled_scores as join_labels
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError, InputError
 from faithfulness_pipeline.settings.derive import from_env
+from faithfulness_pipeline.settings.labels import LabelSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.inputs import resolve_inputs
 from faithfulness_pipeline.tables.output_files import check_outputs
@@ -83,19 +86,13 @@ def render(table: pl.DataFrame, by: list[str]) -> str:
 
 @click.command()
 @click.argument("scored_specs", nargs=-1, required=True, metavar="SCORED...")
-@click.option("--labels", "label_specs", multiple=True, required=True,
-              help="People's labels (repeatable): row_key, or the id and turn columns, and label_hallucinated and/or "
-              "label_faithfulness, as calibrate --labelled reads them; optionally reviewer and inclusion_probability.")
 @click.option("-o", "--output", default=None, help="Write the table of corrected figures (Parquet).")
 @click.option("--by", default="model,language", show_default=True,
               help="Columns whose groups get figures of their own (comma-separated; empty: all rows).")
-@click.option("--min-labels", default=10, show_default=True, type=click.IntRange(min=2),
-              help="A group with fewer labels of its own borrows the judge's error from its pool (same judge, "
-              "prompt version and language).")
 @click.option("--level", default=0.95, show_default=True, type=click.FloatRange(0.5, 0.999),
               help="Confidence level of the intervals.")
-def estimate(scored_specs: tuple[str, ...], label_specs: tuple[str, ...], output: str | None, by: str,
-             min_labels: int, level: float) -> None:
+@setting_options(LabelSettings)
+def estimate(scored_specs: tuple[str, ...], output: str | None, by: str, level: float, **options: Any) -> None:
     """The judge's figures of SCORED tables corrected for its measured error by people's labels on a random
     sample of the rows (prediction-powered inference): per group, the share over the hallucination threshold
     and both mean scores, raw and corrected, with intervals. The threshold and scale are
@@ -103,6 +100,10 @@ def estimate(scored_specs: tuple[str, ...], label_specs: tuple[str, ...], output
     with unfailing_streams():
         try:
             scoring = from_env(ScoringSettings, os.environ)
+            settings = resolved(LabelSettings, options, os.environ)
+            if settings.labels is None:
+                raise InputError("estimate needs people's labels: give --labels PATH (or set FP_LABELS)")
+            label_specs = (settings.labels,)
             columns = [c.strip() for c in by.split(",") if c.strip()]
             if output:
                 check_outputs({"-o": output}, [p for spec in (*scored_specs, *label_specs)
@@ -110,7 +111,7 @@ def estimate(scored_specs: tuple[str, ...], label_specs: tuple[str, ...], output
             ids = [c for c in (scoring.id_column, scoring.turn_column, scoring.key_column) if c]
             scored = _scored(scored_specs, columns, ids)
             config = EstimateConfig(threshold=scoring.hallucination_threshold, scale=scoring.scale, level=level,
-                                    min_labels=min_labels)
+                                    min_labels=settings.min_labels)
             values, count = join_labels(scored, _labels(label_specs, scored, scoring), config)
             table = estimate_groups(values, columns, config)
             if output:

@@ -148,24 +148,29 @@ def _corrected(rows: pl.DataFrame, lenders: pl.DataFrame, figure: str, config: E
     weights = labelled.get_column(_W)
     return ppi_mean(labelled.get_column(f"{_Y}{figure}").to_numpy(), labelled.get_column(f"{_F}{figure}").to_numpy(),
                     f_all, weights=None if weights.null_count() else weights.to_numpy(), level=config.level,
-                    within=within, bounds=(0.0, 1.0 if figure == "over_threshold_share" else config.scale))
+                    within=within, bounds=(0.0, 1.0 if figure == "over_threshold_share" else config.scale),
+                    min_labels=config.min_labels)
 
 
-def estimate_groups(values: pl.DataFrame, by: Sequence[str], config: EstimateConfig) -> pl.DataFrame:
+def estimate_groups(values: pl.DataFrame, by: Sequence[str], config: EstimateConfig,
+                    pool: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per group of ``by`` (every row when empty): for each figure the judge's raw value, the corrected
-    value and its interval, and where the group's labels came from (:func:`labelled_scores` makes ``values``)."""
+    value and its interval, and where the group's labels came from (:func:`labelled_scores` makes ``values``).
+    ``pool``: the labelled rows a group with too few labels may borrow from (other days' too), in the same
+    shape; by default ``values`` itself."""
+    pool = values if pool is None else pool
     by = [c for c in by if c in values.columns]
-    pool_by = [c for c in config.pool_by if c in values.columns]
+    pool_by = [c for c in config.pool_by if c in values.columns and c in pool.columns]
     groups = values.partition_by(by, maintain_order=True, as_dict=True) if by else {(): values}
     out = []
     for key, rows in sorted(groups.items(), key=lambda item: tuple("" if v is None else str(v) for v in item[0])):
         own = int(rows.get_column(f"{_Y}over_threshold_share").is_not_null().sum())
         lenders, source = rows, FROM_GROUP
         if own < config.min_labels:
-            pool = values.join(rows.select(pool_by).unique(), on=pool_by, how="semi", nulls_equal=True) if pool_by \
-                else values
-            pooled = int(pool.get_column(f"{_Y}over_threshold_share").is_not_null().sum())
-            lenders, source = (pool, FROM_POOL) if pooled >= config.min_labels else (rows, FROM_NONE)
+            lending = pool.join(rows.select(pool_by).unique(), on=pool_by, how="semi", nulls_equal=True) if pool_by \
+                else pool
+            pooled = int(lending.get_column(f"{_Y}over_threshold_share").is_not_null().sum())
+            lenders, source = (lending, FROM_POOL) if pooled >= config.min_labels else (rows, FROM_NONE)
         record: dict[str, object] = dict(zip(by, key, strict=True))
         record.update(answers=rows.height, labelled_answers=own, labels_from=source,
                       pooled_labels=int(lenders.get_column(f"{_Y}over_threshold_share").is_not_null().sum())
@@ -248,3 +253,40 @@ def corrected_difference(baseline: pl.DataFrame, candidate: pl.DataFrame, config
                                       "baseline_labels": pl.Int64, "candidate_labels": pl.Int64,
                                       "difference": pl.Float64, "low": pl.Float64, "high": pl.Float64,
                                       "verdict": pl.String})
+
+
+def window_agreement(values: pl.DataFrame, pool: pl.DataFrame, by: Sequence[str],
+                     config: EstimateConfig) -> pl.DataFrame:
+    """Per group of ``by``: the p-value of a two-sample test that the judge errs alike on the group's own labelled
+    answers and on its pool's other labelled answers (the mean of people's value minus the judge's, share over
+    the threshold). A small one says the pool's labels describe another judge error than the group's: what the
+    pooled estimate of a group with too few labels assumes away. Null where either side has fewer than 2."""
+    by = [c for c in by if c in values.columns]
+    pool_by = [c for c in config.pool_by if c in values.columns and c in pool.columns]
+    y, f = f"{_Y}over_threshold_share", f"{_F}over_threshold_share"
+    error = (pl.col(y) - pl.col(f)).alias("__fp_error")
+    labelled_pool = pool.filter(pl.col(y).is_not_null()).select(S.ROW_KEY, *pool_by, error)
+    rows = []
+    groups = values.partition_by(by, maintain_order=True, as_dict=True) if by else {(): values}
+    for key, group in groups.items():
+        own = group.filter(pl.col(y).is_not_null()).select(S.ROW_KEY, error)
+        others = labelled_pool.join(group.select(pool_by).unique(), on=pool_by, how="semi", nulls_equal=True) \
+            if pool_by else labelled_pool
+        others = others.join(own.select(S.ROW_KEY), on=S.ROW_KEY, how="anti")
+        record: dict[str, object] = dict(zip(by, key, strict=True))
+        record["window_agreement_p"] = _two_sample_p(own.get_column("__fp_error").to_numpy(),
+                                                     others.get_column("__fp_error").to_numpy())
+        rows.append(record)
+    schema = {**{c: values.schema[c] for c in by}, "window_agreement_p": pl.Float64()}
+    return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+
+
+def _two_sample_p(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Two-sided p-value of the difference of two means (normal, unequal variances); None below 2 a side."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    se = float(np.sqrt(np.var(a, ddof=1) / len(a) + np.var(b, ddof=1) / len(b)))
+    difference = float(np.mean(a) - np.mean(b))
+    if se == 0.0:
+        return 1.0 if difference == 0.0 else 0.0
+    return 2 * (1 - NormalDist().cdf(abs(difference) / se))

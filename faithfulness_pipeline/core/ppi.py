@@ -90,14 +90,15 @@ def tuned_lambda(y: Array, f: Array, f_all: Array, w: Array | None = None, w_all
 
 def ppi_mean(y: Array, f: Array, f_all: Array, *, weights: Array | None = None, weights_all: Array | None = None,
              lam: float | None = None, level: float = 0.95, interval: Literal["rows", "ppi"] = "rows",
-             within: bool = True, bounds: tuple[float, float] = (0.0, 1.0)) -> Corrected:
+             within: bool = True, bounds: tuple[float, float] = (0.0, 1.0),
+             min_labels: int = MIN_LABELS) -> Corrected:
     """The prediction-powered estimate of the mean of ``y`` (people's values on the labelled rows) from ``f``
     (the judge's values on those rows) and ``f_all`` (the judge's values on every row reported on), with its
     ``level`` interval. ``weights``: the labelled rows' inverse inclusion probabilities where they were drawn
     unequally (a stratified audit sample); ``lam``: fixed instead of tuned (1 is plain PPI, 0 the labels
     alone); ``interval``: about the rows (``"rows"``, see the module) or ppi-python's (``"ppi"``); ``within``:
-    the labelled rows are among the rows; ``bounds``: the range of a label. Fewer than :data:`MIN_LABELS`
-    labelled rows give the estimate without an interval."""
+    the labelled rows are among the rows; ``bounds``: the range of a label. Fewer than ``min_labels`` labelled
+    rows give the estimate without an interval."""
     y, f, f_all = (np.asarray(a, dtype=np.float64) for a in (y, f, f_all))
     n, big_n = len(y), len(f_all)
     if len(f) != n:
@@ -109,7 +110,7 @@ def ppi_mean(y: Array, f: Array, f_all: Array, *, weights: Array | None = None, 
     imputed = w_all * chosen * f_all
     rectifier = w * (y - chosen * f)
     estimate = float(imputed.mean() + rectifier.mean())
-    if n < MIN_LABELS:
+    if n < max(min_labels, 2):
         return Corrected(estimate, None, None, n, big_n, chosen)
     if interval == "ppi":
         variance = float(imputed.std()) ** 2 / big_n + float(rectifier.std()) ** 2 / n

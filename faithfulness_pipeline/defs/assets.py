@@ -20,6 +20,7 @@ import dagster as dg
 from faithfulness_pipeline.defs import checks
 from faithfulness_pipeline.defs.bi import answer_quality_duckdb, answer_quality_report
 from faithfulness_pipeline.defs.judged import judge_assets
+from faithfulness_pipeline.defs.labels import answer_labels
 from faithfulness_pipeline.defs.names import CLAIMS, RAW, SCORED, VERDICTS
 from faithfulness_pipeline.defs.outputs import output_assets
 from faithfulness_pipeline.defs.raw import raw_asset
@@ -41,6 +42,7 @@ def build_assets(
     return [
         raw_asset(partitions),
         judge_assets(partitions, versioned, judge_tags),
+        answer_labels,
         *output_assets(partitions, versioned, traces, table_format),
         answer_quality_duckdb,
         answer_quality_report,

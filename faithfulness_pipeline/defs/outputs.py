@@ -18,9 +18,10 @@ import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.defs.calibration import latest_calibration
+from faithfulness_pipeline.defs.labelled_days import with_labels
 from faithfulness_pipeline.defs.metadata import scored_metadata, table_metadata
-from faithfulness_pipeline.defs.names import CLAIMS, GROUP, RAW, SCORED, VERDICTS
-from faithfulness_pipeline.defs.resources import JudgeResource, ScoringResource, TracesResource
+from faithfulness_pipeline.defs.names import CLAIMS, GROUP, LABELS, RAW, SCORED, VERDICTS
+from faithfulness_pipeline.defs.resources import JudgeResource, LabelsResource, ScoringResource, TracesResource
 from faithfulness_pipeline.defs.scored import scored_chunks
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
 from faithfulness_pipeline.outputs import ChunkTable, DayTable, Output, OutputContext, Sent, TableOutput, entries
@@ -39,6 +40,7 @@ def output_context(scoring: ScoringResource, warehouse: WarehouseResource, day: 
         hallucination_threshold=scoring.hallucination_threshold, scale=scoring.scale,
         segment_columns=tuple(warehouse.segment_columns),
         heavy_columns=(scoring.context_column, scoring.messages_column), chunk_rows=scoring.chunk_rows,
+        turn_column=scoring.turn_column, key_column=scoring.key_column,
         day=date.fromisoformat(day), views_join=True,
     )
 
@@ -61,9 +63,13 @@ def output_assets(
 def _asset(entry: Output, partitions: dg.PartitionsDefinition[str], code_version: str,
            kinds: set[str]) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """The asset decorator of ``entry``: its name, kinds and description, after what it is made of."""
+    deps = _SCORED_DEPS if entry is SCORED_TABLE else [SCORED, *([LABELS] if _labelled(entry) else [])]
     return dg.asset(name=entry.name, group_name=GROUP, partitions_def=partitions, code_version=code_version,
-                    kinds=kinds, deps=_SCORED_DEPS if entry is SCORED_TABLE else [SCORED],
-                    description=entry.description)
+                    kinds=kinds, deps=deps, description=entry.description)
+
+
+def _labelled(entry: Output) -> bool:
+    return isinstance(entry, DayTable) and entry.labelled
 
 
 def _table_asset(entry: TableOutput, partitions: dg.PartitionsDefinition[str], versioned: Callable[[str], str],
@@ -73,7 +79,7 @@ def _table_asset(entry: TableOutput, partitions: dg.PartitionsDefinition[str], v
     @_asset(entry, partitions, code_version, {table_format, *entry.kinds})
     def _table(
         context: dg.AssetExecutionContext, judge: JudgeResource, scoring: ScoringResource,
-        warehouse: WarehouseResource,
+        warehouse: WarehouseResource, labels: LabelsResource,
     ) -> dg.MaterializeResult:  # type: ignore[type-arg]
         day = context.partition_key
         made = output_context(scoring, warehouse, day)
@@ -81,6 +87,8 @@ def _table_asset(entry: TableOutput, partitions: dg.PartitionsDefinition[str], v
             metadata = _write_chunks(entry, context, judge, scoring, warehouse, made)
         else:
             assert isinstance(entry, DayTable)
+            if entry.labelled:
+                made = with_labels(made, warehouse, labels)
             metadata = _write_day(entry, warehouse, made)
         metadata["path"] = dg.MetadataValue.path(warehouse.location(entry.name, day))
         if entry.judged:

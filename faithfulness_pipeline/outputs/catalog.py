@@ -15,6 +15,7 @@ from typing import Final
 
 from faithfulness_pipeline.outputs.claim_table import CLAIM_TABLE
 from faithfulness_pipeline.outputs.comparison import COMPARISON_TABLE
+from faithfulness_pipeline.outputs.corrected import CORRECTED_TABLE
 from faithfulness_pipeline.outputs.daily import DAILY_TABLE
 from faithfulness_pipeline.outputs.kinds import Output, TableOutput
 from faithfulness_pipeline.outputs.mastra import MASTRA_EXPORT
@@ -29,6 +30,7 @@ OUTPUTS: Final[tuple[Output, ...]] = (
     MASTRA_EXPORT,
     DAILY_TABLE,
     COMPARISON_TABLE,
+    CORRECTED_TABLE,
     EVALUATION_EVENTS,
     PHOENIX_ANNOTATIONS,
 )

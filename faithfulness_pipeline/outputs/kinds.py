@@ -41,6 +41,8 @@ class OutputContext:
 
     model_column: str = "model"
     id_column: str = "conversation_id"
+    turn_column: str = "turn"
+    key_column: str | None = None
     answer_column: str = "output"
     hallucination_threshold: float = 0.5
     scale: float = 1.0
@@ -59,6 +61,12 @@ class OutputContext:
     #: of ``scored_at`` (a warehouse's day is its partition's).
     timestamp_column: str = "created_at"
     timezone: str = "UTC"
+    #: People's labels, for the outputs that correct the judge's figures (:attr:`DayTable.labelled`): the label
+    #: tables as given (``core.corrected.keyed_labels`` ties them to rows), and the scored rows of the days before
+    #: whose answers they label (the labels a group with too few of its own may borrow); None: no labels.
+    labels: pl.DataFrame | None = None
+    labelled_before: pl.DataFrame | None = None
+    min_labels: int = 10
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -129,6 +137,9 @@ class DayTable(TableOutput):
     #: A markdown preview of the table for the Dagster UI (None: none), under the metadata key ``preview_key``.
     preview: Callable[[pl.DataFrame], str] | None = None
     preview_key: str = "preview"
+    #: Built from people's labels too (``OutputContext.labels``): it depends on them, and new labels make it
+    #: stale.
+    labelled: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -33,6 +33,7 @@ from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.celery import CelerySettings
 from faithfulness_pipeline.settings.fields import CLI, ENV
 from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.labels import LabelSettings
 from faithfulness_pipeline.settings.landing import LandingSettings, PartitionSettings, WarehouseSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.traces import TraceExportSettings
@@ -58,6 +59,7 @@ MODELS: Final[tuple[Registered, ...]] = (
     Registered(ScoringSettings, "FP_", "scoring"),
     Registered(CalibrationSettings, "FP_CALIBRATION_", "calibration"),
     Registered(TraceExportSettings, "FP_", "traces"),
+    Registered(LabelSettings, "FP_", "labels"),
     Registered(LandingSettings, "FP_", "landing", flags=False),
     Registered(WarehouseSettings, "FP_", "warehouse", flags=False),
     Registered(PartitionSettings, "FP_", None, flags=False),
