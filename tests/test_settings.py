@@ -25,6 +25,7 @@ from faithfulness_pipeline.defs.resources import (
     CalibrationResource,
     JudgeResource,
     LandingResource,
+    ReviewResource,
     ScoringResource,
     TracesResource,
     WarehouseResource,
@@ -33,6 +34,7 @@ from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.celery import CelerySettings
 from faithfulness_pipeline.settings.derive import Setting, markdown_table, settings
 from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.review import ReviewSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.traces import TraceExportSettings
 
@@ -42,7 +44,8 @@ SCORE_SETTINGS = [s for s in SETTINGS if s.model in (JudgeSettings, ScoringSetti
 CALIBRATION_SETTINGS = settings(CalibrationSettings)
 RESOURCES: dict[str, type[Any]] = {"judge": JudgeResource, "scoring": ScoringResource,
                                    "calibration": CalibrationResource, "landing": LandingResource,
-                                   "warehouse": WarehouseResource, "traces": TracesResource}  # fmt: skip
+                                   "warehouse": WarehouseResource, "traces": TracesResource,
+                                   "review": ReviewResource}  # fmt: skip
 #: Settings whose other value must mean something to the code location (it checks the time zone on load).
 OTHER_TEXT: dict[str, str] = {"timezone": "Asia/Seoul", "undated_day": "2026-01-02", "partitions_start": "2026-01-01"}
 
@@ -177,7 +180,7 @@ def test_a_variable_that_is_not_a_number_is_refused_by_name() -> None:
 
 
 DAGSTER_LAYER = [s for s in SETTINGS if s.model not in (JudgeSettings, ScoringSettings, CalibrationSettings,
-                                                         TraceExportSettings, CelerySettings)]
+                                                         TraceExportSettings, ReviewSettings, CelerySettings)]
 
 
 def test_shards_shape_the_dagster_day_only() -> None:

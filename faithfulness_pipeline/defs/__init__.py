@@ -28,6 +28,7 @@ from faithfulness_pipeline.defs.resources import (
     CalibrationResource,
     JudgeResource,
     LandingResource,
+    ReviewResource,
     ScoringResource,
     TracesResource,
 )
@@ -39,6 +40,7 @@ from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.derive import settings as registered
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.landing import LandingSettings, PartitionSettings, WarehouseSettings
+from faithfulness_pipeline.settings.review import ReviewSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.sensitive import holds_password
 from faithfulness_pipeline.settings.traces import TraceExportSettings
@@ -56,6 +58,7 @@ class DefsSettings:
     warehouse: WarehouseResource = field(default_factory=WarehouseResource)
     calibration: CalibrationResource = field(default_factory=CalibrationResource)
     traces: TracesResource = field(default_factory=TracesResource)
+    review: ReviewResource = field(default_factory=ReviewResource)
     #: Dagster's Celery executor (``FP_CELERY_*``); its broker unset: the local multiprocess executor.
     celery: CelerySettings = field(default_factory=CelerySettings)
 
@@ -73,6 +76,7 @@ class DefsSettings:
         warehouse = WarehouseResource(**_given(from_env(WarehouseSettings, env), env))
         calibration = CalibrationResource(**_given(from_env(CalibrationSettings, env), env))
         traces = TracesResource(**_given(from_env(TraceExportSettings, env), env))
+        review = ReviewResource(**_given(from_env(ReviewSettings, env), env))
         return DefsSettings(
             partitions_start=from_env(PartitionSettings, env).partitions_start,
             judge=judge,
@@ -81,6 +85,7 @@ class DefsSettings:
             warehouse=warehouse,
             calibration=calibration,
             traces=traces,
+            review=review,
             celery=from_env(CelerySettings, env),
         )
 
@@ -140,6 +145,7 @@ def build_defs(
             STEP_IO: step_io_manager or dg.FilesystemIOManager(),
             "calibration": settings.calibration,
             "traces": settings.traces,
+            "review": settings.review,
         },
         executor=executor or local_executor(),
     )
@@ -151,6 +157,7 @@ __all__ = [
     "DefsSettings",
     "JudgeResource",
     "LandingResource",
+    "ReviewResource",
     "ScoringResource",
     "WarehouseIOManager",
     "WarehouseResource",
