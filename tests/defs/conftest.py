@@ -37,6 +37,7 @@ TABLES = (
     "claim_table",
     "daily_answer_quality",
     "daily_model_comparison",
+    "review_queue",
 )  # one Parquet table per day each
 ASSETS = {*TABLES, "answer_quality_duckdb", "answer_quality_report"}
 CALIBRATION_ASSETS = {"labelled_conversations", "judge_calibration"}  # unpartitioned, job calibrate_judge
