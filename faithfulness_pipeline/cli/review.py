@@ -17,6 +17,7 @@ from typing import Any, Final
 import click
 import polars as pl
 
+from faithfulness_pipeline.cli.options import resolved
 from faithfulness_pipeline.cli.report import TIMEZONE_ENV, checked_zone
 from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core import schema as S
@@ -37,6 +38,8 @@ from faithfulness_pipeline.tables.write import ParquetChunkWriter
 COLUMN_SETTINGS: Final = ("id_column", "turn_column", "key_column", "model_column")
 #: Strata shown line by line; the queue's stratum columns hold every one.
 _SHOWN_STRATA: Final = 40
+#: The queue's size: the review settings' one field, whose flag ``--size`` shortens.
+_SIZE: Final = next(s for s in settings(ReviewSettings) if s.name == "review_sample_size")
 
 
 def _column_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -49,9 +52,6 @@ def _column_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.group()
 def review() -> None:
     """People's review of the judge: the random audit sample they label (docs/review.md)."""
-
-
-_SIZE: Final = next(s for s in settings(ReviewSettings) if s.name == "review_sample_size")
 
 
 @review.command("sample")
@@ -76,8 +76,7 @@ def sample(scored: tuple[str, ...], output: str, review_sample_size: str | None,
         try:
             given = {k: v for k, v in columns.items() if v is not None}
             scoring = from_env(ScoringSettings, os.environ, given)
-            size = from_env(ReviewSettings, os.environ, {_SIZE.name: review_sample_size} if review_sample_size
-                            else {}).review_sample_size
+            size = resolved(ReviewSettings, {_SIZE.name: review_sample_size}, os.environ).review_sample_size
             context = OutputContext(
                 model_column=scoring.model_column, id_column=scoring.id_column, turn_column=scoring.turn_column,
                 key_column=scoring.key_column, language_column=language_col, timestamp_column=timestamp_col,

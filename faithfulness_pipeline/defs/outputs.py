@@ -3,8 +3,7 @@
 The scored table is made of the day's judged rows (``defs.scored``); every other output of the day's scored
 table: a table built chunk by chunk (the claim table), a table of the day's rows together (the daily
 aggregates, the model comparison, the review queue), or records sent to another system (evaluation events,
-Phoenix annotations), which exist in the code location when its settings name that system as the code location
-loads.
+Phoenix annotations), which exist in the code location when its settings name that system as it loads.
 A table's kinds name the warehouse's table format; its code version carries the judge's identity when the
 judge produced what it holds: after a prompt change Dagster shows it stale.
 """
