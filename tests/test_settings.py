@@ -26,6 +26,7 @@ from faithfulness_pipeline.defs.resources import (
     JudgeResource,
     LabelsResource,
     LandingResource,
+    ReviewResource,
     ScoringResource,
     TracesResource,
     WarehouseResource,
@@ -35,6 +36,7 @@ from faithfulness_pipeline.settings.celery import CelerySettings
 from faithfulness_pipeline.settings.derive import Setting, markdown_table, settings
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.labels import LabelSettings
+from faithfulness_pipeline.settings.review import ReviewSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.traces import TraceExportSettings
 
@@ -45,7 +47,7 @@ CALIBRATION_SETTINGS = settings(CalibrationSettings)
 RESOURCES: dict[str, type[Any]] = {"judge": JudgeResource, "scoring": ScoringResource,
                                    "calibration": CalibrationResource, "landing": LandingResource,
                                    "warehouse": WarehouseResource, "traces": TracesResource,
-                                   "labels": LabelsResource}  # fmt: skip
+                                   "labels": LabelsResource, "review": ReviewResource}  # fmt: skip
 #: Settings whose other value must mean something to the code location (it checks the time zone on load).
 OTHER_TEXT: dict[str, str] = {"timezone": "Asia/Seoul", "undated_day": "2026-01-02", "partitions_start": "2026-01-01"}
 
@@ -181,7 +183,8 @@ def test_a_variable_that_is_not_a_number_is_refused_by_name() -> None:
 
 
 DAGSTER_LAYER = [s for s in SETTINGS if s.model not in (JudgeSettings, ScoringSettings, CalibrationSettings,
-                                                         TraceExportSettings, CelerySettings, LabelSettings)]
+                                                         TraceExportSettings, ReviewSettings, CelerySettings,
+                                                         LabelSettings)]
 
 
 def test_shards_shape_the_dagster_day_only() -> None:

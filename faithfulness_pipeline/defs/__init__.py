@@ -30,6 +30,7 @@ from faithfulness_pipeline.defs.resources import (
     JudgeResource,
     LabelsResource,
     LandingResource,
+    ReviewResource,
     ScoringResource,
     TracesResource,
 )
@@ -42,6 +43,7 @@ from faithfulness_pipeline.settings.derive import settings as registered
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.labels import LabelSettings
 from faithfulness_pipeline.settings.landing import LandingSettings, PartitionSettings, WarehouseSettings
+from faithfulness_pipeline.settings.review import ReviewSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.sensitive import holds_password
 from faithfulness_pipeline.settings.traces import TraceExportSettings
@@ -60,6 +62,7 @@ class DefsSettings:
     calibration: CalibrationResource = field(default_factory=CalibrationResource)
     traces: TracesResource = field(default_factory=TracesResource)
     labels: LabelsResource = field(default_factory=LabelsResource)
+    review: ReviewResource = field(default_factory=ReviewResource)
     #: Dagster's Celery executor (``FP_CELERY_*``); its broker unset: the local multiprocess executor.
     celery: CelerySettings = field(default_factory=CelerySettings)
 
@@ -78,6 +81,7 @@ class DefsSettings:
         calibration = CalibrationResource(**_given(from_env(CalibrationSettings, env), env))
         traces = TracesResource(**_given(from_env(TraceExportSettings, env), env))
         labels = LabelsResource(**_given(from_env(LabelSettings, env), env))
+        review = ReviewResource(**_given(from_env(ReviewSettings, env), env))
         return DefsSettings(
             partitions_start=from_env(PartitionSettings, env).partitions_start,
             judge=judge,
@@ -87,6 +91,7 @@ class DefsSettings:
             calibration=calibration,
             traces=traces,
             labels=labels,
+            review=review,
             celery=from_env(CelerySettings, env),
         )
 
@@ -147,6 +152,7 @@ def build_defs(
             "calibration": settings.calibration,
             "traces": settings.traces,
             "labels": settings.labels,
+            "review": settings.review,
         },
         executor=executor or local_executor(),
     )
@@ -158,6 +164,7 @@ __all__ = [
     "DefsSettings",
     "JudgeResource",
     "LandingResource",
+    "ReviewResource",
     "ScoringResource",
     "WarehouseIOManager",
     "WarehouseResource",

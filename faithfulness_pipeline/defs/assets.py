@@ -3,6 +3,7 @@
 raw_conversations -> extracted_claims -> judged_claims -> scored_conversations -> claim_table
                                                                               -> daily_answer_quality
                                                                               -> daily_model_comparison
+                                                                              -> review_queue
                                                                               (-> evaluation_events,
                                                                                   phoenix_annotations)
 every table -> answer_quality_duckdb, answer_quality_report

@@ -23,6 +23,7 @@ from faithfulness_pipeline.settings.derive import config_error
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.labels import LabelSettings
 from faithfulness_pipeline.settings.landing import LandingSettings
+from faithfulness_pipeline.settings.review import ReviewSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.traces import TraceExportSettings
 
@@ -102,10 +103,19 @@ class LabelsResource(dg.ConfigurableResource, LabelSettings):  # type: ignore[ty
     docs/settings.md)."""
 
 
+class ReviewResource(dg.ConfigurableResource, ReviewSettings):  # type: ignore[type-arg]
+    """People's review of the judge: the ``ReviewSettings`` fields (described there, and in docs/settings.md).
+    Read by the day's ``review_queue`` alone."""
+
+    def __init__(self, **data: Any) -> None:
+        _validated(super().__init__, ReviewSettings, data)
+
+
 class LandingResource(dg.ConfigurableResource, LandingSettings):  # type: ignore[type-arg]
     """Where raw conversations land: the ``LandingSettings`` fields (described there, and in
     docs/settings.md). ``timezone`` is best set with FP_TIMEZONE: the partitions are fixed when the code location
     loads."""
 
-__all__ = ["CalibrationResource", "JudgeResource", "LabelsResource", "LandingResource", "ScoringResource",
+__all__ = ["CalibrationResource", "JudgeResource", "LabelsResource", "LandingResource", "ReviewResource",
+           "ScoringResource",
            "TracesResource", "WarehouseResource"]

@@ -28,6 +28,7 @@ from typing import Final
 
 import polars as pl
 
+from faithfulness_pipeline.settings.review import REVIEW_SAMPLE_SIZE
 from faithfulness_pipeline.settings.traces import TraceExportSettings
 
 #: The day column of the rows a :class:`DayTable` is built from (a name no user's table has).
@@ -44,6 +45,8 @@ class OutputContext:
     turn_column: str = "turn"
     key_column: str | None = None
     answer_column: str = "output"
+    #: The answer's language (no setting names it: the sample data's column, which the comparison reads too).
+    language_column: str = "language"
     hallucination_threshold: float = 0.5
     scale: float = 1.0
     #: Columns each day's groups are also compared by (an app or prompt version).
@@ -67,6 +70,8 @@ class OutputContext:
     labels: pl.DataFrame | None = None
     labelled_before: pl.DataFrame | None = None
     min_labels: int = 10
+    #: Rows of the audit sample people label: of the day in the warehouse, of the run on the command line.
+    review_sample_size: int = REVIEW_SAMPLE_SIZE
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -140,6 +145,9 @@ class DayTable(TableOutput):
     #: Built from people's labels too (``OutputContext.labels``): it depends on them, and new labels make it
     #: stale.
     labelled: bool = False
+    #: A markdown summary of the rows read, for what the table leaves out (None: none), under ``summary_key``.
+    summary: Callable[[pl.DataFrame, OutputContext], str] | None = None
+    summary_key: str = "summary"
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -38,6 +38,7 @@ TABLES = (
     "daily_answer_quality",
     "daily_model_comparison",
     "daily_corrected_quality",
+    "review_queue",
 )  # one Parquet table per day each
 ASSETS = {*TABLES, "answer_quality_duckdb", "answer_quality_report"}
 LABEL_ASSETS = {"answer_labels"}  # unpartitioned, job read_labels
