@@ -69,8 +69,8 @@ def test_every_write_is_committed_when_put_returns(new_store: Callable[[str], st
     """Another process reads each label the moment put returns: nothing waits in a buffer or a transaction."""
     spec = new_store("durable")
     store = LabelStore(spec)
-    reader = (f"import sys\nfrom faithfulness_pipeline.review.store import LabelStore\n"
-              f"print(sorted(LabelStore(sys.argv[1], create=False).of_reviewer('ana')))")
+    reader = ("import sys\nfrom faithfulness_pipeline.review.store import LabelStore\n"
+              "print(sorted(LabelStore(sys.argv[1], create=False).of_reviewer('ana')))")
     for count in (1, 2):
         store.put(_label(f"k{count}", "ana", count % 2 == 0))
         seen = subprocess.run([sys.executable, "-c", reader, spec], capture_output=True, text=True, check=True)
