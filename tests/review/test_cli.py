@@ -1,7 +1,7 @@
 """The review's commands as a user runs them: labels of a spreadsheet imported (tied by the id column, a label of
 no scored answer named and not stored), the reviewers' agreement, the corrected figures read from the store
 (``estimate --labels STORE``), and ``review serve`` refusing a network address without a token, serving on
-127.0.0.1 and ending cleanly on SIGTERM."""
+127.0.0.1 and ending cleanly on SIGTERM; and docs/review.md's commands, run as printed."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ import httpx
 import polars as pl
 
 from faithfulness_pipeline.review.store import LabelStore
-from faithfulness_pipeline.testing.processes import free_port, stop
-from tests.cli.test_cli import ROOT, run_cli
+from faithfulness_pipeline.testing.processes import death_signal, free_port, stop
+from tests.cli.test_cli import ROOT, SAMPLE, run_cli
+from tests.doc_blocks import activated, block, run_shell
+from tests.reliability.support import child_env
 from tests.review.conftest import Reviewed
 
 
@@ -107,3 +109,39 @@ def test_serve_answers_on_127_0_0_1_and_ends_on_sigterm(reviewed: Reviewed, tmp_
     finally:
         stop(server)
     assert server.stderr is not None and "Traceback" not in server.stderr.read()
+
+
+def test_the_documented_review_commands_run_as_printed(tmp_path: Path) -> None:
+    """docs/review.md's page, its import, agreement and estimate, after the page's own first commands (the
+    sample scored, a queue drawn)."""
+    (tmp_path / "sample_data").symlink_to(SAMPLE)
+    env = activated(child_env())
+    done = run_shell(block("docs/review.md", "bash", "review sample"), tmp_path, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    page = subprocess.Popen(["bash", "-c", block("docs/review.md", "bash", "review serve out/review-queue.parquet")],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=death_signal())
+    try:
+        assert page.stdout is not None
+        line = page.stdout.readline()
+        assert line.startswith("review page: http://127.0.0.1:"), line + (page.stderr.read() if page.stderr else "")
+        url = line.split()[2]
+        with httpx.Client(base_url=url, follow_redirects=True, timeout=10) as client:
+            assert client.get("/?reviewer=ana").status_code == 200
+            first = client.get("/api/next").json()["item"]
+            assert client.post("/api/label", json={"index": first["index"], "hallucinated": True}).status_code == 200
+    finally:
+        os.killpg(page.pid, signal.SIGTERM)
+        page.wait(timeout=20)
+        stop(page)
+    assert page.returncode == 0 and LabelStore(str(tmp_path / "out" / "labels.sqlite"), create=False).labels()
+
+    queue = pl.read_parquet(tmp_path / "out" / "review-queue.parquet").get_column("row_key").to_list()
+    pl.DataFrame({"row_key": [first["row_key"], queue[1]], "label_hallucinated": [False, True]}).write_csv(
+        tmp_path / "sheet.csv")
+    done = run_shell(block("docs/review.md", "bash", "review import sheet.csv"), tmp_path, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "imported 2 label(s) of 2 answer(s) by 1 reviewer(s) (bo)" in done.stdout
+    assert "ana & bo: 1 answer(s) in common, 0 agreeing" in done.stdout and first["row_key"] in done.stdout
+    assert "2 of 2 labelled answer(s) correct the figures" in done.stderr  # one answer labelled by both
