@@ -90,8 +90,7 @@ class ReviewSession:
     def _agreement(self, reviewer: str) -> list[dict[str, Any]]:
         """The reviewer's agreement with each other reviewer on the answers of this queue both labelled (only
         answers this reviewer has labelled: nothing of another's label of an answer still to do)."""
-        labels = self.store.frame()
-        labels = labels.filter(labels.get_column("row_key").is_in(list(self._index)))
+        labels = self.store.frame(list(self._index))
         out = []
         for pair in reviewer_agreement(labels).pairs.iter_rows(named=True):
             if reviewer in (pair["reviewer_a"], pair["reviewer_b"]):

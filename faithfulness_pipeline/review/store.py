@@ -68,6 +68,8 @@ _NAMES: Final = tuple(COLUMNS)
 #: Serialises creating the table among PostgreSQL clients (CREATE TABLE IF NOT EXISTS is not atomic there).
 _SCHEMA_LOCK: Final = 0x66705F6C6162656C
 _BUSY_S: Final = 30.0
+#: Row keys per ``IN (...)``: below SQLite's oldest limit on a statement's parameters (999).
+_KEYS_PER_QUERY: Final = 500
 _CONNECT_TIMEOUT_S: Final = 10
 
 
@@ -285,13 +287,21 @@ class LabelStore:
         """The reviewer's labels by row key (no one else's)."""
         return {label.row_key: label for label in self._select(" WHERE reviewer = ?", (reviewer,))}
 
-    def labels(self) -> list[Label]:
-        """Every label, oldest first."""
-        return self._select()
+    def labels(self, row_keys: Sequence[str] | None = None) -> list[Label]:
+        """Every label (of the answers ``row_keys``, given), oldest first."""
+        if row_keys is None:
+            return self._select()
+        keys = list(dict.fromkeys(row_keys))
+        found = []
+        for start in range(0, len(keys), _KEYS_PER_QUERY):
+            chunk = tuple(keys[start:start + _KEYS_PER_QUERY])
+            found += self._select(f" WHERE row_key IN ({', '.join('?' * len(chunk))})", chunk)
+        return sorted(found, key=lambda label: (label.labelled_at, label.row_key, label.reviewer))
 
-    def frame(self) -> pl.DataFrame:
-        """Every label as a labels table (:data:`FRAME_SCHEMA`), as the corrected figures read one."""
-        rows = [dict(zip(_NAMES, label.values(), strict=True)) for label in self.labels()]
+    def frame(self, row_keys: Sequence[str] | None = None) -> pl.DataFrame:
+        """Every label (of the answers ``row_keys``, given) as a labels table (:data:`FRAME_SCHEMA`), as the
+        corrected figures read one."""
+        rows = [dict(zip(_NAMES, label.values(), strict=True)) for label in self.labels(row_keys)]
         return pl.DataFrame(rows, schema=FRAME_SCHEMA)
 
     def stamp(self) -> str:

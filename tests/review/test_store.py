@@ -97,6 +97,17 @@ def test_two_writers_at_once_each_keep_their_labels(new_store: Callable[[str], s
         store.close()
 
 
+def test_the_labels_of_a_queues_answers_are_read_in_chunks_of_keys(new_store: Callable[[str], str]) -> None:
+    """A page reads the labels of its queue's answers only (a store may hold many days of queues)."""
+    store = LabelStore(new_store("many"))
+    store.put([_label(f"k{n:04d}", "ana", n % 2 == 0) for n in range(1300)])
+    wanted = [f"k{n:04d}" for n in range(100, 1300, 1)] + ["not-labelled"]
+    frame = store.frame(wanted)
+    assert frame.height == 1200 and set(frame.get_column("row_key")) == set(wanted[:-1])
+    assert store.frame([]).is_empty() and store.frame().height == 1300
+    store.close()
+
+
 def test_what_is_not_a_label_store_is_refused_in_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "none.sqlite"
     with pytest.raises(LabelStoreError, match="no label store at"):
