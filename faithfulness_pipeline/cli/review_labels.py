@@ -14,10 +14,8 @@ import click
 from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core.agreement import Agreement, reviewer_agreement
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
-from faithfulness_pipeline.review.app import build_app
 from faithfulness_pipeline.review.imports import imported_labels
 from faithfulness_pipeline.review.items import read_items, read_queue
-from faithfulness_pipeline.review.serve import bound_socket, check_binding, is_loopback, serve
 from faithfulness_pipeline.review.session import ReviewSession, checked_reviewer
 from faithfulness_pipeline.review.store import LabelStore, shown
 from faithfulness_pipeline.settings.derive import from_env
@@ -58,6 +56,10 @@ def serve_command(queue: str, scored: tuple[str, ...], raw: tuple[str, ...], sto
                   host: str, port: int, token: str | None) -> None:
     """Serve the review page of QUEUE (a review queue: `review sample`'s file or the Dagster review_queue table):
     one answer at a time, blind to the judge until labelled, each label written to --store at once."""
+    # The web stack here only: every other command starts without it.
+    from faithfulness_pipeline.review.app import build_app
+    from faithfulness_pipeline.review.serve import bound_socket, check_binding, is_loopback, serve
+
     with unfailing_streams():
         try:
             check_binding(host, token)
