@@ -21,6 +21,7 @@ import polars as pl
 from faithfulness_pipeline.cli.options import resolved
 from faithfulness_pipeline.cli.report import TIMEZONE_ENV, checked_zone
 from faithfulness_pipeline.cli.review_labels import agreement_command, import_command, serve_command
+from faithfulness_pipeline.cli.review_sizing import size_for
 from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.audit import NOT_ELIGIBLE, ROWS, STRATUM, STRATUM_ROWS, STRATUM_SAMPLE, AuditPlan
@@ -29,6 +30,7 @@ from faithfulness_pipeline.outputs.kinds import DAY, OutputContext
 from faithfulness_pipeline.outputs.review_queue import REVIEW_QUEUE, review_sample
 from faithfulness_pipeline.report.data import day_of
 from faithfulness_pipeline.settings.derive import from_env, settings
+from faithfulness_pipeline.settings.labels import LabelSettings
 from faithfulness_pipeline.settings.review import ReviewSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.inputs import resolve_inputs
@@ -42,6 +44,8 @@ COLUMN_SETTINGS: Final = ("id_column", "turn_column", "key_column", "model_colum
 _SHOWN_STRATA: Final = 40
 #: The queue's size: the review settings' one field, whose flag ``--size`` shortens.
 _SIZE: Final = next(s for s in settings(ReviewSettings) if s.name == "review_sample_size")
+#: People's labels so far (the corrected figures' setting), which size a sample by the judge's agreement.
+_LABELS: Final = next(s for s in settings(LabelSettings) if s.name == "labels")
 
 
 def _column_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -74,9 +78,16 @@ review.add_command(agreement_command)
 @click.option("--timezone", default=None, help=f"Time zone of the day boundary [default: UTC] [env {TIMEZONE_ENV}].")
 @click.option("--language-col", default="language", show_default=True,
               help="Column of the answer's language (a table without it: one language).")
+@click.option("--half-width", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Size each stratum for a 95 % interval of this half-width on its corrected share over the "
+              "threshold (instead of --size), at the judge's agreement measured on --labels (without labels: the "
+              "labels-alone bound).")
+@click.option(_LABELS.flag, _LABELS.name, default=None, metavar="PATH",
+              help=f"With --half-width: people's labels so far, to measure the judge's agreement. [env {_LABELS.env}]")
 @_column_options
 def sample(scored: tuple[str, ...], output: str, review_sample_size: str | None, timestamp_col: str,
-           timezone: str | None, language_col: str, **columns: Any) -> None:
+           timezone: str | None, language_col: str, half_width: float | None, labels: str | None,
+           **columns: Any) -> None:
     """Draw the audit sample people label from SCORED (scored tables: Parquet files, folders, globs or URIs)
     and write it to QUEUE: --size answers in all, over the strata of day x model x language, among the answers
     the judge scored (status ok), each with its inclusion probability and without its scores."""
@@ -92,7 +103,15 @@ def sample(scored: tuple[str, ...], output: str, review_sample_size: str | None,
             )
             files = list(dict.fromkeys(f for spec in scored for f in resolve_inputs(spec)))
             check_outputs({"-o": output}, files)
-            drawn = review_sample(_light_rows(files, context), context)
+            rows = _light_rows(files, context, with_scores=half_width is not None)
+            sizing = None
+            if half_width is not None:
+                if review_sample_size is not None:
+                    raise click.UsageError("give --size or --half-width, not both")
+                prior = resolved(LabelSettings, {"labels": labels}, os.environ).labels
+                sizing = size_for(half_width, rows, prior, scoring)
+            drawn = review_sample(rows.drop("hallucination_score", strict=False), context,
+                                  None if sizing is None else sizing.per_stratum)
             if drawn.plan.eligible == 0:
                 raise InputError(f"no answer of {' '.join(scored)} was scored (status ok): {_statuses(drawn.plan)}; "
                                  f"nothing to review")
@@ -106,13 +125,16 @@ def sample(scored: tuple[str, ...], output: str, review_sample_size: str | None,
         except FaithfulnessPipelineError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
+        if sizing is not None:
+            click.echo(sizing.line)
         click.echo(render(drawn.plan))
         click.echo(f"wrote {output}")
 
 
-def _light_rows(files: list[str], context: OutputContext) -> pl.DataFrame:
+def _light_rows(files: list[str], context: OutputContext, *, with_scores: bool = False) -> pl.DataFrame:
     """The columns the queue reads of every file, each row with its day (the report's: the date of the
-    timestamp column in the time zone, else of ``scored_at``)."""
+    timestamp column in the time zone, else of ``scored_at``); ``with_scores``: the hallucination score too
+    (to size the sample; the queue never holds it)."""
     frames = []
     for file in files:
         present = file_schema(file).names()
@@ -125,6 +147,8 @@ def _light_rows(files: list[str], context: OutputContext) -> pl.DataFrame:
             raise InputError(f"{file!r} has neither {context.timestamp_column!r} nor scored_at: name the column of "
                              f"the rows' times with --timestamp-col")
         wanted = REVIEW_QUEUE.reads(present, context)
+        if with_scores and "hallucination_score" in present:
+            wanted = [*wanted, "hallucination_score"]
         rows = read_columns(file, list(dict.fromkeys([*wanted, when])))
         frames.append(rows.with_columns(day_of(rows, when, context.timezone).alias(DAY)).select(*wanted, DAY))
     return pl.concat(frames, how="diagonal_relaxed")

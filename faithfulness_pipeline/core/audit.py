@@ -26,7 +26,7 @@ recorded is that of an audit among the judged rows.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -127,12 +127,19 @@ def _counted(rows: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
 
 
 def audit_plan(rows: pl.DataFrame, size: int, by: Sequence[str] = ("day", "model", "language"),
-               minimum: int = MINIMUM_PER_STRATUM) -> AuditPlan:
+               minimum: int = MINIMUM_PER_STRATUM, per_stratum: Callable[[int], int] | None = None) -> AuditPlan:
     """How ``size`` rows are shared out over the strata of ``rows`` (the columns ``by``; the row key and status
-    are read), from their counts alone: nothing is hashed."""
+    are read), from their counts alone: nothing is hashed. ``per_stratum``: instead, each stratum's sample from
+    its eligible rows (what an interval of a given width needs there: ``core.ppi.labels_needed``), and ``size``
+    their sum."""
     _checked(rows)
     counts = _counted(_valued(rows, by), by)
-    sizes = allocate(counts.get_column(STRATUM_ROWS).to_list(), size, minimum)
+    eligible = counts.get_column(STRATUM_ROWS).to_list()
+    if per_stratum is not None:
+        sizes = tuple(min(max(per_stratum(n), 0), n) for n in eligible)
+        size = sum(sizes)
+    else:
+        sizes = allocate(eligible, size, minimum)
     strata = counts.with_columns(pl.Series(STRATUM_SAMPLE, sizes, dtype=pl.Int64)).with_columns(
         pl.when(pl.col(STRATUM_ROWS) > 0).then(pl.col(STRATUM_SAMPLE) / pl.col(STRATUM_ROWS))
         .otherwise(None).alias(INCLUSION_PROBABILITY))
@@ -140,10 +147,12 @@ def audit_plan(rows: pl.DataFrame, size: int, by: Sequence[str] = ("day", "model
 
 
 def draw_audit(rows: pl.DataFrame, size: int, by: Sequence[str] = ("day", "model", "language"),
-               minimum: int = MINIMUM_PER_STRATUM, salt: bytes = AUDIT_SALT) -> AuditSample:
+               minimum: int = MINIMUM_PER_STRATUM, salt: bytes = AUDIT_SALT,
+               per_stratum: Callable[[int], int] | None = None) -> AuditSample:
     """The audit sample of ``size`` rows in all from ``rows`` (a scored table's row key, status and the stratum
-    columns ``by``, and whatever else should stay with a drawn row), stratified by ``by``."""
-    plan = audit_plan(rows, size, by, minimum)
+    columns ``by``, and whatever else should stay with a drawn row), stratified by ``by`` (``per_stratum``: as
+    for :func:`audit_plan`)."""
+    plan = audit_plan(rows, size, by, minimum, per_stratum)
     eligible = _valued(rows, by).filter(pl.col("status") == S.STATUS_OK)
     eligible = eligible.with_columns(audit_points(eligible.get_column(S.ROW_KEY), salt))
     fields = plan.strata.select(*by, STRATUM, STRATUM_ROWS, STRATUM_SAMPLE, INCLUSION_PROBABILITY)

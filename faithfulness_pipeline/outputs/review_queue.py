@@ -12,7 +12,7 @@ table). BI tools get no view of it: beside the scored table, a view would invite
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final
 
@@ -88,10 +88,13 @@ def _stratified(rows: pl.DataFrame, context: OutputContext) -> pl.DataFrame:
                              text(context.language_column).alias("language"))
 
 
-def review_sample(rows: pl.DataFrame, context: OutputContext) -> AuditSample:
+def review_sample(rows: pl.DataFrame, context: OutputContext,
+                  per_stratum: Callable[[int], int] | None = None) -> AuditSample:
     """The audit sample of ``context.review_sample_size`` answers of ``rows`` (the columns the queue reads,
-    with their day in :data:`DAY`) as queue rows, and its plan."""
-    drawn = draw_audit(_stratified(rows, context), context.review_sample_size, STRATA, MINIMUM_PER_STRATUM)
+    with their day in :data:`DAY`) as queue rows, and its plan; ``per_stratum``: each stratum's sample from its
+    eligible rows instead (``core.audit.audit_plan``)."""
+    drawn = draw_audit(_stratified(rows, context), context.review_sample_size, STRATA, MINIMUM_PER_STRATUM,
+                       per_stratum=per_stratum)
     ids = _ids(rows.columns, context)
     queue = drawn.rows.select(
         S.ROW_KEY, *ids,
