@@ -24,7 +24,7 @@ from aiohttp import web
 
 from faithfulness_pipeline.testing.fakellm.faults import MALFORMED_CONTENT, FaultPlan, Latency
 from faithfulness_pipeline.testing.fakellm.selfhosted import ServedLimits, refusal
-from faithfulness_pipeline.testing.fakellm.streaming import stream_reply
+from faithfulness_pipeline.testing.fakellm.streaming import stream_reply, trickle_whole
 from faithfulness_pipeline.testing.fakellm.tokens import (
     PromptCache,
     count_prompt_tokens,
@@ -270,8 +270,8 @@ class ChatService:
     async def _serve(
         self, request: web.Request, chat: ChatRequest, outcome: str, completion_id: str, read_at: float
     ) -> web.StreamResponse:
-        """The reply of a request the faults let through ("ok", "malformed", "partial", "stall"), once a slot
-        is free, after its modelled service time."""
+        """The reply of a request the faults let through ("ok", "malformed", "partial", "stall", "trickle"), once
+        a slot is free, after its modelled service time."""
         queued_at = time.perf_counter()
         try:
             await self._acquire_slot()
@@ -292,26 +292,34 @@ class ChatService:
             service_s = latency.base_s + latency.per_output_token_s * reply.completion_tokens
             with self._lock:
                 self._counters.modelled_latency_s += service_s
+            # A stall and a trickle are counted as they start, like a hang: a client that gives up on them ends them.
+            started = outcome in ("stall", "trickle")
+            if started:
+                self._record(outcome)
+            trickle_s = self.faults.trickle_s if outcome == "trickle" else None
             try:
                 if chat.stream:
-                    stall = outcome == "stall"
-                    if stall:  # counted as it starts, like a hang: only the client's leaving ends it
-                        self._record("stall")
                     asked = bool((chat.raw.get("stream_options") or {}).get("include_usage"))
-                    response = await stream_reply(request, chat, reply, completion_id, stall=stall, latency=latency,
-                                                  include_usage=self.stream_usage and asked)
+                    response = await stream_reply(request, chat, reply, completion_id, stall=outcome == "stall",
+                                                  latency=latency, include_usage=self.stream_usage and asked,
+                                                  trickle_s=trickle_s)
                 else:
                     if service_s > 0:
                         await asyncio.sleep(service_s)
-                    response = web.json_response(completion_body(completion_id, chat.model, reply))
+                    body = completion_body(completion_id, chat.model, reply)
+                    response = (web.json_response(body) if trickle_s is None else
+                                await trickle_whole(request, 200, body, trickle_s))
             except (asyncio.CancelledError, ConnectionResetError):
-                # The client left (or the server stops) before the reply went out (a stall is counted already).
-                if outcome != "stall":
+                # The client left (or the server stops) before the reply went out (counted already if it started).
+                if not started:
                     self._record("cancelled")
                 raise
             with self._lock:  # for a streamed reply this includes writing its pieces
                 self._counters.served_latency_s += time.perf_counter() - read_at - queued_s
-            self._record_reply(outcome, reply)
+            if started:  # a trickle the client read to its end: counted when it started, billed now
+                self._bill(reply)
+            else:
+                self._record_reply(outcome, reply)
             return response
         finally:
             self._release_slot()
@@ -338,12 +346,17 @@ class ChatService:
         with self._lock:
             c = self._counters
             c.by_outcome[outcome] += 1
-            c.billed_prompt_tokens += reply.prompt_tokens
-            c.billed_completion_tokens += reply.completion_tokens
-            c.billed_cached_prompt_tokens += reply.cached_tokens or 0
             if outcome == "ok":
                 c.prompt_tokens += reply.prompt_tokens
                 c.completion_tokens += reply.completion_tokens
+        self._bill(reply)
+
+    def _bill(self, reply: Reply) -> None:
+        with self._lock:
+            c = self._counters
+            c.billed_prompt_tokens += reply.prompt_tokens
+            c.billed_completion_tokens += reply.completion_tokens
+            c.billed_cached_prompt_tokens += reply.cached_tokens or 0
 
     def _rate_limited(self, retry_after_s: float | None) -> web.Response:
         headers: dict[str, str] = {}
