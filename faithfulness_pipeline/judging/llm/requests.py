@@ -41,7 +41,7 @@ from faithfulness_pipeline.judging.llm.replies import (
     int_or_none,
     reported_tokens,
 )
-from faithfulness_pipeline.judging.llm.server_limits import server_working
+from faithfulness_pipeline.judging.llm.server_limits import PROBE_TIMEOUT_S, server_working
 from faithfulness_pipeline.judging.llm.streams import StreamTimeout, read_stream
 from faithfulness_pipeline.judging.llm.valid_text import valid_text
 
@@ -212,7 +212,7 @@ class Sender:
             kwargs["stream_options"] = {"include_usage": True}
             # The client's timeout bounds each read: a server of one's own sends nothing while the request
             # waits in its queue and while it reads the prompt, which can take minutes on a CPU. The judge's
-            # own bounds (``streams.read_stream``) tell that from silence in the middle of a reply.
+            # own bounds (``streams.read_stream``) tell that from the silence of a reply that has begun.
             kwargs["timeout"] = asked.stream_max_s
         if asked.api_base:
             kwargs["api_base"] = asked.api_base
@@ -223,15 +223,22 @@ class Sender:
     async def _working(self) -> bool:
         """Whether the server says it is working now (a thread: the probe is a blocking standard-library call)."""
         assert self._working_url is not None
-        busy = await asyncio.to_thread(server_working, self._working_url, api_key=self._api_key,
-                                       timeout_s=self.request_settings.timeout_s)  # fmt: skip
+        timeout_s = min(self.request_settings.timeout_s, PROBE_TIMEOUT_S)
+        try:
+            # The probe's own timeout bounds each read: a ``/slots`` that trickles must not hold the silence open.
+            async with asyncio.timeout(timeout_s + 1.0):
+                busy = await asyncio.to_thread(server_working, self._working_url, api_key=self._api_key,
+                                               timeout_s=timeout_s)  # fmt: skip
+        except TimeoutError:
+            busy = False
         if busy:
             self._waited_out += 1
             if self._waited_out == 1:
                 self._stats.notes.append(
                     f"a streamed reply went silent for over {self.request_settings.timeout_s:g} s (--timeout) while "
-                    "the server said it was working (llama.cpp /slots: reading another request's prompt): waited "
-                    f"for, not cancelled, up to --stream-max {self.request_settings.stream_max_s:g} s")
+                    "the server said it was working (llama.cpp /slots: reading a prompt, or the request queued "
+                    f"behind others): waited for, not cancelled, up to --stream-max "
+                    f"{self.request_settings.stream_max_s:g} s")
         return busy
 
     async def _streamed(self, litellm: Any, kwargs: dict[str, Any]) -> Answer:
