@@ -273,6 +273,8 @@ class LiteLLMJudge:
             notes.append(f"{c.rate_limited} rate-limited replies (429); in-flight cap went down to {c.min_cap_seen}")
         if (repaired := self._runner.repairs.note()) is not None:
             notes.append(repaired)
+        if (pointed := self._runner.pointers.note()) is not None:
+            notes.append(pointed)
         notes += self.output.notes
         if self.budget is not None and (capped := self.budget.note()) is not None:
             notes.append(capped)

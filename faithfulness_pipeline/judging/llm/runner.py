@@ -31,6 +31,7 @@ from faithfulness_pipeline.core.port import ERROR_CHARS, Hooks, JudgeStats, bill
 from faithfulness_pipeline.judging.budget import Budget
 from faithfulness_pipeline.judging.llm.card import ModelCard
 from faithfulness_pipeline.judging.llm.chat import Chat, chat_of
+from faithfulness_pipeline.judging.llm.evidence import EvidenceRepairs
 from faithfulness_pipeline.judging.llm.failures import RequestFailed
 from faithfulness_pipeline.judging.llm.limits import RequestLimiter
 from faithfulness_pipeline.judging.llm.packing import Pack, Packer, halves
@@ -79,6 +80,8 @@ class PackRunner:
         self._turns: Turns | None = None
         #: results whose judge text was not valid Unicode (``valid_text``): one note of the run
         self.repairs = TextRepairs()
+        #: evidence pointers that named no passage, read or dropped (``evidence``): one note of the run
+        self.pointers = EvidenceRepairs()
 
     async def run(self, plan: Plan[R], hooks: Hooks[R]) -> None:
         """Counts, packs and sends one step's items, the first requests leaving while the rest are counted.
@@ -298,6 +301,8 @@ class PackRunner:
             done.append(plan.results[i])
             if local in parsed.replaced:
                 self.repairs.add(plan.item_id(i))
+            if local in parsed.pointers:
+                self.pointers.add(plan.item_id(i), parsed.pointers[local])
         if done and hooks.settled is not None:
             hooks.settled(done)
         hooks.tick(len(done))
