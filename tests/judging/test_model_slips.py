@@ -15,11 +15,14 @@ from typing import Any
 
 import pytest
 
+from faithfulness_pipeline.api import score_frame
+from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.port import ExtractItem, ExtractResult, VerdictItem, VerdictResult
+from faithfulness_pipeline.judging.llm.format_breaker import TRIP_ANSWERS, TRIP_REPLIES
 from faithfulness_pipeline.judging.llm.judge import LiteLLMJudge
 from faithfulness_pipeline.settings.judge import JudgeSettings
-from faithfulness_pipeline.testing.fakellm import ChatRequest, FakeLLMServer
-from faithfulness_pipeline.testing.scripted import ScriptedJudge, script_verdicts, typical_rows
+from faithfulness_pipeline.testing.fakellm import ChatRequest, FakeLLMServer, Latency
+from faithfulness_pipeline.testing.scripted import ScriptedJudge, script_verdicts, typical_frame, typical_rows
 
 KEY_ENV = "FP_TEST_SLIPS_KEY"
 
@@ -102,3 +105,103 @@ def test_a_model_counting_passages_from_one_keeps_every_verdict_and_asks_nothing
     single = sum(1 for item in items[::2] for _, _, e, _ in script_verdicts(list(item.claims)) if e is not None)
     assert note.startswith(f"{pointed} evidence pointers named no passage of their item")
     assert f"{single} read as the item's only passage (the model counted from 1), {pointed - single} dropped" in note
+
+
+SECRET = "sk-slips-3f9a7c21b8e04d6a"
+
+
+class Garbage:
+    """A model that never writes the format: prose, quoting the key it was sent (a secret in a reply must not
+    reach the error rows); with ``first_usable``, the scripted judge answers the first request properly."""
+
+    def __init__(self, first_usable: bool = False) -> None:
+        self.script = ScriptedJudge()
+        self.first_usable = first_usable
+        self.seen = 0
+
+    def __call__(self, request: ChatRequest) -> str:
+        self.seen += 1
+        if self.first_usable and self.seen == 1:
+            return self.script(request)
+        return f"Sure!\n\nHere is my assessment ({SECRET}): the statements look   mostly fine to me, thanks for asking."
+
+
+@pytest.mark.parametrize("per_pack", [1, 4])
+def test_a_model_that_never_follows_the_format_is_stopped_after_a_wave_with_every_row_saying_so(
+    monkeypatch: pytest.MonkeyPatch, per_pack: int
+) -> None:
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    rows = 24
+    with FakeLLMServer(Garbage()) as server:
+        judge = _judge(server, max_concurrency=4, max_items_per_pack=per_pack)
+        scored = score_frame(typical_frame(rows, seed=9), judge, ScoringConfig(chunk_rows=rows))
+        requests = server.stats().requests
+    # 8 unusable replies (no usable one) stop the run; the requests in flight then had been sent already (and
+    # are given up). Every answer asked up to 7 times was 168 requests one answer a request, 138 in packs of 4.
+    # (The judge counts a request given up as it left; the server may not have seen it arrive.)
+    assert TRIP_REPLIES <= requests <= judge.stats().requests <= TRIP_REPLIES + 4 - 1
+    assert scored.height == rows and (scored.get_column("status") == "error").all()
+    # One line naming the model and quoting its last reply's start (one line, the key scrubbed), then the count.
+    line = ("claim extraction failed: not scored: openai/fake-judge does not follow the reply format: its last reply "
+            "began 'Sure! Here is my assessment ([REDACTED]): the statements look mostly fine to me,...' (none of its "
+            "first 8 claims replies could be used; the last: the reply is not a JSON object")
+    errors = scored.get_column("error").to_list()
+    assert all(e.startswith(line) for e in errors), errors[0]
+    assert not any(SECRET[:8] in e for e in errors)
+    (note,) = [n for n in judge.stats().notes if "does not follow the reply format" in n]
+    assert note.startswith(line.removeprefix("claim extraction failed: ")) and "no further request was sent" in note
+
+
+def test_one_request_at_a_time_an_unproven_model_gets_one_repair_an_answer_and_the_run_stops_at_the_eighth() -> None:
+    rows = typical_rows(6, seed=11)
+    with FakeLLMServer(Garbage()) as server:
+        judge = _judge(server, max_concurrency=1, max_items_per_pack=1)  # max_retries 6, the default
+        extracted = _extract(judge, [ExtractItem(f"r{k}", r.answer, r.question) for k, r in enumerate(rows)])
+        requests = server.stats().requests
+    # Two requests each (the reply, then its repair) for the first four answers: 8 replies over 4 answers. The
+    # first three had given up by then, the fourth and the two never sent end with the one line.
+    assert TRIP_REPLIES == 2 * TRIP_ANSWERS == requests == judge.stats().requests
+    errors = [e.error or "" for e in extracted]
+    assert all(e.startswith("gave up after 2 requests: invalid reply: the reply is not a JSON") for e in errors[:3])
+    assert all(e.startswith("not scored: openai/fake-judge does not follow the reply format") for e in errors[3:])
+    assert [e.usage.llm_calls for e in extracted] == [2, 2, 2, 2, 0, 0]
+
+
+def test_one_usable_reply_proves_the_model_follows_the_format_and_its_slips_are_retried_as_before() -> None:
+    rows = typical_rows(3, seed=10)
+    with FakeLLMServer(Garbage(first_usable=True)) as server:
+        judge = _judge(server, max_concurrency=1, max_items_per_pack=1, max_retries=6)
+        extracted = _extract(judge, [ExtractItem(f"r{k}", r.answer, r.question) for k, r in enumerate(rows)])
+        requests = server.stats().requests
+    assert extracted[0].error is None and extracted[0].claims == tuple(rows[0].claims)
+    # Fourteen unusable replies in all, and no stop: one reply of the step was usable.
+    assert requests == 1 + 2 * 7
+    for result in extracted[1:]:
+        assert result.error is not None and result.error.startswith("gave up after 7 requests: invalid reply")
+    assert not any("does not follow the reply format" in n for n in judge.stats().notes)
+
+
+class SlowGarbageAfter(Garbage):
+    """Garbage, as long as its request lets it be (400 tokens at most) after the ``after``-th request."""
+
+    def __init__(self, after: int) -> None:
+        super().__init__()
+        self.after = after
+
+    def __call__(self, request: ChatRequest) -> str:
+        text = super().__call__(request)
+        return text if self.seen <= self.after else "Well, " * 400
+
+
+def test_the_requests_in_flight_when_the_run_stops_are_given_up_not_waited_for() -> None:
+    # The first eight replies are short garbage; the requests that arrive after them get long ones, still coming
+    # when the eighth comes back: they are cut (the server sees the client leave), not read to their end.
+    rows = typical_rows(16, seed=12)
+    with FakeLLMServer(SlowGarbageAfter(TRIP_REPLIES), latency=Latency(per_output_token_s=0.05)) as server:
+        judge = _judge(server, max_concurrency=4, max_items_per_pack=1)
+        extracted = _extract(judge, [ExtractItem(f"r{k}", r.answer, r.question) for k, r in enumerate(rows)])
+        stats = server.stats()
+    assert all(e.error is not None and "does not follow the reply format" in e.error for e in extracted)
+    # Cut: the server saw the client leave (read to their end, they would be "ok" or "max_tokens").
+    assert stats.requests > TRIP_REPLIES and stats.by_outcome.get("cancelled", 0) >= 1
+    assert stats.by_outcome.get("max_tokens", 0) == 0

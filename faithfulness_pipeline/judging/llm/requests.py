@@ -112,6 +112,8 @@ class Sender:
         self._held_reason = ""
         self._unmetered = 0  # streamed replies whose server sent no usage: their tokens are estimates
         self._waited_out = 0  # silences past timeout_s waited out because the server said it was working
+        self._sending: set[asyncio.Task[Any]] = set()  # the tasks whose request is in flight now
+        self._stopped: set[asyncio.Task[Any]] = set()  # of those, the ones ``stop`` gave up
 
     async def send(
         self,
@@ -157,6 +159,10 @@ class Sender:
                 slot.unused()
                 raise RequestFailed("stale", "stored by another process while waiting for a slot", sent=False)
             self._stats.requests += 1
+            task = asyncio.current_task()
+            assert task is not None
+            cancelling = task.cancelling()
+            self._sending.add(task)
             try:
                 if self.stream:
                     answer = await self._streamed(litellm, kwargs)
@@ -166,8 +172,17 @@ class Sender:
                     # server likes. A context manager, not wait_for: no extra task and loop hop per request.
                     async with asyncio.timeout(asked.timeout_s):
                         answer = Answer.of(await litellm.acompletion(**kwargs))
+            except asyncio.CancelledError:
+                # Given up by ``stop`` (and by nobody else, whose cancellation would still be pending): the
+                # request ends like any other that no request of the run can follow.
+                if task in self._stopped and task.uncancel() <= cancelling and self.fatal is not None:
+                    raise RequestFailed("fatal", self.fatal) from None
+                raise
             except Exception as exc:
                 raise self.classify(exc, mode if response_format is not None else "prompt") from None
+            finally:
+                self._sending.discard(task)
+                self._stopped.discard(task)
             text, unanswered = answer.content()
             usage = answer.usage
             prompt_reported, refused_prompt = reported_tokens(usage, "prompt_tokens")
@@ -331,6 +346,18 @@ class Sender:
             # most likely the setup (a parameter the server rejects): do not multiply the requests.
             return RequestFailed("isolate" if self._replies else "fatal", f"{name}: {detail}")
         return RequestFailed("transient", f"{name}{f' {status}' if status else ''}: {detail}")
+
+    def stop(self, reason: str, note: str) -> None:
+        """No further request of the run is sent, and those in flight are given up (their connections closed,
+        so a server of one's own stops generating): each ends with ``reason``, and the run's notes say ``note``
+        once (the judge found out that no request can work: ``format_breaker``)."""
+        if self.fatal is not None:
+            return
+        self.fatal = reason
+        self._stats.notes.append(note)
+        for task in self._sending:
+            self._stopped.add(task)
+            task.cancel()
 
     def _connection_failed(self, detail: str, what: str = "connection error") -> RequestFailed:
         """A request that reached no server (or no API: ``what`` says what came back instead). Many in a row

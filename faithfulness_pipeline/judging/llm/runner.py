@@ -33,6 +33,7 @@ from faithfulness_pipeline.judging.llm.card import ModelCard
 from faithfulness_pipeline.judging.llm.chat import Chat, chat_of
 from faithfulness_pipeline.judging.llm.evidence import EvidenceRepairs
 from faithfulness_pipeline.judging.llm.failures import RequestFailed
+from faithfulness_pipeline.judging.llm.format_breaker import FormatBreaker
 from faithfulness_pipeline.judging.llm.limits import RequestLimiter
 from faithfulness_pipeline.judging.llm.packing import Pack, Packer, halves
 from faithfulness_pipeline.judging.llm.parsing import ParsedReply
@@ -82,6 +83,8 @@ class PackRunner:
         self.repairs = TextRepairs()
         #: evidence pointers that named no passage, read or dropped (``evidence``): one note of the run
         self.pointers = EvidenceRepairs()
+        #: a model that writes no usable reply in a wave of requests is not asked more (``format_breaker``)
+        self.format = FormatBreaker(sender.model, redact)
 
     async def run(self, plan: Plan[R], hooks: Hooks[R]) -> None:
         """Counts, packs and sends one step's items, the first requests leaving while the rest are counted.
@@ -275,10 +278,22 @@ class PackRunner:
         self._charge(plan, indices, reply, parsed, chat.id_map)
         self._finish_valid(plan, parsed, chat.id_map, hooks)
         failed = [chat.id_map[local] for local in parsed.failed]
+        why = next(iter(parsed.failed.values()), "")
+        if parsed.ok:
+            self.format.usable(plan.step)
+        elif failed and (stop := self.format.unusable_reply(plan.step, [plan.item_id(i) for i in failed],
+                                                            reply.text, why)):
+            self.sender.stop(stop, self.format.note() or stop)
+        if self.sender.fatal is not None:  # no further request: the items left end with the reason
+            self._finish_all(plan, failed, self.sender.fatal, hooks)
+            return None
         if not failed:
             return None
         tries = tries.failed(False)
-        if tries.exhausted(self.max_retries):
+        # An answer alone that got nothing usable, from a model that has not yet shown it can write the format,
+        # is asked once more, not max_retries times (``format_breaker``).
+        lone = len(indices) == 1 and not parsed.ok
+        if tries.exhausted(self.format.retries(plan.step, self.max_retries) if lone else self.max_retries):
             for local, why in parsed.failed.items():
                 self._finish_error(plan, chat.id_map[local], tries.gave_up(f"invalid reply: {why}"), hooks)
             return None
@@ -289,7 +304,7 @@ class PackRunner:
         if len(indices) > 1:
             await self._split(plan, halves(indices), tries, hooks)
             return None
-        return indices, tries.unusable_reply(reply.text, next(iter(parsed.failed.values())))
+        return indices, tries.unusable_reply(reply.text, why)
 
     def _finish_valid(self, plan: Plan[Any], parsed: ParsedReply[Any], id_map: Mapping[str, int],
                       hooks: Hooks[Any]) -> None:
