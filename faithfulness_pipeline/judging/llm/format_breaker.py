@@ -15,8 +15,8 @@ What counts, per step (claims and verdicts each have a format of their own):
 
 Until a step has had one usable reply, the model has not shown that it can write the format, and:
 
-- an answer alone whose reply is unusable is asked once more (with the repair message), not ``max_retries``
-  times;
+- an answer alone whose replies are unusable is asked twice more at most (with the repair message), not
+  ``max_retries`` times: a model that can write the format mends a slip in one or two repairs;
 - its unusable replies are counted, and the answers they held; at :data:`TRIP_REPLIES` replies over at least
   :data:`TRIP_ANSWERS` different answers (so that a few answers failing fast cannot outrun the replies still
   coming) the model is taken not to follow the format: nothing more is sent, the requests in flight are given
@@ -40,10 +40,10 @@ from faithfulness_pipeline.judging.llm.valid_text import valid_text
 #: and fails one reply in five (a small model's rate here) gives eight in a row once in 390,000 runs; on
 #: llama.cpp's four slots, one answer a request, they are its first two rounds of replies.
 TRIP_REPLIES: Final = 8
-#: Different answers those replies must have held at least (an answer alone is asked twice while unproven).
+#: Different answers those replies must have held at least (an answer alone is asked 3 times while unproven).
 TRIP_ANSWERS: Final = 4
 #: Re-sends of an answer alone whose reply was unusable, while the step has had no usable reply.
-UNPROVEN_RETRIES: Final = 1
+UNPROVEN_RETRIES: Final = 2
 #: How much of the model's last reply the error quotes.
 QUOTED_CHARS: Final = 80
 _STEPS: Final = {"extract": "claims", "verdict": "verdicts"}

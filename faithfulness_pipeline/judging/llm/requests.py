@@ -30,6 +30,7 @@ from faithfulness_pipeline.judging.llm.failures import (
     quota_used_up,
     server_words,
 )
+from faithfulness_pipeline.judging.llm.in_flight import StreamsInFlight
 from faithfulness_pipeline.judging.llm.limits import RequestLimiter, retry_after_from_headers
 from faithfulness_pipeline.judging.llm.output_mode import Mode, OutputMode
 from faithfulness_pipeline.judging.llm.packing import Count
@@ -112,8 +113,7 @@ class Sender:
         self._held_reason = ""
         self._unmetered = 0  # streamed replies whose server sent no usage: their tokens are estimates
         self._waited_out = 0  # silences past timeout_s waited out because the server said it was working
-        self._sending: set[asyncio.Task[Any]] = set()  # the tasks whose request is in flight now
-        self._stopped: set[asyncio.Task[Any]] = set()  # of those, the ones ``stop`` gave up
+        self._streams = StreamsInFlight()  # given up by ``stop``
 
     async def send(
         self,
@@ -162,7 +162,6 @@ class Sender:
             task = asyncio.current_task()
             assert task is not None
             cancelling = task.cancelling()
-            self._sending.add(task)
             try:
                 if self.stream:
                     answer = await self._streamed(litellm, kwargs)
@@ -173,16 +172,14 @@ class Sender:
                     async with asyncio.timeout(asked.timeout_s):
                         answer = Answer.of(await litellm.acompletion(**kwargs))
             except asyncio.CancelledError:
-                # Given up by ``stop`` (and by nobody else, whose cancellation would still be pending): the
-                # request ends like any other that no request of the run can follow.
-                if task in self._stopped and task.uncancel() <= cancelling and self.fatal is not None:
+                # Given up by ``stop``: the request ends like any other that no request of the run can follow.
+                if self._streams.given_up(task, cancelling) and self.fatal is not None:
                     raise RequestFailed("fatal", self.fatal) from None
                 raise
             except Exception as exc:
                 raise self.classify(exc, mode if response_format is not None else "prompt") from None
             finally:
-                self._sending.discard(task)
-                self._stopped.discard(task)
+                self._streams.done(task)
             text, unanswered = answer.content()
             usage = answer.usage
             prompt_reported, refused_prompt = reported_tokens(usage, "prompt_tokens")
@@ -259,9 +256,12 @@ class Sender:
     async def _streamed(self, litellm: Any, kwargs: dict[str, Any]) -> Answer:
         """One streamed request, read to its end under the judge's own bounds (``streams.read_stream``)."""
         asked = self.request_settings
+        task = asyncio.current_task()
+        assert task is not None
         answer, streamed = await read_stream(litellm, kwargs, stream_max_s=asked.stream_max_s,
                                              timeout_s=asked.timeout_s, on_piece=self._piece,
-                                             still_working=None if self._working_url is None else self._working)
+                                             still_working=None if self._working_url is None else self._working,
+                                             on_head=lambda: self._streams.begun(task))
         if streamed and answer.usage is None:
             self._unmetered += 1
             if self._unmetered == 1:
@@ -348,16 +348,14 @@ class Sender:
         return RequestFailed("transient", f"{name}{f' {status}' if status else ''}: {detail}")
 
     def stop(self, reason: str, note: str) -> None:
-        """No further request of the run is sent, and those in flight are given up (their connections closed,
-        so a server of one's own stops generating): each ends with ``reason``, and the run's notes say ``note``
-        once (the judge found out that no request can work: ``format_breaker``)."""
+        """No further request of the run is sent, and the streams in flight are given up (``in_flight``): each
+        ends with ``reason``, and the run's notes say ``note`` once (the judge found out that no request can
+        work: ``format_breaker``)."""
         if self.fatal is not None:
             return
         self.fatal = reason
         self._stats.notes.append(note)
-        for task in self._sending:
-            self._stopped.add(task)
-            task.cancel()
+        self._streams.give_up()
 
     def _connection_failed(self, detail: str, what: str = "connection error") -> RequestFailed:
         """A request that reached no server (or no API: ``what`` says what came back instead). Many in a row

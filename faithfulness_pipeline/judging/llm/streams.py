@@ -197,7 +197,8 @@ async def not_streamed(stream: Any, timeout_s: float) -> str | None:
 
 async def read_stream(litellm: Any, kwargs: dict[str, Any], *, stream_max_s: float, timeout_s: float,
                       on_piece: Callable[[str], None],
-                      still_working: Callable[[], Awaitable[bool]] | None = None) -> tuple[Answer, bool]:
+                      still_working: Callable[[], Awaitable[bool]] | None = None,
+                      on_head: Callable[[], None] | None = None) -> tuple[Answer, bool]:
     """One streamed request, read to its end, and whether it came as a stream (not whole). Two bounds of
     the judge's own: ``stream_max_s`` on the whole request, the wait for the server's answer included, and,
     once the server has begun its reply, ``timeout_s`` on every silence (before the first piece and after
@@ -208,13 +209,15 @@ async def read_stream(litellm: Any, kwargs: dict[str, Any], *, stream_max_s: flo
     silence reaches ``timeout_s``: while it says yes the silence is waited out, up to ``stream_max_s``.
     llama.cpp sends a stream's head at once and then reads the prompt, and generates for no slot while it
     reads a prompt, so on a CPU a stream goes quiet for as long as a prompt takes; that is work, not a hung
-    server."""
+    server. ``on_head`` hears that the server has begun the reply."""
     answer = Answer(choices=False)
     whole = asyncio.timeout(stream_max_s)
     stream: Any = None
     try:
         async with whole:
             stream = await litellm.acompletion(**kwargs)  # returns with the answer's head: the reply has begun
+            if on_head is not None:
+                on_head()
             body = await not_streamed(stream, timeout_s)
             if body is not None:
                 return whole_answer(body), False
