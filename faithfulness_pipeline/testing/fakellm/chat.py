@@ -45,10 +45,16 @@ from faithfulness_pipeline.testing.fakellm.wire import (
 )
 
 
-def _cut_in_middle(content: str) -> str:
+def _cut_in_middle(content: str, request: bytes) -> str:
+    """``content`` cut in its middle third, where the request's bytes say: the same request is cut alike, another
+    one (a retry that quotes a repair) elsewhere, as a flaky server's or proxy's cuts fall. Cut always at the
+    middle, every retry of an item cut again would repeat one reply word for word, which a model does when it
+    cannot do better (``judging.llm.tries.SAME_REPLIES``), not when a connection drops."""
     if len(content) <= 1:
         return ""
-    return content[: len(content) // 2]
+    third = max(1, len(content) // 3)
+    at = third + int.from_bytes(hashlib.sha256(request).digest()[:4], "big") % third
+    return content[: min(at, len(content) - 1)]
 
 
 @dataclass
@@ -388,7 +394,7 @@ class ChatService:
             finish = "stop"
             if outcome == "partial":
                 # Looks like a reply cut short by the output limit, which is how truncation shows up.
-                content, finish = _cut_in_middle(content), "length"
+                content, finish = _cut_in_middle(content, canonical_body(chat.raw)), "length"
             else:
                 cap = chat.max_tokens if self.limits is None else self.limits.cap(chat.max_tokens, prompt_tokens)
                 if cap is not None and count_tokens(content) > cap:

@@ -54,7 +54,7 @@ class FaultPlan:
     rate_429_no_retry_after: float = 0.0
     rate_5xx: float = 0.0
     rate_malformed: float = 0.0  # 200 whose content is not JSON at all
-    rate_partial: float = 0.0  # 200 whose content is the responder's reply cut in the middle
+    rate_partial: float = 0.0  # 200 whose content is the responder's reply cut in its middle third
     rate_hang: float = 0.0  # never answers, until the client goes away or the server stops
     #: A streamed reply whose first half is sent, then nothing, until the client goes away or the server stops
     #: (a server that died mid-generation with the connection still open). A plain request just hangs.
