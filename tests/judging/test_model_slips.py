@@ -124,7 +124,9 @@ class Garbage:
         self.seen += 1
         if self.first_usable and self.seen == 1:
             return self.script(request)
-        return f"Sure!\n\nHere is my assessment ({SECRET}): the statements look   mostly fine to me, thanks for asking."
+        # Never twice the same (a reply repeated word for word ends an answer sooner: the last test here).
+        return (f"Sure!\n\nHere is my assessment ({SECRET}): the statements look   mostly fine to me, thanks for "
+                f"asking ({self.seen}).")
 
 
 @pytest.mark.parametrize("per_pack", [1, 4])
@@ -211,3 +213,25 @@ def test_the_requests_in_flight_when_the_run_stops_are_given_up_not_waited_for()
     # Cut: the server saw the client leave (read to their end, they would be "ok" or "max_tokens").
     assert stats.requests > TRIP_REPLIES and stats.by_outcome.get("cancelled", 0) >= 1
     assert stats.by_outcome.get("max_tokens", 0) == 0
+
+
+def test_an_answer_whose_model_gives_the_same_unusable_reply_three_times_is_not_asked_a_fourth() -> None:
+    # Gemma 3 270M's way: for some answers it loops inside one claim until its reply is cut, and the repair message
+    # quoting that reply gets the very same reply back, seven times over. The other answers are fine, so the
+    # model has shown it can write the format: only the stubborn answer stops, at its third identical reply.
+    rows = typical_rows(4, seed=13)
+    stubborn = rows[0].answer[:12]
+    looping = '{"a1":{"1":["' + "The museum is in Oslo.\\\",\\\"" * 60  # cut inside the claims' list
+    script = ScriptedJudge()
+
+    def responder(request: ChatRequest) -> str:
+        return looping if stubborn in str(request.messages[1]["content"]) else script(request)
+
+    with FakeLLMServer(responder) as server:
+        judge = _judge(server, max_concurrency=1, max_items_per_pack=1)
+        extracted = _extract(judge, [ExtractItem(f"r{k}", r.answer, r.question) for k, r in enumerate(rows)])
+        requests = server.stats().requests
+    assert [e.error is None for e in extracted] == [False, True, True, True]
+    assert requests == 3 + 3  # three for the stubborn answer (not seven), one for each other
+    assert (extracted[0].error or "").startswith("gave up after 3 requests: invalid reply: ")
+    assert (extracted[0].error or "").endswith("(the same reply 3 times in a row)")

@@ -40,7 +40,7 @@ from faithfulness_pipeline.judging.llm.parsing import ParsedReply
 from faithfulness_pipeline.judging.llm.plans import Plan, R, Sizing, share_usage
 from faithfulness_pipeline.judging.llm.replies import Reply
 from faithfulness_pipeline.judging.llm.requests import Sender
-from faithfulness_pipeline.judging.llm.tries import Tries
+from faithfulness_pipeline.judging.llm.tries import SAME_REPLIES, Tries
 from faithfulness_pipeline.judging.llm.turns import Turns, count_turn, head_start_s
 from faithfulness_pipeline.judging.llm.valid_text import TextRepairs, valid_text
 
@@ -290,12 +290,17 @@ class PackRunner:
         if not failed:
             return None
         tries = tries.failed(False)
-        # An answer alone that got nothing usable, from a model that has not yet shown it can write the format,
-        # is asked once more, not max_retries times (``format_breaker``).
         lone = len(indices) == 1 and not parsed.ok
-        if tries.exhausted(self.format.retries(plan.step, self.max_retries) if lone else self.max_retries):
-            for local, why in parsed.failed.items():
-                self._finish_error(plan, chat.id_map[local], tries.gave_up(f"invalid reply: {why}"), hooks)
+        if lone:  # the next request quotes this reply back (and counts a repeat of the one quoted last time)
+            tries = tries.unusable_reply(reply.text, why)
+        # An answer alone that got nothing usable, from a model that has not yet shown it can write the format,
+        # is repaired twice at most (``format_breaker``); one that keeps giving the same reply word for word is
+        # not repaired again (``tries.SAME_REPLIES``).
+        if tries.exhausted(self.format.retries(plan.step, self.max_retries) if lone else self.max_retries) \
+                or tries.repeated >= SAME_REPLIES:
+            again = f" (the same reply {tries.repeated} times in a row)" if tries.repeated >= SAME_REPLIES else ""
+            for local, why_not in parsed.failed.items():
+                self._finish_error(plan, chat.id_map[local], tries.gave_up(f"invalid reply: {why_not}{again}"), hooks)
             return None
         # A wholly unusable reply of several items is re-asked in halves, one of a single item with a message
         # saying what was wrong.
@@ -304,7 +309,7 @@ class PackRunner:
         if len(indices) > 1:
             await self._split(plan, halves(indices), tries, hooks)
             return None
-        return indices, tries.unusable_reply(reply.text, why)
+        return indices, tries
 
     def _finish_valid(self, plan: Plan[Any], parsed: ParsedReply[Any], id_map: Mapping[str, int],
                       hooks: Hooks[Any]) -> None:
