@@ -42,6 +42,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("bi_month.py", []),
     ("sampling.py", ["--rows", "2000"]),
     ("spend_cap.py", ["--rows", "1000"]),
+    ("corrected.py", ["--days", "1000"]),
     # The longest by far (a million typical rows to build, a cold 100,000-answer day against the fake server,
     # every day through dg launch and the CLI: expect well over an hour here). Its section comes last.
     ("celery_day.py", ["--rows", "100000"]),
@@ -51,7 +52,7 @@ SUITE: list[tuple[str, list[str]]] = [
 #: Benchmarks whose every figure is a count, a ratio of counts or a peak RSS, never a time: they may run
 #: alongside memory.py (peak RSS does not depend on how busy the cores are), which saves the suite their
 #: wall time. Every benchmark with a speed target runs alone.
-ALONGSIDE_MEMORY = ("request_counts.py", "dedup.py", "offline_agreement.py", "cached_tokens.py")
+ALONGSIDE_MEMORY = ("request_counts.py", "dedup.py", "offline_agreement.py", "cached_tokens.py", "corrected.py")
 
 
 #: Benchmarks of judging quality rather than speed: a missed aim there is reported, not a suite failure.

@@ -24,7 +24,9 @@ from faithfulness_pipeline.defs.partitions import DEFAULT_START
 from faithfulness_pipeline.defs.resources import (
     CalibrationResource,
     JudgeResource,
+    LabelsResource,
     LandingResource,
+    ReviewResource,
     ScoringResource,
     TracesResource,
     WarehouseResource,
@@ -33,6 +35,8 @@ from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.celery import CelerySettings
 from faithfulness_pipeline.settings.derive import Setting, markdown_table, settings
 from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.labels import LabelSettings
+from faithfulness_pipeline.settings.review import ReviewSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.traces import TraceExportSettings
 
@@ -42,7 +46,8 @@ SCORE_SETTINGS = [s for s in SETTINGS if s.model in (JudgeSettings, ScoringSetti
 CALIBRATION_SETTINGS = settings(CalibrationSettings)
 RESOURCES: dict[str, type[Any]] = {"judge": JudgeResource, "scoring": ScoringResource,
                                    "calibration": CalibrationResource, "landing": LandingResource,
-                                   "warehouse": WarehouseResource, "traces": TracesResource}  # fmt: skip
+                                   "warehouse": WarehouseResource, "traces": TracesResource,
+                                   "labels": LabelsResource, "review": ReviewResource}  # fmt: skip
 #: Settings whose other value must mean something to the code location (it checks the time zone on load).
 OTHER_TEXT: dict[str, str] = {"timezone": "Asia/Seoul", "undated_day": "2026-01-02", "partitions_start": "2026-01-01"}
 
@@ -59,7 +64,8 @@ def _other_value(setting: Setting) -> tuple[str, Any]:
         choice = next(c for c in setting.choices if c != setting.default)
         return choice, choice
     if setting.kind is int:
-        return ("4", 4) if setting.name == "shards" else ("1000", 1000)  # shards are at most 256
+        # shards are at most 256, a label window at most a year
+        return {"shards": ("4", 4), "label_window_days": ("40", 40)}.get(setting.name, ("1000", 1000))
     if setting.kind is float:
         return "0.75", 0.75
     return f"x-{setting.name}", f"x-{setting.name}"
@@ -177,7 +183,8 @@ def test_a_variable_that_is_not_a_number_is_refused_by_name() -> None:
 
 
 DAGSTER_LAYER = [s for s in SETTINGS if s.model not in (JudgeSettings, ScoringSettings, CalibrationSettings,
-                                                         TraceExportSettings, CelerySettings)]
+                                                         TraceExportSettings, ReviewSettings, CelerySettings,
+                                                         LabelSettings)]
 
 
 def test_shards_shape_the_dagster_day_only() -> None:
@@ -312,3 +319,12 @@ def test_the_scoring_config_takes_what_the_settings_take() -> None:
     assert (config.scale, config.zero_claims, config.chunk_rows) == (10, "null", 1)
     with pytest.raises(ConfigError, match="scale must be a finite number > 0"):
         ScoringConfig(scale="10")  # type: ignore[arg-type]  # text is no number to the Python API
+
+
+def test_the_label_settings_are_flags_of_estimate() -> None:
+    from faithfulness_pipeline.cli.estimate import estimate
+
+    given = {o for p in estimate.params for o in p.opts}
+    flagged = [s for s in settings(LabelSettings) if s.cli_flag is not None]
+    assert flagged and {s.cli_flag for s in flagged} <= given
+    assert not {o for p in score.params for o in p.opts} & {s.cli_flag for s in flagged}

@@ -11,6 +11,8 @@ import polars as pl
 from faithfulness_pipeline.core.aggregates import daily_aggregates
 from faithfulness_pipeline.core.outputs import claim_table
 from faithfulness_pipeline.outputs.comparison import day_comparison
+from faithfulness_pipeline.outputs.corrected import CORRECTED_TABLE
+from faithfulness_pipeline.outputs.kinds import DAY, OutputContext
 from faithfulness_pipeline.tables.storage import Place
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "offline_sample" / "scored.parquet"
@@ -18,8 +20,9 @@ DAYS = ("2026-11-24", "2026-11-25", "2026-11-26")
 
 
 def write_warehouse(root: Path) -> list[Path]:
-    """``<root>/<table>/ds=<day>/data.parquet`` for scored_conversations, claim_table, daily_answer_quality and
-    daily_model_comparison; returns the files written."""
+    """``<root>/<table>/ds=<day>/data.parquet`` for scored_conversations, claim_table, daily_answer_quality,
+    daily_model_comparison and daily_corrected_quality (no labels: the judge's figures alone); returns the files
+    written."""
     scored = pl.read_parquet(GOLDEN).with_columns(pl.col("created_at").dt.date().alias("day"))
     written = []
     for day in DAYS:
@@ -30,6 +33,7 @@ def write_warehouse(root: Path) -> list[Path]:
                                               "conversation_id": pl.col("conversation_id")}),
             "daily_answer_quality": daily_aggregates(rows),
             "daily_model_comparison": day_comparison(rows.drop("day"), date.fromisoformat(day), "model", 0.5),
+            "daily_corrected_quality": CORRECTED_TABLE.build(rows.rename({"day": DAY}), OutputContext()),
         }
         for table, frame in tables.items():
             path = root / table / f"ds={day}" / "data.parquet"

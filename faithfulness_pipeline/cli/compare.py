@@ -10,6 +10,7 @@ from typing import Any
 import click
 import polars as pl
 
+from faithfulness_pipeline.cli.compare_corrected import corrected_segments, corrected_tables
 from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core.compare import LARGER, TOO_FEW, CompareConfig, Comparison, compare, compare_segments
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
@@ -76,8 +77,9 @@ def render(result: Comparison | pl.DataFrame) -> str:
               help="Columns compared group by group besides all rows (comma-separated; missing ones skipped).")
 @click.option("--min-rows", default=10, show_default=True, type=click.IntRange(min=2),
               help="Fewer rows (or pairs) in a group: 'too few rows' instead of an interval.")
-@click.option("--labelled", default=None, help="Rows labelled by people (as for calibrate --labelled): each "
-              "table's calibration against them is printed beside the comparison.")
+@click.option("--labelled", default=None, help="Rows labelled by people (as for calibrate --labelled): with two "
+              "tables, each one's calibration against them is printed beside the comparison; with two tables or --by, "
+              "the differences corrected by them (docs/corrected.md).")
 def compare_command(baseline: str, candidate: str | None, output: str | None, flips_out: str | None,
                     pair_on: str | None, by: str | None, baseline_group: str | None, groups: str,
                     min_rows: int, labelled: str | None) -> None:
@@ -90,20 +92,22 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
             columns = [g.strip() for g in groups.split(",") if g.strip()]
             if (by is None) == (candidate is None):
                 raise click.UsageError("give BASELINE and CANDIDATE, or BASELINE and --by COLUMN")
-            if labelled and by is not None:
-                raise click.UsageError("--labelled calibrates two tables: give BASELINE and CANDIDATE, not --by")
             result: Comparison | pl.DataFrame
-            calibration = ""
+            calibration = corrected = ""
             if by is not None:
-                result = compare_segments(read_all(baseline), by, baseline=baseline_group, pair_on=pair_on,
+                whole = read_all(baseline)
+                result = compare_segments(whole, by, baseline=baseline_group, pair_on=pair_on,
                                           groups=columns, config=config)
                 table = result
+                if labelled:
+                    corrected = corrected_segments(whole, by, baseline_group, read_all(labelled), scoring)
             else:
                 assert candidate is not None
                 tables = read_all(baseline), read_all(candidate)
                 result = compare(*tables, pair_on=pair_on, groups=columns, config=config)
                 if labelled:
                     calibration = _calibration(labelled, [(baseline, tables[0]), (candidate, tables[1])], scoring)
+                    corrected = corrected_tables(tables, read_all(labelled), scoring)
                 table = result.table
                 if flips_out:
                     with atomic_path(flips_out) as path:
@@ -115,8 +119,9 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
         click.echo(render(result))
-        if calibration:
-            click.echo("\n" + calibration)
+        for text in (corrected, calibration):
+            if text:
+                click.echo("\n" + text)
 
 
 def _calibration(labelled: str, scored: list[tuple[str, pl.DataFrame]], scoring: ScoringSettings) -> str:

@@ -68,7 +68,7 @@ def report(source: str, output: str, calibration: str | None, timestamp_col: str
             baseline_judges=baseline_judges(),
             calibration=calibration,
             timestamp_column=timestamp_col,
-            timezone=_zone(zone),
+            timezone=checked_zone(zone),
             scoring=scoring,
             worst=worst,
         )
@@ -86,7 +86,7 @@ def report(source: str, output: str, calibration: str | None, timestamp_col: str
     )
 
 
-def _zone(name: str) -> str:
+def checked_zone(name: str) -> str:
     """``name`` when it is an IANA time zone, else a usage error naming the flag and the variable."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 

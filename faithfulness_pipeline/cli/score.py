@@ -45,6 +45,7 @@ from faithfulness_pipeline.outputs.scored_table import SCORED_TABLE
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.landing import LandingSettings, WarehouseSettings
+from faithfulness_pipeline.settings.review import ReviewSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.traces import TraceExportSettings
 from faithfulness_pipeline.sources.open import open_source
@@ -144,19 +145,23 @@ def _read_ahead(chunks: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
     return chunks if first is None else itertools.chain([first], chunks)
 
 
-def _output_context(scoring: ScoringSettings, outputs: dict[Output, str]) -> OutputContext:
+def _output_context(scoring: ScoringSettings, outputs: dict[Output, str], options: dict[str, Any]) -> OutputContext:
     """What the run's outputs read of the settings. Tables of whole days also read, as the report does, a row's
-    day (``FP_TIMESTAMP_COLUMN`` in ``FP_TIMEZONE``) and the comparison's segments (``FP_SEGMENT_COLUMNS``):
-    only then, so that a Dagster variable that is wrong never stops a run that does not need it."""
+    day (``FP_TIMESTAMP_COLUMN`` in ``FP_TIMEZONE``), the comparison's segments (``FP_SEGMENT_COLUMNS``) and the
+    review queue's size (``--review-sample-size``): only then, so that a Dagster variable that is wrong never
+    stops a run that does not need it."""
     context = OutputContext(
-        model_column=scoring.model_column, id_column=scoring.id_column, answer_column=scoring.output_column,
+        model_column=scoring.model_column, id_column=scoring.id_column, turn_column=scoring.turn_column,
+        key_column=scoring.key_column, answer_column=scoring.output_column,
         hallucination_threshold=scoring.hallucination_threshold, scale=scoring.scale, chunk_rows=scoring.chunk_rows,
     )
     if not any(isinstance(entry, DayTable) for entry in outputs):
         return context
     landing, warehouse = from_env(LandingSettings, os.environ), from_env(WarehouseSettings, os.environ)
+    review = resolved(ReviewSettings, options, os.environ)
     return replace(context, segment_columns=tuple(warehouse.segment_columns),
-                   timestamp_column=landing.timestamp_column, timezone=landing.zone())
+                   timestamp_column=landing.timestamp_column, timezone=landing.zone(),
+                   review_sample_size=review.review_sample_size)
 
 
 def _write_back(traces: TraceExportSettings, output: str, context: OutputContext) -> tuple[list[str], bool]:
@@ -199,7 +204,7 @@ def _dry_run(judge_settings: JudgeSettings, source: Source[Part], config: Scorin
 @click.option("--dry-run", is_flag=True, help="Print requests, tokens and estimated cost; call nothing.")
 @click.option("--quiet", is_flag=True, help="No progress and no summary.")
 @click.option("--batch", is_flag=True, help="Same as --mode batch: the provider's Batch API, at its batch price.")
-@setting_options(JudgeSettings, ScoringSettings, TraceExportSettings)
+@setting_options(JudgeSettings, ScoringSettings, TraceExportSettings, ReviewSettings)
 def score(input_spec: str, static_texts: tuple[str, ...], context_file: str | None, context_hook: str | None,
           dry_run: bool, quiet: bool, batch: bool, **options: Any) -> None:
     """Score INPUT (a Parquet, JSON Lines or CSV file, a directory of them, or a glob) and write the scored
@@ -213,7 +218,7 @@ def score(input_spec: str, static_texts: tuple[str, ...], context_file: str | No
     with unfailing_streams(), sigterm_as_interrupt(), ExitStack() as inputs:
         try:
             judge_settings, scoring, traces = _settings(options, batch)
-            context = _output_context(scoring, outputs)
+            context = _output_context(scoring, outputs, options)
             config = scoring.config(
                 static_context=_static_context(static_texts, context_file),
                 context_hook=_load_hook(context_hook) if context_hook else None,

@@ -37,9 +37,10 @@ _SCALE: Final = float(1 << 64)
 NO_STRATUM: Final = "\x00"
 
 
-def sample_points(keys: pl.Series) -> pl.Series:
-    """Each row key's point in [0, 1) (null keys get 0: prepared rows always have a key)."""
-    base = hashlib.blake2b(_SALT, digest_size=8)
+def hashed_points(keys: pl.Series, salt: bytes, name: str) -> pl.Series:
+    """Each key's point in [0, 1): the first 8 bytes of BLAKE2b over ``salt`` and the key (null keys get 0).
+    Two salts give two independent draws from the same keys."""
+    base = hashlib.blake2b(salt, digest_size=8)
 
     def point(key: str | None) -> float:
         if key is None:
@@ -48,7 +49,12 @@ def sample_points(keys: pl.Series) -> pl.Series:
         h.update(key.encode("utf-8", "surrogatepass"))
         return int.from_bytes(h.digest(), "big") / _SCALE
 
-    return pl.Series("sample_point", [point(k) for k in keys.to_list()], dtype=pl.Float64)
+    return pl.Series(name, [point(k) for k in keys.to_list()], dtype=pl.Float64)
+
+
+def sample_points(keys: pl.Series) -> pl.Series:
+    """Each row key's point in [0, 1) (null keys get 0: prepared rows always have a key)."""
+    return hashed_points(keys, _SALT, "sample_point")
 
 
 def sample_keys(rows: pl.DataFrame) -> pl.Series:

@@ -22,12 +22,15 @@ from faithfulness_pipeline.defs.assets import build_assets, build_checks
 from faithfulness_pipeline.defs.calibration import build_calibration_assets, build_calibration_job
 from faithfulness_pipeline.defs.executors import PRELOAD_MODULES, local_executor
 from faithfulness_pipeline.defs.io import STEP_IO, WarehouseIOManager
+from faithfulness_pipeline.defs.labels import build_labels_job, new_labels
 from faithfulness_pipeline.defs.names import LLM_POOL
 from faithfulness_pipeline.defs.partitions import daily_partitions
 from faithfulness_pipeline.defs.resources import (
     CalibrationResource,
     JudgeResource,
+    LabelsResource,
     LandingResource,
+    ReviewResource,
     ScoringResource,
     TracesResource,
 )
@@ -38,7 +41,9 @@ from faithfulness_pipeline.settings.celery import CelerySettings
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.derive import settings as registered
 from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.labels import LabelSettings
 from faithfulness_pipeline.settings.landing import LandingSettings, PartitionSettings, WarehouseSettings
+from faithfulness_pipeline.settings.review import ReviewSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.sensitive import holds_password
 from faithfulness_pipeline.settings.traces import TraceExportSettings
@@ -56,6 +61,8 @@ class DefsSettings:
     warehouse: WarehouseResource = field(default_factory=WarehouseResource)
     calibration: CalibrationResource = field(default_factory=CalibrationResource)
     traces: TracesResource = field(default_factory=TracesResource)
+    labels: LabelsResource = field(default_factory=LabelsResource)
+    review: ReviewResource = field(default_factory=ReviewResource)
     #: Dagster's Celery executor (``FP_CELERY_*``); its broker unset: the local multiprocess executor.
     celery: CelerySettings = field(default_factory=CelerySettings)
 
@@ -73,6 +80,8 @@ class DefsSettings:
         warehouse = WarehouseResource(**_given(from_env(WarehouseSettings, env), env))
         calibration = CalibrationResource(**_given(from_env(CalibrationSettings, env), env))
         traces = TracesResource(**_given(from_env(TraceExportSettings, env), env))
+        labels = LabelsResource(**_given(from_env(LabelSettings, env), env))
+        review = ReviewResource(**_given(from_env(ReviewSettings, env), env))
         return DefsSettings(
             partitions_start=from_env(PartitionSettings, env).partitions_start,
             judge=judge,
@@ -81,6 +90,8 @@ class DefsSettings:
             warehouse=warehouse,
             calibration=calibration,
             traces=traces,
+            labels=labels,
+            review=review,
             celery=from_env(CelerySettings, env),
         )
 
@@ -128,9 +139,9 @@ def build_defs(
     return dg.Definitions(
         assets=assets,
         asset_checks=build_checks(partitions),
-        jobs=[job, build_calibration_job()],
+        jobs=[job, build_calibration_job(), build_labels_job()],
         schedules=[build_schedule(job)],
-        sensors=[build_sensor(job, partitions)],
+        sensors=[build_sensor(job, partitions), new_labels],
         resources={
             "judge": settings.judge,
             "scoring": settings.scoring,
@@ -140,6 +151,8 @@ def build_defs(
             STEP_IO: step_io_manager or dg.FilesystemIOManager(),
             "calibration": settings.calibration,
             "traces": settings.traces,
+            "labels": settings.labels,
+            "review": settings.review,
         },
         executor=executor or local_executor(),
     )
@@ -151,6 +164,7 @@ __all__ = [
     "DefsSettings",
     "JudgeResource",
     "LandingResource",
+    "ReviewResource",
     "ScoringResource",
     "WarehouseIOManager",
     "WarehouseResource",

@@ -3,6 +3,7 @@
 raw_conversations -> extracted_claims -> judged_claims -> scored_conversations -> claim_table
                                                                               -> daily_answer_quality
                                                                               -> daily_model_comparison
+                                                                              -> review_queue
                                                                               (-> evaluation_events,
                                                                                   phoenix_annotations)
 every table -> answer_quality_duckdb, answer_quality_report
@@ -20,6 +21,7 @@ import dagster as dg
 from faithfulness_pipeline.defs import checks
 from faithfulness_pipeline.defs.bi import answer_quality_duckdb, answer_quality_report
 from faithfulness_pipeline.defs.judged import judge_assets
+from faithfulness_pipeline.defs.labels import answer_labels
 from faithfulness_pipeline.defs.names import CLAIMS, RAW, SCORED, VERDICTS
 from faithfulness_pipeline.defs.outputs import output_assets
 from faithfulness_pipeline.defs.raw import raw_asset
@@ -41,6 +43,7 @@ def build_assets(
     return [
         raw_asset(partitions),
         judge_assets(partitions, versioned, judge_tags),
+        answer_labels,
         *output_assets(partitions, versioned, traces, table_format),
         answer_quality_duckdb,
         answer_quality_report,

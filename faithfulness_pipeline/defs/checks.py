@@ -21,6 +21,7 @@ import polars as pl
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.claimless import MIN_WORDS, count_claimless
+from faithfulness_pipeline.defs.label_checks import labels_agree_check, labels_cover_check
 from faithfulness_pipeline.defs.metadata import EXAMPLES, md_list
 from faithfulness_pipeline.defs.resources import ScoringResource
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
@@ -327,4 +328,6 @@ CHECKS: Final[Mapping[str, CheckBuilder]] = MappingProxyType({
     "llm_judge_used": lambda asset, upstream, partitions: offline_fallback_check(asset, partitions),
     "claims_found": lambda asset, upstream, partitions: claims_found_check(asset, partitions),
     "within_spend_cap": lambda asset, upstream, partitions: spend_cap_check(asset, partitions),
+    "labels_cover_the_groups": lambda asset, upstream, partitions: labels_cover_check(asset, partitions),
+    "labels_agree_with_the_window": lambda asset, upstream, partitions: labels_agree_check(asset, partitions),
 })

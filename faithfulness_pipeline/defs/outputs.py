@@ -2,8 +2,8 @@
 
 The scored table is made of the day's judged rows (``defs.scored``); every other output of the day's scored
 table: a table built chunk by chunk (the claim table), a table of the day's rows together (the daily
-aggregates, the model comparison), or records sent to another system (evaluation events, Phoenix
-annotations), which exist in the code location when its settings name that system as the code location loads.
+aggregates, the model comparison, the review queue), or records sent to another system (evaluation events,
+Phoenix annotations), which exist in the code location when its settings name that system as it loads.
 A table's kinds name the warehouse's table format; its code version carries the judge's identity when the
 judge produced what it holds: after a prompt change Dagster shows it stale.
 """
@@ -18,28 +18,39 @@ import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.defs.calibration import latest_calibration
+from faithfulness_pipeline.defs.labelled_days import with_labels
 from faithfulness_pipeline.defs.metadata import scored_metadata, table_metadata
-from faithfulness_pipeline.defs.names import CLAIMS, GROUP, RAW, SCORED, VERDICTS
-from faithfulness_pipeline.defs.resources import JudgeResource, ScoringResource, TracesResource
+from faithfulness_pipeline.defs.names import CLAIMS, GROUP, LABELS, RAW, SCORED, VERDICTS
+from faithfulness_pipeline.defs.resources import (
+    JudgeResource,
+    LabelsResource,
+    ReviewResource,
+    ScoringResource,
+    TracesResource,
+)
 from faithfulness_pipeline.defs.scored import scored_chunks
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
 from faithfulness_pipeline.outputs import ChunkTable, DayTable, Output, OutputContext, Sent, TableOutput, entries
 from faithfulness_pipeline.outputs.kinds import DAY
 from faithfulness_pipeline.outputs.scored_table import SCORED_TABLE
+from faithfulness_pipeline.settings.review import REVIEW_SAMPLE_SIZE
 from faithfulness_pipeline.settings.traces import TraceExportSettings
 
 #: What a day's scored table is made of, and what every other output is made of.
 _SCORED_DEPS = [RAW, CLAIMS, VERDICTS]
 
 
-def output_context(scoring: ScoringResource, warehouse: WarehouseResource, day: str) -> OutputContext:
+def output_context(scoring: ScoringResource, warehouse: WarehouseResource, day: str,
+                   review: ReviewResource | None = None) -> OutputContext:
     """What the outputs of ``day`` read of the settings, in the warehouse (whose views join tables)."""
     return OutputContext(
-        model_column=scoring.model_column, id_column=scoring.id_column, answer_column=scoring.output_column,
+        model_column=scoring.model_column, id_column=scoring.id_column, turn_column=scoring.turn_column,
+        key_column=scoring.key_column, answer_column=scoring.output_column,
         hallucination_threshold=scoring.hallucination_threshold, scale=scoring.scale,
         segment_columns=tuple(warehouse.segment_columns),
         heavy_columns=(scoring.context_column, scoring.messages_column), chunk_rows=scoring.chunk_rows,
         day=date.fromisoformat(day), views_join=True,
+        review_sample_size=REVIEW_SAMPLE_SIZE if review is None else review.review_sample_size,
     )
 
 
@@ -61,9 +72,13 @@ def output_assets(
 def _asset(entry: Output, partitions: dg.PartitionsDefinition[str], code_version: str,
            kinds: set[str]) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """The asset decorator of ``entry``: its name, kinds and description, after what it is made of."""
+    deps = _SCORED_DEPS if entry is SCORED_TABLE else [SCORED, *([LABELS] if _labelled(entry) else [])]
     return dg.asset(name=entry.name, group_name=GROUP, partitions_def=partitions, code_version=code_version,
-                    kinds=kinds, deps=_SCORED_DEPS if entry is SCORED_TABLE else [SCORED],
-                    description=entry.description)
+                    kinds=kinds, deps=deps, description=entry.description)
+
+
+def _labelled(entry: Output) -> bool:
+    return isinstance(entry, DayTable) and entry.labelled
 
 
 def _table_asset(entry: TableOutput, partitions: dg.PartitionsDefinition[str], versioned: Callable[[str], str],
@@ -73,14 +88,16 @@ def _table_asset(entry: TableOutput, partitions: dg.PartitionsDefinition[str], v
     @_asset(entry, partitions, code_version, {table_format, *entry.kinds})
     def _table(
         context: dg.AssetExecutionContext, judge: JudgeResource, scoring: ScoringResource,
-        warehouse: WarehouseResource,
+        warehouse: WarehouseResource, labels: LabelsResource, review: ReviewResource,
     ) -> dg.MaterializeResult:  # type: ignore[type-arg]
         day = context.partition_key
-        made = output_context(scoring, warehouse, day)
+        made = output_context(scoring, warehouse, day, review)
         if isinstance(entry, ChunkTable):
             metadata = _write_chunks(entry, context, judge, scoring, warehouse, made)
         else:
             assert isinstance(entry, DayTable)
+            if entry.labelled:
+                made = with_labels(made, warehouse, labels)
             metadata = _write_day(entry, warehouse, made)
         metadata["path"] = dg.MetadataValue.path(warehouse.location(entry.name, day))
         if entry.judged:
@@ -135,11 +152,14 @@ def _write_day(entry: DayTable, warehouse: WarehouseResource, made: OutputContex
     day = made.day.isoformat()
     scan = warehouse.scan(SCORED, [day])
     rows = scan.select(entry.reads(scan.collect_schema().names(), made)).collect()
-    table = entry.build(rows.with_columns(pl.lit(made.day, dtype=pl.Date).alias(DAY)), made)
+    dated = rows.with_columns(pl.lit(made.day, dtype=pl.Date).alias(DAY))
+    table = entry.build(dated, made)
     warehouse.write(entry.name, day, table)
     metadata = table_metadata(table.schema, entry.name, table.height)
     if entry.preview is not None:
         metadata[entry.preview_key] = dg.MetadataValue.md(entry.preview(table))
+    if entry.summary is not None:
+        metadata[entry.summary_key] = dg.MetadataValue.md(entry.summary(dated, made))
     return metadata
 
 

@@ -21,7 +21,9 @@ from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import config_error
 from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.labels import LabelSettings
 from faithfulness_pipeline.settings.landing import LandingSettings
+from faithfulness_pipeline.settings.review import ReviewSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.traces import TraceExportSettings
 
@@ -96,10 +98,24 @@ class TracesResource(dg.ConfigurableResource, TraceExportSettings):  # type: ign
     docs/settings.md)."""
 
 
+class LabelsResource(dg.ConfigurableResource, LabelSettings):  # type: ignore[type-arg]
+    """People's labels of the corrected figures: the ``LabelSettings`` fields (described there, and in
+    docs/settings.md)."""
+
+
+class ReviewResource(dg.ConfigurableResource, ReviewSettings):  # type: ignore[type-arg]
+    """People's review of the judge: the ``ReviewSettings`` fields (described there, and in docs/settings.md).
+    Read by the day's ``review_queue`` alone."""
+
+    def __init__(self, **data: Any) -> None:
+        _validated(super().__init__, ReviewSettings, data)
+
+
 class LandingResource(dg.ConfigurableResource, LandingSettings):  # type: ignore[type-arg]
     """Where raw conversations land: the ``LandingSettings`` fields (described there, and in
     docs/settings.md). ``timezone`` is best set with FP_TIMEZONE: the partitions are fixed when the code location
     loads."""
 
-__all__ = ["CalibrationResource", "JudgeResource", "LandingResource", "ScoringResource", "TracesResource",
-           "WarehouseResource"]
+__all__ = ["CalibrationResource", "JudgeResource", "LabelsResource", "LandingResource", "ReviewResource",
+           "ScoringResource",
+           "TracesResource", "WarehouseResource"]

@@ -15,9 +15,11 @@ from typing import Final
 
 from faithfulness_pipeline.outputs.claim_table import CLAIM_TABLE
 from faithfulness_pipeline.outputs.comparison import COMPARISON_TABLE
+from faithfulness_pipeline.outputs.corrected import CORRECTED_TABLE
 from faithfulness_pipeline.outputs.daily import DAILY_TABLE
 from faithfulness_pipeline.outputs.kinds import Output, TableOutput
 from faithfulness_pipeline.outputs.mastra import MASTRA_EXPORT
+from faithfulness_pipeline.outputs.review_queue import REVIEW_QUEUE
 from faithfulness_pipeline.outputs.scored_table import COLUMNS as SCORED_COLUMNS
 from faithfulness_pipeline.outputs.scored_table import SCORED_TABLE
 from faithfulness_pipeline.outputs.write_back import EVALUATION_EVENTS, PHOENIX_ANNOTATIONS
@@ -29,6 +31,8 @@ OUTPUTS: Final[tuple[Output, ...]] = (
     MASTRA_EXPORT,
     DAILY_TABLE,
     COMPARISON_TABLE,
+    CORRECTED_TABLE,
+    REVIEW_QUEUE,
     EVALUATION_EVENTS,
     PHOENIX_ANNOTATIONS,
 )

@@ -28,6 +28,7 @@ from typing import Final
 
 import polars as pl
 
+from faithfulness_pipeline.settings.review import REVIEW_SAMPLE_SIZE
 from faithfulness_pipeline.settings.traces import TraceExportSettings
 
 #: The day column of the rows a :class:`DayTable` is built from (a name no user's table has).
@@ -41,7 +42,11 @@ class OutputContext:
 
     model_column: str = "model"
     id_column: str = "conversation_id"
+    turn_column: str = "turn"
+    key_column: str | None = None
     answer_column: str = "output"
+    #: The answer's language (no setting names it: the sample data's column, which the comparison reads too).
+    language_column: str = "language"
     hallucination_threshold: float = 0.5
     scale: float = 1.0
     #: Columns each day's groups are also compared by (an app or prompt version).
@@ -59,6 +64,14 @@ class OutputContext:
     #: of ``scored_at`` (a warehouse's day is its partition's).
     timestamp_column: str = "created_at"
     timezone: str = "UTC"
+    #: People's labels, for the outputs that correct the judge's figures (:attr:`DayTable.labelled`): the label
+    #: tables as given (``core.corrected.keyed_labels`` ties them to rows), and the scored rows of the days before
+    #: whose answers they label (the labels a group with too few of its own may borrow); None: no labels.
+    labels: pl.DataFrame | None = None
+    labelled_before: pl.DataFrame | None = None
+    min_labels: int = 10
+    #: Rows of the audit sample people label: of the day in the warehouse, of the run on the command line.
+    review_sample_size: int = REVIEW_SAMPLE_SIZE
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -129,6 +142,12 @@ class DayTable(TableOutput):
     #: A markdown preview of the table for the Dagster UI (None: none), under the metadata key ``preview_key``.
     preview: Callable[[pl.DataFrame], str] | None = None
     preview_key: str = "preview"
+    #: Built from people's labels too (``OutputContext.labels``): it depends on them, and new labels make it
+    #: stale.
+    labelled: bool = False
+    #: A markdown summary of the rows read, for what the table leaves out (None: none), under ``summary_key``.
+    summary: Callable[[pl.DataFrame, OutputContext], str] | None = None
+    summary_key: str = "summary"
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import itertools
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.report.data import is_warehouse, load_calibration, rows_of, scored_chunks
+from faithfulness_pipeline.report.data import is_warehouse, load_calibration, load_corrected, rows_of, scored_chunks
 from faithfulness_pipeline.report.render import Headline, headline, render_html, write_report
 from faithfulness_pipeline.report.summary import ReportData, summarise, summarise_chunks
 from faithfulness_pipeline.settings.derive import settings as registered
@@ -50,6 +51,7 @@ def build_report_to(
     data = summarise_chunks(itertools.chain([first], chunks), source=source, scoring=scoring, worst=worst,
                             calibration=load_calibration(calibration, warehouse),
                             full_rows=lambda keys, columns: rows_of(source, keys, columns))
+    data = replace(data, corrected=load_corrected(warehouse))
     return write_report(data, target, baseline_judges=baseline_judges), data
 
 

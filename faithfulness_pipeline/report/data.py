@@ -285,3 +285,22 @@ def load_calibration(spec: str | None, warehouse: Place | None) -> pl.DataFrame 
         if files:
             return pl.concat([_read_table(f.uri) for f in files], how="diagonal_relaxed")
     return None
+
+
+#: The warehouse's table of the figures corrected by people's labels (``outputs.corrected``).
+CORRECTED_TABLE = "daily_corrected_quality"
+
+
+def load_corrected(warehouse: Place | None) -> pl.DataFrame | None:
+    """The warehouse's corrected figures of the groups that have them (a few rows a day), day by day; None
+    where there are none."""
+    if warehouse is None:
+        return None
+    files = _warehouse_files(warehouse, CORRECTED_TABLE)
+    if not files:
+        return None
+    table = pl.concat([_read_table(f.uri) for f in files], how="diagonal_relaxed")
+    if "over_threshold_share_corrected" not in table.columns:
+        return None
+    kept = table.filter(pl.col("over_threshold_share_corrected").is_not_null())
+    return kept.sort("day", "model", "language", nulls_last=True) if kept.height else None

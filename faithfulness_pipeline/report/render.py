@@ -127,6 +127,19 @@ def _calibration(data: ReportData) -> dict[str, Any] | None:
     return {"columns": table.columns, "rows": rows}
 
 
+def _corrected(data: ReportData) -> list[dict[str, Any]] | None:
+    """The corrected share of each group beside the judge's, as the page shows it."""
+    table = data.corrected
+    if table is None:
+        return None
+    return [{"day": r["day"], "model": r["model"] or "-", "language": r["language"] or "-",
+             "labelled": r["labelled_answers"], "judge": pct(r["over_threshold_share"]),
+             "corrected": pct(r["over_threshold_share_corrected"]),
+             "interval": f"{pct(r['over_threshold_share_corrected_low'])} - "
+                         f"{pct(r['over_threshold_share_corrected_high'])}",
+             "labels_from": r["labels_from"]} for r in table.iter_rows(named=True)]
+
+
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader("faithfulness_pipeline.report", "templates"),
@@ -172,6 +185,7 @@ def render_html(data: ReportData, *, baseline_judges: frozenset[str] = frozenset
         cut_text=_cut,
         num=num,
         calibration=_calibration(data),
+        corrected=_corrected(data),
         comparisons=data.comparisons,
     )
 

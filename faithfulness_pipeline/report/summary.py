@@ -52,6 +52,8 @@ class ReportData:
     threshold: float
     scale: float
     calibration: pl.DataFrame | None = None
+    #: The figures corrected by people's labels, per day x model x language (``outputs.corrected``); None: none.
+    corrected: pl.DataFrame | None = None
     warnings: list[str] = field(default_factory=list)  # one line each, shown above the numbers
     comparisons: list[str] = field(default_factory=list)  # the models against each other, in words
 

@@ -1,15 +1,15 @@
 """Where every setting is reachable: derived from the settings models, never declared again.
 
-The models (``judge``, ``scoring``, ``calibration`` and ``landing`` in this package) declare each setting once
-(name, type, default, range, description); :data:`MODELS` says how users reach each model's fields. From them
-come:
+The models (``judge``, ``scoring``, ``calibration``, ``traces``, ``review``, ``landing`` and ``celery`` in this
+package) declare each setting once (name, type, default, range, description); :data:`MODELS` says how users
+reach each model's fields. From them come:
 
 - the CLI flags (``faithfulness-pipeline score --timeout ...``), built by ``cli`` from :func:`settings` for
   the models whose settings are flags (``calibrate`` also takes the calibration settings); the landing,
   warehouse and partition settings are the Dagster layer's and are none (but ``report``'s own ``--timezone``);
 - the Dagster resource fields: ``JudgeResource``, ``ScoringResource``, ``CalibrationResource``,
-  ``LandingResource`` and ``WarehouseResource`` inherit the models' fields (the first partition is fixed when
-  the code location loads, so no resource has it);
+  ``TracesResource``, ``ReviewResource``, ``LandingResource`` and ``WarehouseResource`` inherit the models'
+  fields (the first partition is fixed when the code location loads, so no resource has it);
 - the environment variables: the model's prefix and the field name in capitals (``FP_JUDGE_TIMEOUT_S``,
   ``FP_SCALE``), or the name a field gives (``fields.variable``: ``FP_LANDING`` for ``landing.path``), read
   by the Dagster code location and, as the flags' defaults, by the CLI (:func:`from_env`);
@@ -33,7 +33,9 @@ from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.celery import CelerySettings
 from faithfulness_pipeline.settings.fields import CLI, ENV
 from faithfulness_pipeline.settings.judge import JudgeSettings
+from faithfulness_pipeline.settings.labels import LabelSettings
 from faithfulness_pipeline.settings.landing import LandingSettings, PartitionSettings, WarehouseSettings
+from faithfulness_pipeline.settings.review import ReviewSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.traces import TraceExportSettings
 
@@ -58,6 +60,8 @@ MODELS: Final[tuple[Registered, ...]] = (
     Registered(ScoringSettings, "FP_", "scoring"),
     Registered(CalibrationSettings, "FP_CALIBRATION_", "calibration"),
     Registered(TraceExportSettings, "FP_", "traces"),
+    Registered(LabelSettings, "FP_", "labels"),
+    Registered(ReviewSettings, "FP_", "review"),
     Registered(LandingSettings, "FP_", "landing", flags=False),
     Registered(WarehouseSettings, "FP_", "warehouse", flags=False),
     Registered(PartitionSettings, "FP_", None, flags=False),

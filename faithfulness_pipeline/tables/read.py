@@ -228,3 +228,19 @@ def read_all(spec: str, text: frozenset[str] = frozenset()) -> pl.DataFrame:
     paths = resolve_inputs(spec)
     schema = union_schema([(p, file_schema(p, text)) for p in paths])
     return pl.concat([conform(chunk, schema) for chunk in iter_chunks(paths, 1_000_000, text)], how="vertical")
+
+
+def read_columns(path: str, columns: Sequence[str], text: frozenset[str] = frozenset()) -> pl.DataFrame:
+    """Only ``columns`` of one input file, the others left unread (a Parquet file's other column chunks are
+    never fetched): the light columns of a table whose texts are large (``text``: as for :func:`scan_input`)."""
+    try:
+        if input_format(path) == PARQUET:
+            parquet_schema(path)
+            frame = pl.from_arrow(_open(path).read(columns=list(columns)))
+            assert isinstance(frame, pl.DataFrame)
+            return frame
+        return scan_input(path, text).select(columns).collect()
+    except InputError:
+        raise
+    except READ_ERRORS as exc:
+        raise read_error(path, exc) from exc

@@ -101,5 +101,8 @@ def test_two_judges_on_labelled_rows_show_their_calibration_beside_their_agreeme
     assert "calibration on 21 labelled rows" in result.stdout
     assert str(tmp_path / "a.parquet") in result.stdout.split("calibration on", 1)[1]
     assert "balanced accuracy of" in result.stdout  # the second table against the first, on the people's labels
-    refused = run_cli("compare", str(tmp_path / "a.parquet"), "--by", "model", "--labelled", str(labelled))
-    assert refused.returncode == 2 and "--labelled" in refused.stderr
+    assert "corrected by people's labels" in result.stdout  # both tables' figures, corrected by the same labels
+    # the groups of one table, corrected by the labels of each group (issue 51: no longer refused)
+    groups = run_cli("compare", str(tmp_path / "a.parquet"), "--by", "model", "--labelled", str(labelled))
+    assert groups.returncode == 0, groups.stderr
+    assert "corrected by people's labels" in groups.stdout and "labels) ->" in groups.stdout

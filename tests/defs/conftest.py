@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 
 from faithfulness_pipeline.defs import DefsSettings, build_defs
-from faithfulness_pipeline.defs.resources import LandingResource, WarehouseResource
+from faithfulness_pipeline.defs.resources import LabelsResource, LandingResource, WarehouseResource
 from tests.conftest import S3Bucket
 from tests.defs.celery_world import World, broker_fixture, world_fixture
 from tests.postgres_cluster import Cluster
@@ -37,8 +37,11 @@ TABLES = (
     "claim_table",
     "daily_answer_quality",
     "daily_model_comparison",
+    "daily_corrected_quality",
+    "review_queue",
 )  # one Parquet table per day each
 ASSETS = {*TABLES, "answer_quality_duckdb", "answer_quality_report"}
+LABEL_ASSETS = {"answer_labels"}  # unpartitioned, job read_labels
 CALIBRATION_ASSETS = {"labelled_conversations", "judge_calibration"}  # unpartitioned, job calibrate_judge
 
 
@@ -112,10 +115,11 @@ class Lake:
         )
 
 
-def make_lake(landing: Path, warehouse: Path, **landing_fields: object) -> Lake:
+def make_lake(landing: Path, warehouse: Path, labels: LabelsResource | None = None, **landing_fields: object) -> Lake:
     settings = DefsSettings(
         landing=LandingResource(path=str(landing), **landing_fields),  # type: ignore[arg-type]
         warehouse=WarehouseResource(root=str(warehouse)),
+        labels=labels or LabelsResource(),
     )
     return Lake(landing, warehouse, build_defs(settings))
 

@@ -69,6 +69,7 @@ def test_the_documented_dg_launch_commands_materialise_a_day_and_calibrate(
             for e in events
             if e.dagster_event and e.dagster_event_type == DagsterEventType.ASSET_CHECK_EVALUATION
         ]
-        assert len(checks) == 13  # the eleven rules, the WARN that the offline baseline scored the day, the spend cap
+        assert len(checks) == 15  # the eleven rules, the WARN that the offline baseline scored the day, the spend cap,
+        # the labels' coverage and agreement
         failed = {c.check_name for c in checks if not c.passed}  # type: ignore[union-attr]
         assert failed == {"llm_judge_used"}

@@ -32,6 +32,7 @@ from tests.defs.conftest import (
     ASSETS,
     CALIBRATION_ASSETS,
     DAYS,
+    LABEL_ASSETS,
     REPO,
     SAMPLE,
     free_port,
@@ -127,7 +128,7 @@ def test_dagster_dev_lists_every_asset_over_graphql(dev: DevServer) -> None:
     data = _graphql(dev.url, "{ assetNodes { assetKey { path } groupName jobNames isPartitioned } }")
     nodes = data["assetNodes"]
     assert isinstance(nodes, list)
-    assert {"/".join(n["assetKey"]["path"]) for n in nodes} == ASSETS | CALIBRATION_ASSETS
+    assert {"/".join(n["assetKey"]["path"]) for n in nodes} == ASSETS | CALIBRATION_ASSETS | LABEL_ASSETS
     daily = [n for n in nodes if "/".join(n["assetKey"]["path"]) in ASSETS]
     assert all("score_conversations" in n["jobNames"] for n in daily)
     # one file each over every day: the BI database and the report are not daily partitions
@@ -136,13 +137,16 @@ def test_dagster_dev_lists_every_asset_over_graphql(dev: DevServer) -> None:
     calibration = [n for n in nodes if "/".join(n["assetKey"]["path"]) in CALIBRATION_ASSETS]
     assert calibration and all(not n["isPartitioned"] and "calibrate_judge" in n["jobNames"]
                                and "score_conversations" not in n["jobNames"] for n in calibration)
+    labels = [n for n in nodes if "/".join(n["assetKey"]["path"]) in LABEL_ASSETS]
+    assert labels and all(not n["isPartitioned"] and "read_labels" in n["jobNames"]
+                          and "score_conversations" not in n["jobNames"] for n in labels)
     automation = _graphql(
         dev.url,
         "{ repositoriesOrError { ... on RepositoryConnection { nodes { schedules { name } sensors { name } } } } }",
     )
     repos = automation["repositoriesOrError"]["nodes"]  # type: ignore[index]
     assert [s["name"] for s in repos[0]["schedules"]] == ["daily_scoring"]
-    assert [s["name"] for s in repos[0]["sensors"]] == ["new_landing_files"]
+    assert sorted(s["name"] for s in repos[0]["sensors"]) == ["new_labels", "new_landing_files"]
 
 
 def _pool_limit() -> int:

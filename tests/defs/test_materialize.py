@@ -29,7 +29,7 @@ def test_every_asset_and_check_succeeds_for_every_day(built: Built) -> None:
         }
         assert keys == ASSETS
         evaluations = result.get_asset_check_evaluations()
-        assert len(evaluations) == 13  # eleven rules, whether an LLM judge scored the day, the spend cap
+        assert len(evaluations) == 15  # eleven rules, whether an LLM judge scored the day, the spend cap, the labels' two
         failed = [(e.asset_key.to_user_string(), e.check_name, e.severity) for e in evaluations if not e.passed]
         # only the WARN that these days were scored by the offline baseline (no model set)
         assert failed == [("scored_conversations", "llm_judge_used", dg.AssetCheckSeverity.WARN)]
@@ -100,7 +100,7 @@ def test_duckdb_views_answer_bi_queries(built: Built) -> None:
     try:
         views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
         assert views == {"scored_conversations", "claim_table", "daily_answer_quality", "raw_conversations",
-                         "daily_model_comparison"}
+                         "daily_model_comparison", "daily_corrected_quality"}
         per_day = con.execute(
             "SELECT CAST(day AS VARCHAR), count(*) FROM scored_conversations GROUP BY day ORDER BY day"
         ).fetchall()

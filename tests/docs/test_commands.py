@@ -105,6 +105,9 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("docs/compare.md", "bash", "compare out/before.parquet"): (
         "tests/cli/test_compare.py::test_the_documented_command_runs_as_printed",
     ),
+    ("docs/review.md", "bash", "review sample"): (
+        "tests/cli/test_review.py::test_the_documented_commands_run_as_printed",
+    ),
     ("docs/traces.md", "bash", "score /var/spans/"): (
         "tests/traces/test_spans_in.py::test_the_documented_collector_recipe_scores_its_folder",
     ),
