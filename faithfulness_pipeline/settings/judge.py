@@ -59,8 +59,9 @@ class JudgeSettings(BaseModel):
     timeout_s: float = Field(
         default=60.0, gt=0, allow_inf_nan=False,
         description="seconds one request may take before it is retried; a streamed one (stream) may take longer "
-        "while its reply keeps coming: for it, the seconds without a new piece of the reply once it has begun "
-        "(on llama.cpp, a silence while its /slots says the server is working is waited out, up to stream_max_s)",
+        "while its reply keeps coming: for it, the seconds without a new piece once the server has begun its reply, "
+        "the wait for the first piece included (on llama.cpp, a silence while its /slots says the server is "
+        "working is waited out, up to stream_max_s)",
         json_schema_extra=flag("--timeout"),
     )
     stream: Literal["auto", "yes", "no"] = Field(

@@ -154,7 +154,7 @@ def test_verdict_codes(code: str, expected: ClaimVerdict) -> None:
         ("supported", "not a verdict code"),
         ("U", "needs a reason"),
         ("C2|  ", "needs a reason"),
-        ("S3", "does not exist"),
+        ("C3", "needs a reason"),  # a pointer past the passages does not excuse a missing reason
     ],
 )
 def test_invalid_verdict_codes(code: str, message: str) -> None:
@@ -174,11 +174,48 @@ def test_verdict_reply_needs_exactly_one_code_per_claim() -> None:
     )
     expected = {"a1": (2, 2), "a2": (2, 2), "a3": (2, 2), "a4": (1, 2), "a5": (3, 1)}
     parsed = parse_verdict_reply(reply, expected)
-    assert set(parsed.ok) == {"a1", "a5"}
+    assert set(parsed.ok) == {"a1", "a3", "a5"}
     assert parsed.ok["a1"][1] == ClaimVerdict("contradicted", False, "no", 1)
     assert parsed.failed["a2"] == "1 verdicts for 2 claims"
-    assert "does not exist" in parsed.failed["a3"]
+    assert parsed.ok["a3"] == (ClaimVerdict("supported", False, None, 0), ClaimVerdict("supported", False, None, None))
+    assert parsed.pointers == {"a3": (0, 1)}
     assert "not a list of code strings" in parsed.failed["a4"]
+
+
+@pytest.mark.parametrize(
+    ("code", "passages", "evidence", "repair"),
+    [
+        ("S0", 1, 0, None),
+        ("S1", 1, 0, "only_passage"),  # one passage, counted from 1: there is no other it can name
+        ("C?1|Passage 1 says 1998.", 1, 0, "only_passage"),
+        ("S2", 1, None, "dropped"),
+        ("S2", 3, 2, None),
+        ("S3", 3, None, "dropped"),  # counted from 1 or a wrong number: with three passages nobody can tell
+        ("U7|not there", 3, None, "dropped"),
+        ("S", 2, None, None),
+    ],
+)
+def test_an_evidence_pointer_that_names_no_passage_keeps_its_verdict(
+    code: str, passages: int, evidence: int | None, repair: str | None
+) -> None:
+    from faithfulness_pipeline.judging.llm.parsing import read_code
+
+    verdict, done = read_code(code, passages)
+    assert (verdict.evidence, done) == (evidence, repair)
+    assert verdict == parse_code(code, passages)
+    assert verdict.verdict == {"S": "supported", "C": "contradicted", "U": "unsupported"}[code[0]]
+    assert verdict.speculative == ("?" in code)
+
+
+def test_a_reply_counting_passages_from_one_is_read_whole_and_says_how_often() -> None:
+    # The shape of issue 52's error rows: one passage, pointer 1, every other code valid.
+    reply = json.dumps({"a1": ["S1", "U|not said"], "a2": ["C1|wrong year", "S0"], "a3": ["S4", "S1"]})
+    parsed = parse_verdict_reply(reply, {"a1": (2, 1), "a2": (2, 2), "a3": (2, 3)})
+    assert parsed.failed == {} and set(parsed.ok) == {"a1", "a2", "a3"}
+    assert [v.evidence for v in parsed.ok["a1"]] == [0, None]
+    assert [v.evidence for v in parsed.ok["a2"]] == [1, 0]  # in range: taken as written
+    assert [v.evidence for v in parsed.ok["a3"]] == [None, 1]
+    assert parsed.pointers == {"a1": (1, 0), "a3": (0, 1)}
 
 
 def test_nesting_is_bounded_and_brackets_inside_strings_do_not_count() -> None:

@@ -158,6 +158,26 @@ def test_a_silence_the_server_says_is_work_is_waited_out_and_other_silences_are_
         assert all(e.error is not None and "nothing came for 0.5 s" in e.error for e in extracted)
 
 
+@pytest.mark.parametrize("stream", ["auto", "no"])
+def test_a_reply_that_trickles_in_a_byte_at_a_time_is_cut_at_the_timeout(stream: str) -> None:
+    """Issue 52: a byte every 0.25 s brings no piece of a reply for seconds on end, so the server's stream is
+    silent, and it says nothing of working: ``--timeout 1`` cuts each request a second after the server began
+    its reply, streamed (``auto`` streams behind an api_base) or whole. The bug held each request for the
+    whole body, a minute and more; the bound here is a behaviour's, with room for a busy machine."""
+    rows = typical_rows(1, seed=3)
+    with FakeLLMServer(ScriptedJudge(), faults=FaultPlan(rate_trickle=1.0, trickle_s=0.25)) as server:
+        judge = _judge(server, timeout_s=1.0, stream=stream, max_retries=1)
+        started = time.monotonic()
+        extracted, verdicts = _run(judge, rows)
+        elapsed = time.monotonic() - started
+        stats = server.stats()
+    assert elapsed < 10, f"held for {elapsed:.0f} s"
+    assert verdicts == [] and judge.stats().requests == 2 == stats.by_outcome.get("trickle")
+    cut = ("timed out: the server began a streamed reply and sent no piece of it for 1 s (--timeout)"
+           if stream == "auto" else "timed out after 1 s")
+    assert [e.error for e in extracted] == [f"gave up after 2 requests: {cut}"]
+
+
 def test_a_server_that_sends_nothing_at_all_is_cut_by_the_bound_on_the_whole_request() -> None:
     rows = typical_rows(2, seed=2)
     with FakeLLMServer(ScriptedJudge(), faults=FaultPlan(rate_hang=1.0)) as server:

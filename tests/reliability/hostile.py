@@ -41,6 +41,7 @@ class Answer:
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
     trickle_s: float | None = None  # seconds between two bytes of the body, sent one at a time
+    whole: bool = False  # sent whole even to a request asking for a stream (a server or proxy that ignores it)
 
 
 def completion(message: dict[str, Any] | None, choices: list[Any] | None = None) -> Answer:
@@ -82,18 +83,18 @@ def no_choices() -> Answer:
 _JUDGE = ScriptedJudge()
 
 
-def scripted(body: dict[str, Any], *, trickle_s: float | None = None) -> Answer:
+def scripted(body: dict[str, Any], *, trickle_s: float | None = None, whole: bool = False) -> Answer:
     chat = ChatRequest(model=str(body["model"]), messages=list(body["messages"]),
                        response_format=body.get("response_format"), temperature=body.get("temperature"),
                        seed=body.get("seed"), max_tokens=body.get("max_tokens"), stream=False, raw=body)
     answer = completion({"role": "assistant", "content": _JUDGE(chat)})
-    return Answer(body=answer.body, trickle_s=trickle_s)
+    return Answer(body=answer.body, trickle_s=trickle_s, whole=whole)
 
 
 def streamed(answer: Answer, body: dict[str, Any]) -> Answer:
     """A 200 completion as OpenAI streams it: the role, the content (or the refusal) in pieces, the finish, then
     the usage when asked for; anything else (errors, web pages) as it is."""
-    if not body.get("stream") or answer.status != 200 or answer.content_type != "application/json":
+    if not body.get("stream") or answer.status != 200 or answer.content_type != "application/json" or answer.whole:
         return answer
     whole = json.loads(answer.body)
     head = {"id": whole["id"], "object": "chat.completion.chunk", "created": whole["created"], "model": whole["model"]}

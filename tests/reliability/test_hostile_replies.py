@@ -4,9 +4,11 @@ Real HTTP through litellm to a small misbehaving server on 127.0.0.1 (``hostile`
 the run like a refused key; a Retry-After longer than ``retry_after_max_s`` fails the requests it holds back
 instead of sleeping; a proxy's HTML page counts toward the circuit breaker; a refusal or a reply without
 choices is never sent again unchanged; a body trickling in a byte at a time is cut at ``--timeout`` (a
-streamed one at ``--stream-max``); an error text that is not valid Unicode still gives a written table. The
+streamed one at ``--timeout`` of silence or ``--stream-max`` in all, a whole one to a streamed request at
+``--timeout`` from its head); an error text that is not valid Unicode still gives a written table. The
 server streams what is asked for as a stream (``--stream``: auto streams here, an endpoint behind an
-api_base); the replies whose handling differs are tried both ways. Assertions count requests, not seconds.
+api_base); the replies whose handling differs are tried both ways. Assertions count requests, not seconds,
+but where time is the behaviour (a trickle held past its bound).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +128,8 @@ def test_a_reply_without_an_answer_is_never_sent_again_unchanged(answer: Any, st
 def test_a_body_that_trickles_in_is_cut_at_the_timeout(stream: str) -> None:
     # A byte every 10 ms: the body (over 300 bytes) takes seconds, each read a few ms; the timeout is one
     # second. A timeout of each read alone (or a loose backstop) would let the whole body through. Streamed,
-    # a piece of it every few seconds is a reply still coming: the bound on the whole request cuts it.
+    # a piece every few seconds is a reply still coming, but the trickle's first piece takes more than the
+    # bound on the whole request, which cuts it first.
     bounds = {"timeout_s": 1.0} if stream == "no" else {"timeout_s": 30.0, "stream_max_s": 1.0}
     with H.HostileServer(lambda n, body: H.scripted(body, trickle_s=0.01)) as server:
         judge = _judge(server, max_retries=1, stream=stream, **bounds)
@@ -136,6 +140,21 @@ def test_a_body_that_trickles_in_is_cut_at_the_timeout(stream: str) -> None:
     assert judge.stats().requests == 2 and 1 <= server.cut_short == server.requests
     cut = ("timed out after 1 s" if stream == "no" else
            "timed out: a streamed reply took over 1 s in all, the wait for its first token included (--stream-max)")
+    assert _errors(scored) == [f"claim extraction failed: gave up after 2 requests: {cut}"]
+
+
+def test_a_whole_body_trickling_in_to_a_streamed_request_is_cut_at_the_timeout() -> None:
+    """Issue 52: a server (or proxy) that ignores ``stream`` and trickles its whole JSON body, a byte every 0.25 s,
+    is bounded by ``--timeout`` from its head, however long ``--stream-max`` is: the bug held each request for
+    the whole body (over a minute here)."""
+    with H.HostileServer(lambda n, body: H.scripted(body, trickle_s=0.25, whole=True)) as server:
+        judge = _judge(server, max_retries=1, stream="yes", timeout_s=1.0)
+        started = time.monotonic()
+        scored, _ = _score(judge, 1)
+        elapsed = time.monotonic() - started
+    assert elapsed < 10, f"held for {elapsed:.0f} s"
+    assert judge.stats().requests == 2 and server.bodies[0]["stream"] is True
+    cut = "timed out: a reply that came whole took over 1 s to arrive after its head (--timeout)"
     assert _errors(scored) == [f"claim extraction failed: gave up after 2 requests: {cut}"]
 
 

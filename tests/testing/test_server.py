@@ -246,6 +246,27 @@ def test_a_stall_of_a_plain_request_hangs() -> None:
         assert server.stats().by_outcome == {"stall": 1}
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_trickle_sends_the_whole_reply_a_byte_at_a_time(stream: bool) -> None:
+    body = {"model": "m", "messages": MESSAGES, "stream": stream}
+    with FakeLLMServer(claims_responder, faults=FaultPlan(rate_trickle=1.0, trickle_s=0.001)) as server, \
+            httpx.Client() as client, client.stream("POST", f"{server.base_url}/chat/completions", json=body,
+                                                    timeout=10) as reply:
+        pieces = list(reply.iter_raw())
+        run(wait_until(lambda: server.stats().open_requests == 0, "the handler ended"))  # billed as it ends
+        stats = server.stats()
+    text = b"".join(pieces).decode()
+    # Byte by byte: far more reads than a reply sent whole takes, and the reply itself unharmed.
+    assert len(pieces) > 50
+    if stream:
+        events = [json.loads(line[len("data: "):]) for line in text.splitlines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+        assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events) == CLAIMS_JSON
+    else:
+        assert json.loads(text)["choices"][0]["message"]["content"] == CLAIMS_JSON
+    assert stats.by_outcome == {"trickle": 1} and stats.billed_completion_tokens == count_tokens(CLAIMS_JSON)
+
+
 def test_a_server_can_leave_the_usage_out_of_its_streams() -> None:
     body = {"model": "m", "messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True}}
     with FakeLLMServer(claims_responder, stream_usage=False) as server:

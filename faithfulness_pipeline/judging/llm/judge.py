@@ -13,12 +13,14 @@ its price map). The judge is split by what each part holds:
 - ``secrets``: the API key, read from the environment, and the :class:`Redactor`;
 - ``plans``: what a step's items become: packing entries, prompts (``prompts``), parsing (``parsing``),
   results; ``packing`` fits entries into requests;
-- ``runner``'s parts: ``tries`` (how often a pack's items were tried) and ``turns`` (what the calls share
-  on the loop: counting turns, the bound on packs under way, a request's head start);
+- ``runner``'s parts: ``tries`` (how often a pack's items were tried), ``turns`` (what the calls share
+  on the loop: counting turns, the bound on packs under way, a request's head start) and ``format_breaker``
+  (a model that never writes the reply format is stopped after a few unusable replies);
+- ``evidence``: how a verdict's pointer to a passage that does not exist is read (never a failed item);
 - ``chat``: one request of a pack (messages, reply budget, schema, body), the same for batch lines;
 - ``requests``: the one place a request is sent (``Sender``), with what came back (``replies``), a
-  streamed reply's reading (``streams``) and what a failure says (``failures``); ``limits`` the shared
-  request limiter.
+  streamed reply's reading (``streams``), the streams given up when the run must stop (``in_flight``) and
+  what a failure says (``failures``); ``limits`` the shared request limiter.
 
 A result store is not this judge's business: the judge stack (``judging.stack``) wraps it (as it wraps
 any judge), and this judge tells it each result the moment it validates and asks it, right before a
@@ -35,7 +37,8 @@ Per step (claims, then verdicts) a call to the judge:
    429 pauses), with litellm's own retries off so that every 429 reaches the limiter;
 4. validates each reply item by item and re-asks only for the items that failed, never with the very
    same request (smaller packs, or a repair message quoting what was wrong), until ``max_retries``;
-   after that the item gets an error result.
+   after that the item gets an error result. A model that has not yet written one usable reply gets fewer
+   repairs, and a few unusable replies in a row stop the run (``format_breaker``).
 
 Every item gets exactly one result. The usage of each request (tokens, a fractional call, cost), failed
 attempts included, is shared out over the items that rode in it. The API key is handed to litellm and to
@@ -273,6 +276,8 @@ class LiteLLMJudge:
             notes.append(f"{c.rate_limited} rate-limited replies (429); in-flight cap went down to {c.min_cap_seen}")
         if (repaired := self._runner.repairs.note()) is not None:
             notes.append(repaired)
+        if (pointed := self._runner.pointers.note()) is not None:
+            notes.append(pointed)
         notes += self.output.notes
         if self.budget is not None and (capped := self.budget.note()) is not None:
             notes.append(capped)

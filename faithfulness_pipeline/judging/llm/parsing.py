@@ -1,12 +1,15 @@
 """Strict reading of judge replies, item by item, so that one bad item never spoils the others.
 
-A reply is one JSON object keyed by the request's local ids (see ``prompts``). It is read member
-by member: a reply cut short by an output limit still yields every member that was complete before the
-cut. Each member is then validated on its own (strict types; every sentence of an answer named exactly
-once; the verdict code grammar; the exact number of verdicts; evidence indices in range). The caller
-keeps ``ok`` and re-asks only for ``failed`` items. Ids the request did not contain are reported, never
-used. Every string taken from a reply is made valid Unicode here (``valid_text``: a lone surrogate
-becomes U+FFFD), and the items whose text that changed are named in ``replaced``.
+A reply is one JSON object keyed by the request's local ids (see ``prompts``). It is read member by member:
+a reply cut short by an output limit still yields every member that was complete before the cut. Each
+member is then validated on its own (strict types; every sentence of an answer named exactly once; the
+verdict code grammar; the exact number of verdicts). The caller keeps ``ok`` and re-asks only for
+``failed`` items. Ids the request did not contain are reported, never used. An evidence pointer that names
+no passage never fails its item: ``evidence`` reads it (``1`` of an item with one passage is that passage,
+the way a model counting from 1 names it; any other is dropped and the verdict kept), and the items it did
+that for are named in ``pointers``. Every string taken from a reply is made valid Unicode here
+(``valid_text``: a lone surrogate becomes U+FFFD), and the items whose text that changed are named in
+``replaced``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any, Final, Generic, TypeVar
 from pydantic import StrictStr, TypeAdapter, ValidationError
 
 from faithfulness_pipeline.core.port import ClaimVerdict, Verdict
+from faithfulness_pipeline.judging.llm.evidence import Repair, read_evidence
 from faithfulness_pipeline.judging.llm.valid_text import checked, valid_text
 
 T = TypeVar("T")
@@ -73,6 +77,8 @@ class ParsedReply(Generic[T]):
     weights: dict[str, int] = field(default_factory=dict)
     #: validated ids whose claims or reasons hold U+FFFD: text of the reply that was not valid Unicode
     replaced: frozenset[str] = frozenset()
+    #: validated ids with evidence pointers that named no passage: (read as the only passage, dropped)
+    pointers: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def read_members(text: str) -> tuple[list[tuple[str, Any, int]], bool]:
@@ -247,21 +253,25 @@ def _shown(key: str) -> str:
 
 
 def parse_code(code: str, n_passages: int) -> ClaimVerdict:
-    """One verdict code (``S0``, ``S?2``, ``C1|reason``, ``U?|reason``); ValueError when it is not one."""
+    """One verdict code (``S0``, ``S?2``, ``C1|reason``, ``U?|reason``); ValueError when it is not one. An
+    evidence pointer past the item's passages is read by ``evidence.read_evidence``, never refused."""
+    return read_code(code, n_passages)[0]
+
+
+def read_code(code: str, n_passages: int) -> tuple[ClaimVerdict, Repair | None]:
+    """:func:`parse_code`, and what was done to its evidence pointer (None: nothing)."""
     match = _CODE.fullmatch(code)
     if match is None:
         raise ValueError(f"not a verdict code: {code[:40]!r}")
     letter, spec, evidence_text, reason_text = match.groups()
     verdict = _LETTERS[letter.upper()]
-    evidence = int(evidence_text) if evidence_text is not None else None
-    if evidence is not None and evidence >= n_passages:
-        raise ValueError(f"evidence passage {evidence} does not exist (the item has {n_passages})")
+    evidence, repair = read_evidence(int(evidence_text) if evidence_text is not None else None, n_passages)
     reason = reason_text.strip()[:_MAX_REASON_CHARS] if reason_text is not None else None
     if not reason:
         reason = None
     if verdict != "supported" and reason is None:
         raise ValueError(f"a {verdict} verdict needs a reason")
-    return ClaimVerdict(verdict=verdict, speculative=spec is not None, reason=reason, evidence=evidence)
+    return ClaimVerdict(verdict=verdict, speculative=spec is not None, reason=reason, evidence=evidence), repair
 
 
 def parse_verdict_reply(text: str, expected: Mapping[str, tuple[int, int]]) -> ParsedReply[tuple[ClaimVerdict, ...]]:
@@ -270,6 +280,7 @@ def parse_verdict_reply(text: str, expected: Mapping[str, tuple[int, int]]) -> P
     ok: dict[str, tuple[ClaimVerdict, ...]] = {}
     weights: dict[str, int] = {}
     replaced: set[str] = set()
+    pointers: dict[str, tuple[int, int]] = {}
     for key, (value, chars) in seen.items():
         n_claims, n_passages = expected[key]
         try:
@@ -282,12 +293,16 @@ def parse_verdict_reply(text: str, expected: Mapping[str, tuple[int, int]]) -> P
             continue
         valid = [checked(c) for c in codes]
         try:
-            ok[key] = tuple(parse_code(c, n_passages) for c, _ in valid)
+            read = [read_code(c, n_passages) for c, _ in valid]
         except ValueError as exc:
             failed[key] = str(exc)
             continue
+        ok[key] = tuple(verdict for verdict, _ in read)
         weights[key] = chars
         if any(bad for _, bad in valid):
             replaced.add(key)
+        repairs = [repair for _, repair in read]
+        if any(repairs):
+            pointers[key] = (repairs.count("only_passage"), repairs.count("dropped"))
     return ParsedReply(ok=ok, failed=failed, unknown_ids=unknown, complete=complete, weights=weights,
-                       replaced=frozenset(replaced))
+                       replaced=frozenset(replaced), pointers=pointers)

@@ -30,6 +30,7 @@ from faithfulness_pipeline.judging.llm.failures import (
     quota_used_up,
     server_words,
 )
+from faithfulness_pipeline.judging.llm.in_flight import StreamsInFlight
 from faithfulness_pipeline.judging.llm.limits import RequestLimiter, retry_after_from_headers
 from faithfulness_pipeline.judging.llm.output_mode import Mode, OutputMode
 from faithfulness_pipeline.judging.llm.packing import Count
@@ -41,7 +42,7 @@ from faithfulness_pipeline.judging.llm.replies import (
     int_or_none,
     reported_tokens,
 )
-from faithfulness_pipeline.judging.llm.server_limits import server_working
+from faithfulness_pipeline.judging.llm.server_limits import PROBE_TIMEOUT_S, server_working
 from faithfulness_pipeline.judging.llm.streams import StreamTimeout, read_stream
 from faithfulness_pipeline.judging.llm.valid_text import valid_text
 
@@ -112,6 +113,7 @@ class Sender:
         self._held_reason = ""
         self._unmetered = 0  # streamed replies whose server sent no usage: their tokens are estimates
         self._waited_out = 0  # silences past timeout_s waited out because the server said it was working
+        self._streams = StreamsInFlight()  # given up by ``stop``
 
     async def send(
         self,
@@ -157,6 +159,9 @@ class Sender:
                 slot.unused()
                 raise RequestFailed("stale", "stored by another process while waiting for a slot", sent=False)
             self._stats.requests += 1
+            task = asyncio.current_task()
+            assert task is not None
+            cancelling = task.cancelling()
             try:
                 if self.stream:
                     answer = await self._streamed(litellm, kwargs)
@@ -166,8 +171,15 @@ class Sender:
                     # server likes. A context manager, not wait_for: no extra task and loop hop per request.
                     async with asyncio.timeout(asked.timeout_s):
                         answer = Answer.of(await litellm.acompletion(**kwargs))
+            except asyncio.CancelledError:
+                # Given up by ``stop``: the request ends like any other that no request of the run can follow.
+                if self._streams.given_up(task, cancelling) and self.fatal is not None:
+                    raise RequestFailed("fatal", self.fatal) from None
+                raise
             except Exception as exc:
                 raise self.classify(exc, mode if response_format is not None else "prompt") from None
+            finally:
+                self._streams.done(task)
             text, unanswered = answer.content()
             usage = answer.usage
             prompt_reported, refused_prompt = reported_tokens(usage, "prompt_tokens")
@@ -212,7 +224,7 @@ class Sender:
             kwargs["stream_options"] = {"include_usage": True}
             # The client's timeout bounds each read: a server of one's own sends nothing while the request
             # waits in its queue and while it reads the prompt, which can take minutes on a CPU. The judge's
-            # own bounds (``streams.read_stream``) tell that from silence in the middle of a reply.
+            # own bounds (``streams.read_stream``) tell that from the silence of a reply that has begun.
             kwargs["timeout"] = asked.stream_max_s
         if asked.api_base:
             kwargs["api_base"] = asked.api_base
@@ -223,23 +235,33 @@ class Sender:
     async def _working(self) -> bool:
         """Whether the server says it is working now (a thread: the probe is a blocking standard-library call)."""
         assert self._working_url is not None
-        busy = await asyncio.to_thread(server_working, self._working_url, api_key=self._api_key,
-                                       timeout_s=self.request_settings.timeout_s)  # fmt: skip
+        timeout_s = min(self.request_settings.timeout_s, PROBE_TIMEOUT_S)
+        try:
+            # The probe's own timeout bounds each read: a ``/slots`` that trickles must not hold the silence open.
+            async with asyncio.timeout(timeout_s + 1.0):
+                busy = await asyncio.to_thread(server_working, self._working_url, api_key=self._api_key,
+                                               timeout_s=timeout_s)  # fmt: skip
+        except TimeoutError:
+            busy = False
         if busy:
             self._waited_out += 1
             if self._waited_out == 1:
                 self._stats.notes.append(
                     f"a streamed reply went silent for over {self.request_settings.timeout_s:g} s (--timeout) while "
-                    "the server said it was working (llama.cpp /slots: reading another request's prompt): waited "
-                    f"for, not cancelled, up to --stream-max {self.request_settings.stream_max_s:g} s")
+                    "the server said it was working (llama.cpp /slots: reading a prompt, or the request queued "
+                    f"behind others): waited for, not cancelled, up to --stream-max "
+                    f"{self.request_settings.stream_max_s:g} s")
         return busy
 
     async def _streamed(self, litellm: Any, kwargs: dict[str, Any]) -> Answer:
         """One streamed request, read to its end under the judge's own bounds (``streams.read_stream``)."""
         asked = self.request_settings
+        task = asyncio.current_task()
+        assert task is not None
         answer, streamed = await read_stream(litellm, kwargs, stream_max_s=asked.stream_max_s,
                                              timeout_s=asked.timeout_s, on_piece=self._piece,
-                                             still_working=None if self._working_url is None else self._working)
+                                             still_working=None if self._working_url is None else self._working,
+                                             on_head=lambda: self._streams.begun(task))
         if streamed and answer.usage is None:
             self._unmetered += 1
             if self._unmetered == 1:
@@ -324,6 +346,16 @@ class Sender:
             # most likely the setup (a parameter the server rejects): do not multiply the requests.
             return RequestFailed("isolate" if self._replies else "fatal", f"{name}: {detail}")
         return RequestFailed("transient", f"{name}{f' {status}' if status else ''}: {detail}")
+
+    def stop(self, reason: str, note: str) -> None:
+        """No further request of the run is sent, and the streams in flight are given up (``in_flight``): each
+        ends with ``reason``, and the run's notes say ``note`` once (the judge found out that no request can
+        work: ``format_breaker``)."""
+        if self.fatal is not None:
+            return
+        self.fatal = reason
+        self._stats.notes.append(note)
+        self._streams.give_up()
 
     def _connection_failed(self, detail: str, what: str = "connection error") -> RequestFailed:
         """A request that reached no server (or no API: ``what`` says what came back instead). Many in a row

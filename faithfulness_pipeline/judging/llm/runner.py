@@ -31,14 +31,16 @@ from faithfulness_pipeline.core.port import ERROR_CHARS, Hooks, JudgeStats, bill
 from faithfulness_pipeline.judging.budget import Budget
 from faithfulness_pipeline.judging.llm.card import ModelCard
 from faithfulness_pipeline.judging.llm.chat import Chat, chat_of
+from faithfulness_pipeline.judging.llm.evidence import EvidenceRepairs
 from faithfulness_pipeline.judging.llm.failures import RequestFailed
+from faithfulness_pipeline.judging.llm.format_breaker import FormatBreaker
 from faithfulness_pipeline.judging.llm.limits import RequestLimiter
 from faithfulness_pipeline.judging.llm.packing import Pack, Packer, halves
 from faithfulness_pipeline.judging.llm.parsing import ParsedReply
 from faithfulness_pipeline.judging.llm.plans import Plan, R, Sizing, share_usage
 from faithfulness_pipeline.judging.llm.replies import Reply
 from faithfulness_pipeline.judging.llm.requests import Sender
-from faithfulness_pipeline.judging.llm.tries import Tries
+from faithfulness_pipeline.judging.llm.tries import SAME_REPLIES, Tries
 from faithfulness_pipeline.judging.llm.turns import Turns, count_turn, head_start_s
 from faithfulness_pipeline.judging.llm.valid_text import TextRepairs, valid_text
 
@@ -79,6 +81,10 @@ class PackRunner:
         self._turns: Turns | None = None
         #: results whose judge text was not valid Unicode (``valid_text``): one note of the run
         self.repairs = TextRepairs()
+        #: evidence pointers that named no passage, read or dropped (``evidence``): one note of the run
+        self.pointers = EvidenceRepairs()
+        #: a model that writes no usable reply in a wave of requests is not asked more (``format_breaker``)
+        self.format = FormatBreaker(sender.model, redact)
 
     async def run(self, plan: Plan[R], hooks: Hooks[R]) -> None:
         """Counts, packs and sends one step's items, the first requests leaving while the rest are counted.
@@ -272,12 +278,29 @@ class PackRunner:
         self._charge(plan, indices, reply, parsed, chat.id_map)
         self._finish_valid(plan, parsed, chat.id_map, hooks)
         failed = [chat.id_map[local] for local in parsed.failed]
+        why = next(iter(parsed.failed.values()), "")
+        if parsed.ok:
+            self.format.usable(plan.step)
+        elif failed and (stop := self.format.unusable_reply(plan.step, [plan.item_id(i) for i in failed],
+                                                            reply.text, why)):
+            self.sender.stop(stop, self.format.note() or stop)
+        if self.sender.fatal is not None:  # no further request: the items left end with the reason
+            self._finish_all(plan, failed, self.sender.fatal, hooks)
+            return None
         if not failed:
             return None
         tries = tries.failed(False)
-        if tries.exhausted(self.max_retries):
-            for local, why in parsed.failed.items():
-                self._finish_error(plan, chat.id_map[local], tries.gave_up(f"invalid reply: {why}"), hooks)
+        lone = len(indices) == 1 and not parsed.ok
+        if lone:  # the next request quotes this reply back (and counts a repeat of the one quoted last time)
+            tries = tries.unusable_reply(reply.text, why)
+        # An answer alone that got nothing usable, from a model that has not yet shown it can write the format,
+        # is repaired twice at most (``format_breaker``); one that keeps giving the same reply word for word is
+        # not repaired again (``tries.SAME_REPLIES``).
+        if tries.exhausted(self.format.retries(plan.step, self.max_retries) if lone else self.max_retries) \
+                or tries.repeated >= SAME_REPLIES:
+            again = f" (the same reply {tries.repeated} times in a row)" if tries.repeated >= SAME_REPLIES else ""
+            for local, why_not in parsed.failed.items():
+                self._finish_error(plan, chat.id_map[local], tries.gave_up(f"invalid reply: {why_not}{again}"), hooks)
             return None
         # A wholly unusable reply of several items is re-asked in halves, one of a single item with a message
         # saying what was wrong.
@@ -286,7 +309,7 @@ class PackRunner:
         if len(indices) > 1:
             await self._split(plan, halves(indices), tries, hooks)
             return None
-        return indices, tries.unusable_reply(reply.text, next(iter(parsed.failed.values())))
+        return indices, tries
 
     def _finish_valid(self, plan: Plan[Any], parsed: ParsedReply[Any], id_map: Mapping[str, int],
                       hooks: Hooks[Any]) -> None:
@@ -298,6 +321,8 @@ class PackRunner:
             done.append(plan.results[i])
             if local in parsed.replaced:
                 self.repairs.add(plan.item_id(i))
+            if local in parsed.pointers:
+                self.pointers.add(plan.item_id(i), parsed.pointers[local])
         if done and hooks.settled is not None:
             hooks.settled(done)
         hooks.tick(len(done))

@@ -1,5 +1,15 @@
 """Reading a streamed reply to its end, under the judge's own two bounds (the whole request, and the
-silence between pieces), and telling a stream from a reply that came whole to a streamed request.
+silence of a reply the server has begun), and telling a stream from a reply that came whole to a streamed
+request.
+
+The server has begun its reply once its answer's head has come (litellm's ``acompletion`` returns then).
+Before that only ``stream_max_s`` bounds the wait: the request sits in the server's queue, or the server
+reads its prompt, and a server that answers late sends nothing at all meanwhile. From then on ``timeout_s``
+bounds every silence, the one before the first piece included: a body that trickles in a byte at a time
+brings no piece, so it is silence too. Where the server can say it is working (llama.cpp's ``/slots``) a
+silence is looked into instead of cut (many servers, llama.cpp among them, send the head at once and then
+read the prompt); a reply that came whole must have come within ``timeout_s`` of its head, as a request
+sent whole is bounded as a whole (``requests.Sender``).
 """
 
 from __future__ import annotations
@@ -51,14 +61,15 @@ async def _read_pieces(stream: Any, answer: Answer, timeout_s: float, on_piece: 
         await _read_until_silent(stream, answer, timeout_s, on_piece)
         return
     chunks = aiter(stream)
-    started = False  # before the first chunk only ``stream_max_s`` bounds the wait (queue, prompt)
+    started = False
     while True:
         step = asyncio.ensure_future(anext(chunks))
         try:
-            while not (await asyncio.wait({step}, timeout=timeout_s if started else None))[0]:
-                if not await still_working():
-                    raise StreamTimeout(f"timed out: nothing came for {timeout_s:g} s in the middle of a streamed "
-                                        f"reply (--timeout)")
+            while not (await asyncio.wait({step}, timeout=timeout_s))[0]:
+                # The probe takes a while: a piece read meanwhile (or one the loop was too busy to read when
+                # the bound came) ends the silence whatever the server says now.
+                if not await still_working() and not step.done():
+                    raise StreamTimeout(_silent(timeout_s, started))
         finally:
             if not step.done():
                 step.cancel()
@@ -72,22 +83,83 @@ async def _read_pieces(stream: Any, answer: Answer, timeout_s: float, on_piece: 
             on_piece(piece)
 
 
+def _silent(timeout_s: float, started: bool) -> str:
+    """Why a stream was given up on for its silence: in the middle of its reply, or before the first piece."""
+    if started:
+        return f"timed out: nothing came for {timeout_s:g} s in the middle of a streamed reply (--timeout)"
+    return f"timed out: the server began a streamed reply and sent no piece of it for {timeout_s:g} s (--timeout)"
+
+
 async def _read_until_silent(stream: Any, answer: Answer, timeout_s: float, on_piece: Callable[[str], None]) -> None:
-    """The stream's chunks into ``answer``, a silence of ``timeout_s`` after the first one a timeout."""
+    """The stream's chunks into ``answer``, a silence of ``timeout_s`` (from the reply's head, then from each
+    chunk) a timeout."""
     loop = asyncio.get_running_loop()
-    silence = asyncio.timeout(None)  # before the first chunk only ``stream_max_s`` bounds the wait
-    try:
-        async with silence:
-            async for chunk in stream:
-                silence.reschedule(loop.time() + timeout_s)  # a reply may take as long as it likes while pieces come
-                piece = answer.add(chunk)
-                if piece:
-                    on_piece(piece)
-    except TimeoutError:
-        if silence.expired():
-            raise StreamTimeout(f"timed out: nothing came for {timeout_s:g} s in the middle of a streamed reply "
-                                f"(--timeout)") from None
-        raise
+    started = False
+    async with Silence(timeout_s) as silence:
+        async for chunk in stream:
+            started = True
+            silence.heard_at = loop.time()  # a reply may take as long as it likes while pieces come
+            piece = answer.add(chunk)
+            if piece:
+                on_piece(piece)
+    if silence.expired:
+        raise StreamTimeout(_silent(timeout_s, started))
+
+
+#: What a silence is given beyond its bound before the read is cut, at most: time for this process's own
+#: event loop to read what came while it was busy elsewhere.
+GRACE_S: Final = 1.0
+
+
+class Silence:
+    """``async with Silence(timeout_s) as s:`` cuts the block (``s.expired``, no exception) once nothing was
+    heard for ``timeout_s``; the block says it heard something by setting ``heard_at`` (loop time), which
+    costs a piece nothing but that assignment.
+
+    Unlike ``asyncio.timeout`` moved at each piece, an expired bound is looked at once more after a grace of
+    ``min(GRACE_S, timeout_s / 4)``: on a busy machine the event loop itself can be held up past the bound,
+    and a piece the server sent meanwhile waits unread in the socket; the grace lets the loop read it before
+    the server is taken for silent."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.expired = False
+        self._loop = asyncio.get_running_loop()
+        self.heard_at = self._loop.time()
+        self._grace_s = min(GRACE_S, timeout_s / 4)
+        self._graced = False
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelling = 0
+        self._handle: asyncio.TimerHandle | None = None
+
+    async def __aenter__(self) -> Silence:
+        self._task = asyncio.current_task()
+        if self._task is None:
+            raise RuntimeError("Silence is used inside a task")
+        self._cancelling = self._task.cancelling()
+        self._handle = self._loop.call_at(self.heard_at + self.timeout_s, self._look)
+        return self
+
+    def _look(self) -> None:
+        now = self._loop.time()
+        due = self.heard_at + self.timeout_s
+        if now < due:  # heard since: look again when the silence since then would be up
+            self._graced = False
+            self._handle = self._loop.call_at(due, self._look)
+        elif not self._graced:
+            self._graced = True
+            self._handle = self._loop.call_at(now + self._grace_s, self._look)
+        else:
+            self.expired = True
+            assert self._task is not None
+            self._task.cancel()
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if self._handle is not None:
+            self._handle.cancel()
+        # The cancellation was this bound's own (and no one else's, which would still be pending): swallowed.
+        assert self._task is not None
+        return bool(self.expired and kind is asyncio.CancelledError and self._task.uncancel() <= self._cancelling)
 
 
 def kept_usage(stream: Any) -> Any:
@@ -100,10 +172,11 @@ def kept_usage(stream: Any) -> Any:
     return usages[-1] if usages else None
 
 
-async def not_streamed(stream: Any) -> str | None:
+async def not_streamed(stream: Any, timeout_s: float) -> str | None:
     """The body of a reply that came whole to a streamed request (a proxy's web page, a server that ignores
     ``stream``), None when the reply is a stream. Told by its content type (litellm keeps the reply's
-    headers, ``llm_provider-`` before each name)."""
+    headers, ``llm_provider-`` before each name). A whole body is one piece: it must have come within
+    ``timeout_s``, however slowly its bytes arrive, or :class:`StreamTimeout` is raised."""
     hidden = getattr(stream, "_hidden_params", None)
     headers = hidden.get("additional_headers") if isinstance(hidden, dict) else None
     kind = str(headers.get("llm_provider-content-type") or "") if isinstance(headers, dict) else ""
@@ -113,29 +186,39 @@ async def not_streamed(stream: Any) -> str | None:
     read = getattr(response, "aread", None)
     if read is None:
         return ""
-    raw = await read()
+    raw: Any = b""
+    async with Silence(timeout_s) as bound:  # nothing is heard of a whole body until all of it has come
+        raw = await read()
+    if bound.expired:
+        raise StreamTimeout(f"timed out: a reply that came whole took over {timeout_s:g} s to arrive after its "
+                            f"head (--timeout)")
     return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
 
 
 async def read_stream(litellm: Any, kwargs: dict[str, Any], *, stream_max_s: float, timeout_s: float,
                       on_piece: Callable[[str], None],
-                      still_working: Callable[[], Awaitable[bool]] | None = None) -> tuple[Answer, bool]:
+                      still_working: Callable[[], Awaitable[bool]] | None = None,
+                      on_head: Callable[[], None] | None = None) -> tuple[Answer, bool]:
     """One streamed request, read to its end, and whether it came as a stream (not whole). Two bounds of
-    the judge's own: ``stream_max_s`` on the whole request, the wait for its first piece included, and,
-    once pieces come, ``timeout_s`` on the silence after each. A request that breaks one is closed (the
-    server stops generating) and raises :class:`StreamTimeout`. ``on_piece`` hears each piece of text.
+    the judge's own: ``stream_max_s`` on the whole request, the wait for the server's answer included, and,
+    once the server has begun its reply, ``timeout_s`` on every silence (before the first piece and after
+    each; a reply that came whole: on its body). A request that breaks one is closed (the server stops
+    generating) and raises :class:`StreamTimeout`. ``on_piece`` hears each piece of text.
 
     ``still_working``, where the server can say it is working (llama.cpp's ``/slots``), is asked when a
     silence reaches ``timeout_s``: while it says yes the silence is waited out, up to ``stream_max_s``.
-    llama.cpp generates for no slot while it reads a prompt, so on a CPU every stream goes quiet for as long
-    as a new request's prompt takes; that is work, not a hung server."""
+    llama.cpp sends a stream's head at once and then reads the prompt, and generates for no slot while it
+    reads a prompt, so on a CPU a stream goes quiet for as long as a prompt takes; that is work, not a hung
+    server. ``on_head`` hears that the server has begun the reply."""
     answer = Answer(choices=False)
     whole = asyncio.timeout(stream_max_s)
     stream: Any = None
     try:
         async with whole:
-            stream = await litellm.acompletion(**kwargs)
-            body = await not_streamed(stream)
+            stream = await litellm.acompletion(**kwargs)  # returns with the answer's head: the reply has begun
+            if on_head is not None:
+                on_head()
+            body = await not_streamed(stream, timeout_s)
             if body is not None:
                 return whole_answer(body), False
             try:

@@ -78,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rate-partial", type=float, default=0.0)
     p.add_argument("--rate-hang", type=float, default=0.0)
     p.add_argument("--rate-stall", type=float, default=0.0, help="streamed replies that go silent halfway")
+    p.add_argument("--rate-trickle", type=float, default=0.0, help="replies sent a byte at a time")
+    p.add_argument("--trickle-ms", type=float, default=500.0, help="with --rate-trickle: milliseconds between bytes")
     p.add_argument("--fault-seed", type=int, default=0)
     p.add_argument("--prompt-cache", action="store_true",
                    help="report cached prompt tokens for prompts sharing a 1,024-token prefix (OpenAI's rule)")
@@ -126,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rate_partial=args.rate_partial,
         rate_hang=args.rate_hang,
         rate_stall=args.rate_stall,
+        rate_trickle=args.rate_trickle,
+        trickle_s=args.trickle_ms / 1000,
         seed=args.fault_seed,
     )
     batch_timing = BatchTiming(

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from faithfulness_pipeline.testing.fakellm.faults import MALFORMED_CONTENT, FaultPlan, Latency
 from faithfulness_pipeline.testing.fakellm.selfhosted import ServedLimits, refusal
-from faithfulness_pipeline.testing.fakellm.streaming import stream_reply
+from faithfulness_pipeline.testing.fakellm.streaming import stream_reply, trickle_whole
 from faithfulness_pipeline.testing.fakellm.tokens import (
     PromptCache,
     count_prompt_tokens,
@@ -45,10 +45,16 @@ from faithfulness_pipeline.testing.fakellm.wire import (
 )
 
 
-def _cut_in_middle(content: str) -> str:
+def _cut_in_middle(content: str, request: bytes) -> str:
+    """``content`` cut in its middle third, where the request's bytes say: the same request is cut alike, another
+    one (a retry that quotes a repair) elsewhere, as a flaky server's or proxy's cuts fall. Cut always at the
+    middle, every retry of an item cut again would repeat one reply word for word, which a model does when it
+    cannot do better (``judging.llm.tries.SAME_REPLIES``), not when a connection drops."""
     if len(content) <= 1:
         return ""
-    return content[: len(content) // 2]
+    third = max(1, len(content) // 3)
+    at = third + int.from_bytes(hashlib.sha256(request).digest()[:4], "big") % third
+    return content[: min(at, len(content) - 1)]
 
 
 @dataclass
@@ -270,8 +276,8 @@ class ChatService:
     async def _serve(
         self, request: web.Request, chat: ChatRequest, outcome: str, completion_id: str, read_at: float
     ) -> web.StreamResponse:
-        """The reply of a request the faults let through ("ok", "malformed", "partial", "stall"), once a slot
-        is free, after its modelled service time."""
+        """The reply of a request the faults let through ("ok", "malformed", "partial", "stall", "trickle"), once
+        a slot is free, after its modelled service time."""
         queued_at = time.perf_counter()
         try:
             await self._acquire_slot()
@@ -292,26 +298,34 @@ class ChatService:
             service_s = latency.base_s + latency.per_output_token_s * reply.completion_tokens
             with self._lock:
                 self._counters.modelled_latency_s += service_s
+            # A stall and a trickle are counted as they start, like a hang: a client that gives up on them ends them.
+            started = outcome in ("stall", "trickle")
+            if started:
+                self._record(outcome)
+            trickle_s = self.faults.trickle_s if outcome == "trickle" else None
             try:
                 if chat.stream:
-                    stall = outcome == "stall"
-                    if stall:  # counted as it starts, like a hang: only the client's leaving ends it
-                        self._record("stall")
                     asked = bool((chat.raw.get("stream_options") or {}).get("include_usage"))
-                    response = await stream_reply(request, chat, reply, completion_id, stall=stall, latency=latency,
-                                                  include_usage=self.stream_usage and asked)
+                    response = await stream_reply(request, chat, reply, completion_id, stall=outcome == "stall",
+                                                  latency=latency, include_usage=self.stream_usage and asked,
+                                                  trickle_s=trickle_s)
                 else:
                     if service_s > 0:
                         await asyncio.sleep(service_s)
-                    response = web.json_response(completion_body(completion_id, chat.model, reply))
+                    body = completion_body(completion_id, chat.model, reply)
+                    response = (web.json_response(body) if trickle_s is None else
+                                await trickle_whole(request, 200, body, trickle_s))
             except (asyncio.CancelledError, ConnectionResetError):
-                # The client left (or the server stops) before the reply went out (a stall is counted already).
-                if outcome != "stall":
+                # The client left (or the server stops) before the reply went out (counted already if it started).
+                if not started:
                     self._record("cancelled")
                 raise
             with self._lock:  # for a streamed reply this includes writing its pieces
                 self._counters.served_latency_s += time.perf_counter() - read_at - queued_s
-            self._record_reply(outcome, reply)
+            if started:  # a trickle the client read to its end: counted when it started, billed now
+                self._bill(reply)
+            else:
+                self._record_reply(outcome, reply)
             return response
         finally:
             self._release_slot()
@@ -338,12 +352,17 @@ class ChatService:
         with self._lock:
             c = self._counters
             c.by_outcome[outcome] += 1
-            c.billed_prompt_tokens += reply.prompt_tokens
-            c.billed_completion_tokens += reply.completion_tokens
-            c.billed_cached_prompt_tokens += reply.cached_tokens or 0
             if outcome == "ok":
                 c.prompt_tokens += reply.prompt_tokens
                 c.completion_tokens += reply.completion_tokens
+        self._bill(reply)
+
+    def _bill(self, reply: Reply) -> None:
+        with self._lock:
+            c = self._counters
+            c.billed_prompt_tokens += reply.prompt_tokens
+            c.billed_completion_tokens += reply.completion_tokens
+            c.billed_cached_prompt_tokens += reply.cached_tokens or 0
 
     def _rate_limited(self, retry_after_s: float | None) -> web.Response:
         headers: dict[str, str] = {}
@@ -375,7 +394,7 @@ class ChatService:
             finish = "stop"
             if outcome == "partial":
                 # Looks like a reply cut short by the output limit, which is how truncation shows up.
-                content, finish = _cut_in_middle(content), "length"
+                content, finish = _cut_in_middle(content, canonical_body(chat.raw)), "length"
             else:
                 cap = chat.max_tokens if self.limits is None else self.limits.cap(chat.max_tokens, prompt_tokens)
                 if cap is not None and count_tokens(content) > cap:

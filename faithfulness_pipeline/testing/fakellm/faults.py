@@ -1,7 +1,7 @@
 """How the fake server is slow and how it fails: the service time it models (:class:`Latency`) and the faults it
 injects on the chat endpoint and on batch lines alike (429, 5xx, malformed JSON, truncated JSON, hangs, streamed
-replies that go silent halfway), chosen deterministically from the request body, so that runs are reproducible
-whatever the arrival order and a retry of the same body can succeed.
+replies that go silent halfway, replies that trickle in a byte at a time), chosen deterministically from the
+request body, so that runs are reproducible whatever the arrival order and a retry of the same body can succeed.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class Latency:
 
 
 #: Fault outcomes in the order their probability bands are laid on [0, 1).
-_FAULT_ORDER: Final = ("429", "429_no_retry_after", "5xx", "malformed", "partial", "hang", "stall")
+#: A band added later goes last, so that the bands before it, and every seed's faults, stay where they were.
+_FAULT_ORDER: Final = ("429", "429_no_retry_after", "5xx", "malformed", "partial", "hang", "stall", "trickle")
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,15 @@ class FaultPlan:
     rate_429_no_retry_after: float = 0.0
     rate_5xx: float = 0.0
     rate_malformed: float = 0.0  # 200 whose content is not JSON at all
-    rate_partial: float = 0.0  # 200 whose content is the responder's reply cut in the middle
+    rate_partial: float = 0.0  # 200 whose content is the responder's reply cut in its middle third
     rate_hang: float = 0.0  # never answers, until the client goes away or the server stops
     #: A streamed reply whose first half is sent, then nothing, until the client goes away or the server stops
     #: (a server that died mid-generation with the connection still open). A plain request just hangs.
     rate_stall: float = 0.0
+    #: A reply (whole or streamed, as asked) whose bytes are sent one at a time, ``trickle_s`` apart: a server
+    #: or proxy that is alive, never silent for long, and never done. Batch lines answer it as a normal reply.
+    rate_trickle: float = 0.0
+    trickle_s: float = 0.5
     seed: int = 0
     status_5xx: int = 500
     #: A provider's limit on requests in flight per key: a request that arrives while this many are open is
@@ -76,6 +81,8 @@ class FaultPlan:
             raise ValueError("status_5xx must be a 5xx status")
         if self.retry_after_s is not None and self.retry_after_s < 0:
             raise ValueError("retry_after_s must be >= 0 or None")
+        if not self.trickle_s > 0:
+            raise ValueError("trickle_s must be > 0")
 
     def _rates(self) -> tuple[float, ...]:
         return (
@@ -86,6 +93,7 @@ class FaultPlan:
             self.rate_partial,
             self.rate_hang,
             self.rate_stall,
+            self.rate_trickle,
         )
 
     def decide(self, canonical_body: bytes, nth: int) -> str:

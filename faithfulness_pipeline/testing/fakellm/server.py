@@ -36,11 +36,12 @@ class ServerStats:
 
     requests: int  # every request received on the chat endpoint
     ok: int  # normal replies (outcome "ok")
-    # "ok", "429", "5xx", "malformed", "partial", "hang", "stall", "401", "400", "max_tokens", "responder_error",
+    # "ok", "429", "5xx", "malformed", "partial", "hang", "stall", "trickle", "401", "400", "max_tokens",
+    # "responder_error",
     # "format_refused" and "context_exceeded" (400s of a self-hosted server: ``selfhosted.py``),
     # "cancelled" (client left or server stopped while queued, sleeping or streaming). A reply is counted when
-    # it is sent, a hang when it starts, a stall when it goes silent: the values add up to ``requests`` once no
-    # request is open.
+    # it is sent, a hang when it starts, a stall or a trickle when its reply starts: the values add up to
+    # ``requests`` once no request is open.
     by_outcome: dict[str, int]
     prompt_tokens: int  # of ok replies sent
     completion_tokens: int  # of ok replies sent

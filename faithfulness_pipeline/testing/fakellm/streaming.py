@@ -1,5 +1,6 @@
 """A chat reply as OpenAI streams it: server-sent events of ``chat.completion.chunk`` objects, paced by the
-modelled latency, optionally ending with the usage, then ``[DONE]``.
+modelled latency, optionally ending with the usage, then ``[DONE]``; and any reply's bytes trickled out one at
+a time (the ``trickle`` fault), streamed or whole.
 """
 
 from __future__ import annotations
@@ -47,10 +48,12 @@ async def stream_reply(
     stall: bool,
     latency: Latency,
     include_usage: bool,
+    trickle_s: float | None = None,
 ) -> web.StreamResponse:
     """The reply as server-sent events, a piece every ``per_output_token_s`` times its tokens; ``stall``:
     only its first half, then silence until the client leaves or the server stops. ``include_usage``: the
-    client asked for the usage and the server sends it, in a last chunk."""
+    client asked for the usage and the server sends it, in a last chunk. ``trickle_s``: every byte of it
+    alone, that many seconds apart."""
     created = int(time.time())
     pieces = [
         reply.content[i : i + _STREAM_CHUNK_CHARS] for i in range(0, len(reply.content), _STREAM_CHUNK_CHARS)
@@ -72,7 +75,14 @@ async def stream_reply(
     if latency.base_s > 0:  # time to first token
         await asyncio.sleep(latency.base_s)
     await response.prepare(request)
-    await response.write(chunk({"role": "assistant", "content": ""}, None))
+
+    async def send(data: bytes) -> None:
+        if trickle_s is None:
+            await response.write(data)
+        else:
+            await write_trickled(response, data, trickle_s)
+
+    await send(chunk({"role": "assistant", "content": ""}, None))
     for k, piece in enumerate(pieces):
         if stall and k == len(pieces) // 2:
             await asyncio.get_running_loop().create_future()  # only cancellation ends this
@@ -80,10 +90,30 @@ async def stream_reply(
             await asyncio.sleep(latency.pause_s)
         if per_piece_s > 0:
             await asyncio.sleep(per_piece_s)
-        await response.write(chunk({"content": piece}, None))
-    await response.write(chunk({}, reply.finish_reason))
+        await send(chunk({"content": piece}, None))
+    await send(chunk({}, reply.finish_reason))
     if include_usage:
-        await response.write(_chunk(completion_id, created, chat.model, [], {"usage": reply.usage()}))
-    await response.write(b"data: [DONE]\n\n")
+        await send(_chunk(completion_id, created, chat.model, [], {"usage": reply.usage()}))
+    await send(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
+async def write_trickled(response: web.StreamResponse, data: bytes, trickle_s: float) -> None:
+    """``data`` a byte at a time, ``trickle_s`` apart: each write is one TCP segment, so the client's reads
+    never wait long while the whole takes as long as the server likes."""
+    for k in range(len(data)):
+        await response.write(data[k : k + 1])
+        await asyncio.sleep(trickle_s)
+
+
+async def trickle_whole(request: web.Request, status: int, body: dict[str, Any], trickle_s: float
+                        ) -> web.StreamResponse:
+    """A whole JSON reply, its declared length first and then its bytes one at a time (``write_trickled``)."""
+    data = json.dumps(body).encode()
+    response = web.StreamResponse(status=status, headers={"Content-Type": "application/json"})
+    response.content_length = len(data)
+    await response.prepare(request)
+    await write_trickled(response, data, trickle_s)
     await response.write_eof()
     return response

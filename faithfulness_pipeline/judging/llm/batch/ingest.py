@@ -19,6 +19,7 @@ from faithfulness_pipeline.judging.llm.batch.api import BatchAPI, BatchView
 from faithfulness_pipeline.judging.llm.batch.ledger import BatchLedger, BatchRecord, LineRecord
 from faithfulness_pipeline.judging.llm.batch.lines import Pending, deserialise, encode, plan_of, reply_of
 from faithfulness_pipeline.judging.llm.card import ModelCard
+from faithfulness_pipeline.judging.llm.evidence import EvidenceRepairs
 from faithfulness_pipeline.judging.llm.plans import Sizing, share_usage
 from faithfulness_pipeline.judging.llm.valid_text import TextRepairs
 from faithfulness_pipeline.judging.store.protocol import Store
@@ -39,6 +40,7 @@ class Ingest:
     stats: JudgeStats
     #: results whose judge text was not valid Unicode (``valid_text``): one note of the run
     repairs: TextRepairs = field(default_factory=TextRepairs)
+    pointers: EvidenceRepairs = field(default_factory=EvidenceRepairs)
 
     async def __call__(
         self, step: str, record: BatchRecord, view: BatchView, paid: dict[bytes, Usage]
@@ -99,6 +101,8 @@ class Ingest:
                     paid[keys[i]] = spent
                     if local in parsed.replaced:
                         self.repairs.add(pendings[i].item.id)
+                    if local in parsed.pointers:
+                        self.pointers.add(pendings[i].item.id, parsed.pointers[local])
             for local, why in parsed.failed.items():
                 i = id_map[local]
                 p = pendings[i]

@@ -394,6 +394,8 @@ class BatchJudge:
             notes.append(f"batches: {listed}{more}")
         if (repaired := self._read.repairs.note()) is not None:
             notes.append(repaired)
+        if (pointed := self._read.pointers.note()) is not None:
+            notes.append(pointed)
         if self.budget is not None and (capped := self.budget.note()) is not None and capped not in notes:
             notes.append(capped)
         return total
