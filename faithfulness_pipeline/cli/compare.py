@@ -14,6 +14,8 @@ from faithfulness_pipeline.cli.compare_corrected import corrected_segments, corr
 from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core.compare import LARGER, TOO_FEW, CompareConfig, Comparison, compare, compare_segments
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
+from faithfulness_pipeline.review.labels import read_labels
+from faithfulness_pipeline.review.store import is_store, shown
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.scoring import ScoringSettings
@@ -77,9 +79,9 @@ def render(result: Comparison | pl.DataFrame) -> str:
               help="Columns compared group by group besides all rows (comma-separated; missing ones skipped).")
 @click.option("--min-rows", default=10, show_default=True, type=click.IntRange(min=2),
               help="Fewer rows (or pairs) in a group: 'too few rows' instead of an interval.")
-@click.option("--labelled", default=None, help="Rows labelled by people (as for calibrate --labelled): with two "
-              "tables, each one's calibration against them is printed beside the comparison; with two tables or --by, "
-              "the differences corrected by them (docs/corrected.md).")
+@click.option("--labelled", default=None, help="Rows labelled by people (as for calibrate --labelled, or a label "
+              "store: docs/review.md): with two tables, each one's calibration against them is printed beside the "
+              "comparison; with two tables or --by, the differences corrected by them (docs/corrected.md).")
 def compare_command(baseline: str, candidate: str | None, output: str | None, flips_out: str | None,
                     pair_on: str | None, by: str | None, baseline_group: str | None, groups: str,
                     min_rows: int, labelled: str | None) -> None:
@@ -100,14 +102,14 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
                                           groups=columns, config=config)
                 table = result
                 if labelled:
-                    corrected = corrected_segments(whole, by, baseline_group, read_all(labelled), scoring)
+                    corrected = corrected_segments(whole, by, baseline_group, read_labels(labelled), scoring)
             else:
                 assert candidate is not None
                 tables = read_all(baseline), read_all(candidate)
                 result = compare(*tables, pair_on=pair_on, groups=columns, config=config)
                 if labelled:
                     calibration = _calibration(labelled, [(baseline, tables[0]), (candidate, tables[1])], scoring)
-                    corrected = corrected_tables(tables, read_all(labelled), scoring)
+                    corrected = corrected_tables(tables, read_labels(labelled), scoring)
                 table = result.table
                 if flips_out:
                     with atomic_path(flips_out) as path:
@@ -129,5 +131,13 @@ def _calibration(labelled: str, scored: list[tuple[str, pl.DataFrame]], scoring:
     from faithfulness_pipeline.api import calibration as cal
 
     settings = from_env(CalibrationSettings, os.environ, {"labelled": labelled})
-    rows = cal.read_table(labelled, scoring.columns().key_columns())
+    if is_store(labelled):
+        rows = read_labels(labelled, scoring.columns().key_columns())
+        shared = rows.filter(pl.col("row_key").is_duplicated()).get_column("row_key").n_unique()
+        if shared:
+            return (f"calibration left out: {shared} answer(s) of {shown(labelled)} have labels of several "
+                    "reviewers, and a calibration takes one label an answer (`review agreement` says how far the "
+                    "reviewers agree)")
+    else:
+        rows = cal.read_table(labelled, scoring.columns().key_columns())
     return cal.report(cal.run(rows, scored, scoring, settings))

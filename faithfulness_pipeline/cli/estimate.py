@@ -23,12 +23,14 @@ from faithfulness_pipeline.core.corrected import (
 )
 from faithfulness_pipeline.core.corrected import labelled_scores as join_labels
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError, InputError
+from faithfulness_pipeline.review.labels import read_labels
+from faithfulness_pipeline.review.store import is_store
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.labels import LabelSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.inputs import resolve_inputs
 from faithfulness_pipeline.tables.output_files import check_outputs
-from faithfulness_pipeline.tables.read import read_all, scan_input
+from faithfulness_pipeline.tables.read import scan_input
 from faithfulness_pipeline.tables.write import atomic_path
 
 #: What the estimate reads of a scored table besides the groups: the key, the status and the two scores.
@@ -56,8 +58,9 @@ def _scored(specs: tuple[str, ...], by: list[str], id_columns: list[str]) -> pl.
 
 
 def _labels(specs: tuple[str, ...], scored: pl.DataFrame, scoring: ScoringSettings) -> pl.DataFrame:
-    """Every labelled table, its rows tied to the scored rows' ``row_key`` (``core.corrected.keyed_labels``)."""
-    return pl.concat([keyed_labels(read_all(spec, scoring.columns().key_columns()), scored,
+    """Every labelled table (or label store), its rows tied to the scored rows' ``row_key``
+    (``core.corrected.keyed_labels``)."""
+    return pl.concat([keyed_labels(read_labels(spec, scoring.columns().key_columns()), scored,
                                    id_column=scoring.id_column, turn_column=scoring.turn_column,
                                    key_column=scoring.key_column) for spec in specs], how="diagonal_relaxed")
 
@@ -106,7 +109,7 @@ def estimate(scored_specs: tuple[str, ...], output: str | None, by: str, level: 
             label_specs = (settings.labels,)
             columns = [c.strip() for c in by.split(",") if c.strip()]
             if output:
-                check_outputs({"-o": output}, [p for spec in (*scored_specs, *label_specs)
+                check_outputs({"-o": output}, [p for spec in (*scored_specs, *label_specs) if not is_store(spec)
                                                for p in resolve_inputs(spec)])
             ids = [c for c in (scoring.id_column, scoring.turn_column, scoring.key_column) if c]
             scored = _scored(scored_specs, columns, ids)

@@ -1,6 +1,7 @@
 """``faithfulness-pipeline review``: people's review of the judge. ``review sample SCORED... -o QUEUE`` draws
 the audit sample people label from scored tables (``core.audit``) and writes it as a review queue, the table
-the Dagster asset ``review_queue`` holds for a day (``outputs.review_queue``; docs/review.md).
+the Dagster asset ``review_queue`` holds for a day (``outputs.review_queue``; docs/review.md). The group's
+other commands (``serve``, ``import``, ``agreement``: the labels) are ``cli.review_labels``'.
 
 Only the light columns of the scored tables are read (keys, ids, status, model, language, time, lineage):
 never the answers, claims or verdicts. The column settings are the scoring settings' (their flags and
@@ -19,6 +20,7 @@ import polars as pl
 
 from faithfulness_pipeline.cli.options import resolved
 from faithfulness_pipeline.cli.report import TIMEZONE_ENV, checked_zone
+from faithfulness_pipeline.cli.review_labels import agreement_command, import_command, serve_command
 from faithfulness_pipeline.cli.review_sizing import size_for
 from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core import schema as S
@@ -55,7 +57,13 @@ def _column_options(command: Callable[..., None]) -> Callable[..., None]:
 
 @click.group()
 def review() -> None:
-    """People's review of the judge: the random audit sample they label (docs/review.md)."""
+    """People's review of the judge: the random audit sample they label, the page they label it on, their
+    labels brought in from elsewhere and their agreement (docs/review.md)."""
+
+
+review.add_command(serve_command)
+review.add_command(import_command)
+review.add_command(agreement_command)
 
 
 @review.command("sample")

@@ -11,8 +11,8 @@ import polars as pl
 
 from faithfulness_pipeline.core.corrected import EstimateConfig, keyed_labels, labelled_scores, spread
 from faithfulness_pipeline.core.ppi import labels_needed
+from faithfulness_pipeline.review.labels import read_labels
 from faithfulness_pipeline.settings.scoring import ScoringSettings
-from faithfulness_pipeline.tables.read import read_all
 
 #: A share's variance at most (p (1 - p) at p = 1/2): what the labels alone need, judge unknown.
 _WIDEST = 0.25
@@ -28,11 +28,11 @@ class Sizing:
 
 def size_for(half_width: float, rows: pl.DataFrame, labels: str | None, scoring: ScoringSettings) -> Sizing:
     """The sizing of ``rows`` (scored rows' keys, status and hallucination score) for ``half_width``, measured on
-    the labels at ``labels`` (a table or folder; None: none yet)."""
+    the labels at ``labels`` (a table, folder or label store; None: none yet)."""
     people, residual, imputed, measured = _WIDEST, _WIDEST, 0.0, 0
     if labels is not None and "hallucination_score" in rows.columns:
         config = EstimateConfig(threshold=scoring.hallucination_threshold, scale=scoring.scale)
-        keyed = keyed_labels(read_all(labels, scoring.columns().key_columns()), rows, id_column=scoring.id_column,
+        keyed = keyed_labels(read_labels(labels, scoring.columns().key_columns()), rows, id_column=scoring.id_column,
                              turn_column=scoring.turn_column, key_column=scoring.key_column)
         scored = rows if "faithfulness_score" in rows.columns else rows.with_columns(
             pl.lit(None, dtype=pl.Float64).alias("faithfulness_score"))  # only the share over the threshold is sized

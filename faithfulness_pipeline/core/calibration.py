@@ -64,10 +64,31 @@ def _average_ranks(values: NDArray[np.float64]) -> NDArray[np.float64]:
     return ranks
 
 
+def _kappa(tp: NDArray[np.float64], fp: NDArray[np.float64], fn: NDArray[np.float64],
+           tn: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Cohen's kappa from the four cells of 2 x 2 tables: the agreement beyond what the two sides' own shares
+    of each class would give by chance; NaN where chance alone agrees on every row (one class on both sides)."""
+    n = tp + fp + fn + tn
+    with np.errstate(divide="ignore", invalid="ignore"):
+        observed = (tp + tn) / n
+        expected = ((tp + fp) * (tp + fn) + (tn + fn) * (tn + fp)) / (n * n)
+        return np.where(expected < 1, (observed - expected) / (1 - expected), np.nan)
+
+
+def cohen_kappa(first: NDArray[np.bool_], second: NDArray[np.bool_]) -> float | None:
+    """Cohen's kappa of two raters' yes/no labels of the same items (in the same order); None where it is
+    undefined (no item, or both raters gave one and the same class to every item). Symmetric in the raters."""
+    if not first.size:
+        return None
+    both, neither = np.array([float((first & second).sum())]), np.array([float((~first & ~second).sum())])
+    second_only, first_only = np.array([float((~first & second).sum())]), np.array([float((first & ~second).sum())])
+    value = float(_kappa(both, second_only, first_only, neither)[0])
+    return value if np.isfinite(value) else None
+
+
 def _batch(y: NDArray[np.bool_], pred: NDArray[np.bool_], score: NDArray[np.float64]) -> dict[str, NDArray[np.float64]]:
     """Balanced accuracy, Cohen's kappa, F1 and ROC-AUC of every row of 2-D arrays (one resample a row), by
     the definitions scikit-learn uses; NaN where a resample lacks a class."""
-    n = y.shape[1]
     tp = (y & pred).sum(1).astype(float)
     fn = (y & ~pred).sum(1).astype(float)
     fp = (~y & pred).sum(1).astype(float)
@@ -75,9 +96,7 @@ def _batch(y: NDArray[np.bool_], pred: NDArray[np.bool_], score: NDArray[np.floa
     pos, neg = tp + fn, tn + fp
     with np.errstate(divide="ignore", invalid="ignore"):
         ba = np.where((pos > 0) & (neg > 0), (tp / pos + tn / neg) / 2, np.nan)
-        observed = (tp + tn) / n
-        expected = ((tp + fp) * pos + (tn + fn) * neg) / (n * n)
-        kappa = np.where((pos > 0) & (neg > 0) & (expected < 1), (observed - expected) / (1 - expected), np.nan)
+        kappa = np.where((pos > 0) & (neg > 0), _kappa(tp, fp, fn, tn), np.nan)
         f1 = np.where(2 * tp + fp + fn > 0, 2 * tp / (2 * tp + fp + fn), 0.0)
         ranks = _average_ranks(score)  # ties get their average rank, as the Mann-Whitney form of AUC needs
         auc = np.where((pos > 0) & (neg > 0), ((ranks * y).sum(1) - pos * (pos + 1) / 2) / (pos * neg), np.nan)

@@ -1,7 +1,9 @@
-"""People's labels in the warehouse: the ``answer_labels`` asset reads the label tables the ``labels`` resource
-names (``FP_LABELS``) into one table, in a group and job of its own (``read_labels``: labels come when people
-give them, not with a day), and the ``new_labels`` sensor runs it when they change. The corrected figures depend
-on it, so new labels show them stale in the UI (the asset's data version is a digest of the labels it read)."""
+"""People's labels in the warehouse: the ``answer_labels`` asset reads the label tables (or the label store of the
+review page) the ``labels`` resource names (``FP_LABELS``) into one table, in a group and job of its own
+(``read_labels``: labels come when people give them, not with a day), and the ``new_labels`` sensor runs it when
+they change. The corrected figures depend on it, so new labels show them stale in the UI (the asset's data
+version is a digest of the labels it read). A store's URL is shown without its password (in metadata, the
+sensor's cursor and its messages): Dagster keeps those where everyone with the UI reads them."""
 
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
 import hashlib
@@ -13,14 +15,15 @@ import polars as pl
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.corrected import INCLUSION, REVIEWER
-from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
 from faithfulness_pipeline.core.labels import LABEL_COLUMNS, check_labels
 from faithfulness_pipeline.defs.metadata import table_metadata
 from faithfulness_pipeline.defs.names import LABELS, LABELS_GROUP, LABELS_JOB, LABELS_REVISION
 from faithfulness_pipeline.defs.resources import LabelsResource, ScoringResource
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
+from faithfulness_pipeline.review.labels import labels_stamp, read_labels
+from faithfulness_pipeline.review.store import is_store, shown
 from faithfulness_pipeline.tables.inputs import resolve_inputs
-from faithfulness_pipeline.tables.read import read_all
 from faithfulness_pipeline.tables.storage import Place
 
 if TYPE_CHECKING:
@@ -46,28 +49,31 @@ def _kept(labels: pl.DataFrame, scoring: ScoringResource) -> pl.DataFrame:
     group_name=LABELS_GROUP,
     code_version=LABELS_REVISION,
     kinds={"polars"},
-    description="People's labels of scored answers, read from the labels resource's tables (FP_LABELS): the key "
-    "columns, label_hallucinated and/or label_faithfulness, reviewer and inclusion_probability. The corrected "
-    "figures depend on it (docs/corrected.md); empty when no labels are set.",
+    description="People's labels of scored answers, read from the labels resource's tables or label store "
+    "(FP_LABELS): the key columns, label_hallucinated and/or label_faithfulness, reviewer and inclusion_probability. "
+    "The corrected figures depend on it (docs/corrected.md); empty when no labels are set.",
 )
 def answer_labels(labels: LabelsResource, scoring: ScoringResource,
                   warehouse: WarehouseResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
     if labels.labels is None:
         table = pl.DataFrame(schema=EMPTY)
     else:
-        table = _kept(read_all(labels.labels, scoring.columns().key_columns()), scoring)
+        table = _kept(read_labels(labels.labels, scoring.columns().key_columns()), scoring)
         check_labels(table)
     warehouse.write(LABELS, None, table)
     digest = hashlib.sha256(table.write_ipc(None).getvalue()).hexdigest()[:16]
     return dg.MaterializeResult(
-        metadata={**table_metadata(table.schema, LABELS, table.height), "labels": labels.labels or "unset",
+        metadata={**table_metadata(table.schema, LABELS, table.height), "labels": shown(labels.labels or "unset"),
                   "path": dg.MetadataValue.path(warehouse.location(LABELS, None))},
         data_version=dg.DataVersion(digest),
     )
 
 
 def _stamps(spec: str) -> dict[str, str]:
-    """Each label file's modification time and size: what tells a changed label table."""
+    """Each label file's modification time and size: what tells a changed label table; a label store's digest
+    of its labels' keys and times (a file's time would miss a label written to PostgreSQL)."""
+    if is_store(spec):
+        return {shown(spec): labels_stamp(spec)}
     stamps = {}
     for path in resolve_inputs(spec):
         info = Place.of(path).info()
@@ -88,10 +94,10 @@ def new_labels(context: dg.SensorEvaluationContext, labels: LabelsResource) -> d
         return dg.SkipReason("no labels are set (FP_LABELS)")
     try:
         stamps = _stamps(labels.labels)
-    except InputError as exc:  # said where the UI shows it; the next tick looks again
+    except FaithfulnessPipelineError as exc:  # said where the UI shows it; the next tick looks again
         return dg.SkipReason(f"the labels cannot be listed: {exc}")
     if json.loads(context.cursor or "{}") == stamps:
-        return dg.SkipReason(f"no new or changed label tables in {labels.labels}")
+        return dg.SkipReason(f"no new or changed labels in {shown(labels.labels)}")
     key = hashlib.sha256(json.dumps(stamps, sort_keys=True).encode()).hexdigest()[:16]
     return dg.SensorResult(run_requests=[dg.RunRequest(run_key=key, tags={"faithfulness/trigger": SENSOR})],
                            cursor=json.dumps(stamps, sort_keys=True))

@@ -20,8 +20,9 @@ class LabelSettings(BaseModel):
         default=None,
         description="people's labels of scored answers, the answers drawn at random (a Parquet, JSON Lines or CSV "
         "file, a folder or a glob; local or an object-store URI): row_key, or the id and turn columns, and "
-        "label_hallucinated and/or label_faithfulness; optionally reviewer and inclusion_probability. Unset: no "
-        "corrected figures (docs/corrected.md)",
+        "label_hallucinated and/or label_faithfulness; optionally reviewer and inclusion_probability. Or the label "
+        "store of the review page (a .sqlite, .sqlite3 or .db file, or a postgresql:// URL; docs/review.md). "
+        "Unset: no corrected figures (docs/corrected.md)",
     )
     min_labels: int = Field(
         default=MIN_LABELS, ge=2,
