@@ -12,17 +12,31 @@ import polars as pl
 
 from faithfulness_pipeline.cli.compare_corrected import corrected_segments, corrected_tables
 from faithfulness_pipeline.cli.streams import unfailing_streams
-from faithfulness_pipeline.core.compare import LARGER, TOO_FEW, CompareConfig, Comparison, compare, compare_segments
+from faithfulness_pipeline.core import schema as S
+from faithfulness_pipeline.core.compare import (
+    LARGER,
+    SCORES,
+    TOO_FEW,
+    CompareConfig,
+    Comparison,
+    compare,
+    compare_segments,
+)
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
 from faithfulness_pipeline.review.labels import read_labels
 from faithfulness_pipeline.review.store import is_store, shown
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.scoring import ScoringSettings
-from faithfulness_pipeline.tables.read import read_all
+from faithfulness_pipeline.tables.inputs import resolve_inputs
+from faithfulness_pipeline.tables.read import read_all, scan_input
 from faithfulness_pipeline.tables.write import atomic_path
 
 _SHOWN_FLIPS = 5
+#: What the flips table shows of each side besides its scores.
+_CLAIMS = ("claims", "verdicts")
+#: Read besides keys, scores and groups: what the calibration names a judge by.
+_SCORED = ("status", "judge_model", "prompt_version", "model", "language")
 
 
 def _num(value: Any, digits: int = 3) -> str:
@@ -96,8 +110,9 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
                 raise click.UsageError("give BASELINE and CANDIDATE, or BASELINE and --by COLUMN")
             result: Comparison | pl.DataFrame
             calibration = corrected = ""
+            wanted = _columns(scoring, pair_on, by, columns)
             if by is not None:
-                whole = read_all(baseline)
+                whole = read_all(baseline, columns=wanted)
                 result = compare_segments(whole, by, baseline=baseline_group, pair_on=pair_on,
                                           groups=columns, config=config)
                 table = result
@@ -105,7 +120,7 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
                     corrected = corrected_segments(whole, by, baseline_group, read_labels(labelled), scoring)
             else:
                 assert candidate is not None
-                tables = read_all(baseline), read_all(candidate)
+                tables = read_all(baseline, columns=wanted), read_all(candidate, columns=wanted)
                 result = compare(*tables, pair_on=pair_on, groups=columns, config=config)
                 if labelled:
                     calibration = _calibration(labelled, [(baseline, tables[0]), (candidate, tables[1])], scoring)
@@ -113,7 +128,7 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
                 table = result.table
                 if flips_out:
                     with atomic_path(flips_out) as path:
-                        result.flips.write_parquet(path)
+                        with_claims(result.flips, result.key, (baseline, candidate)).write_parquet(path)
             if output:
                 with atomic_path(output) as path:
                     table.write_parquet(path)
@@ -124,6 +139,36 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
         for text in (corrected, calibration):
             if text:
                 click.echo("\n" + text)
+
+
+def with_claims(flips: pl.DataFrame, key: str, specs: tuple[str, str]) -> pl.DataFrame:
+    """The flipped rows with each side's claims and verdicts, read for those rows only: a scored table's claims
+    and verdicts weigh more than its scores many times over, and a comparison needs them for the flips alone."""
+    if flips.is_empty():
+        return flips
+    wanted = flips.select(pl.col(key).cast(pl.String))
+    for spec, suffix in zip(specs, ("_baseline_table", "_candidate_table"), strict=True):
+        parts = []
+        for path in resolve_inputs(spec):
+            lazy = scan_input(path)
+            present = [c for c in _CLAIMS if c in lazy.collect_schema().names()]
+            if present:
+                parts.append(lazy.select(pl.col(key).cast(pl.String), *present)
+                             .join(wanted.lazy(), on=key, how="semi").collect(engine="streaming"))
+        if parts:
+            side = pl.concat(parts, how="diagonal_relaxed").unique(key, keep="first")
+            flips = flips.with_columns(pl.col(key).cast(pl.String)).join(
+                side.rename({c: c + suffix for c in side.columns if c != key}), on=key, how="left")
+    return flips
+
+
+def _columns(scoring: ScoringSettings, pair_on: str | None, by: str | None, groups: list[str]) -> frozenset[str]:
+    """The columns a comparison reads of a scored table: keys, scores, verdicts and groups. Its texts (the
+    question, the context, the answer) are most of a scored table and none of a comparison: left unread, a
+    month compares in the memory of its keys and scores."""
+    calibration = from_env(CalibrationSettings, os.environ).groups()
+    keys = (S.ROW_KEY, scoring.id_column, scoring.turn_column, scoring.key_column, pair_on, by)
+    return frozenset(c for c in (*keys, *SCORES, *_SCORED, *groups, *calibration) if c is not None)
 
 
 def _calibration(labelled: str, scored: list[tuple[str, pl.DataFrame]], scoring: ScoringSettings) -> str:

@@ -181,6 +181,37 @@ def check_scored(frame: pl.DataFrame, name: str) -> None:
     if missing:
         raise InputError(f"the {name} table has no {', '.join(missing)} column(s): give scored tables (the output of "
                          "faithfulness-pipeline score, or a warehouse's scored_conversations)")
+    for score in SCORES:
+        if frame.schema[score] == pl.Null:  # every row failed: nothing to compare, nothing malformed
+            continue
+        if not frame.schema[score].is_numeric():
+            raise InputError(f"the {name} table's {score} is {frame.schema[score]}, not a number: give scored tables")
+        if not frame.schema[score].is_float():
+            continue
+        # one NaN turns every mean, interval and verdict into nan ("within noise"): refuse it by name instead
+        bad = frame.filter(pl.col(score).is_nan() | pl.col(score).is_infinite())
+        if bad.height:
+            where = f" (e.g. {S.ROW_KEY} {bad.get_column(S.ROW_KEY)[0]!r})" if S.ROW_KEY in bad.columns else ""
+            raise InputError(f"the {name} table's {score} holds {bad.height} value(s) that are not finite numbers "
+                             f"(NaN or infinite){where}: scores are between 0 and the scale; score those rows again "
+                             "or leave them out")
+
+
+def _check_key(frame: pl.DataFrame, column: str, flag: str) -> None:
+    """Refuses a column of lists or structs where rows are matched or grouped by value."""
+    if frame.schema[column].is_nested():
+        raise InputError(f"{flag} {column!r} is a column of {frame.schema[column]}: name a column of text, numbers "
+                         "or dates")
+
+
+def _paired_keys(baseline: pl.DataFrame, candidate: pl.DataFrame, key: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The two tables with their pairing column of one type: text in both when they differ (the same id read
+    as integers from one file and as text from another is the same id)."""
+    for frame in (baseline, candidate):
+        _check_key(frame, key, "--pair-on")
+    if baseline.schema[key] == candidate.schema[key]:
+        return baseline, candidate
+    return (baseline.with_columns(pl.col(key).cast(pl.String)), candidate.with_columns(pl.col(key).cast(pl.String)))
 
 
 def _side(frame: pl.DataFrame, key: str, groups: Sequence[str], suffix: str) -> pl.DataFrame:
@@ -271,6 +302,8 @@ def compare(baseline: pl.DataFrame, candidate: pl.DataFrame, *, pair_on: str | N
     for name, frame in (("baseline", baseline), ("candidate", candidate)):
         if pair_on is not None and key not in frame.columns:
             raise InputError(f"the {name} table has no column {key!r} to pair on: name one both tables have")
+    if key in baseline.columns and key in candidate.columns:
+        baseline, candidate = _paired_keys(baseline, candidate, key)
     shared = key in baseline.columns and key in candidate.columns and not baseline.select(key).join(
         candidate.select(key), on=key, how="semi").is_empty()
     if not shared:
@@ -290,6 +323,7 @@ def compare_segments(frame: pl.DataFrame, by: str, *, baseline: str | None = Non
     sort order): one comparison table with a ``segment`` column."""
     if by not in frame.columns:
         raise InputError(f"no column {by!r} to compare the groups of: name one of {frame.columns}")
+    _check_key(frame, by, "--by")
     values = frame.get_column(by).drop_nulls().cast(pl.String).unique().sort().to_list()
     if baseline is not None and baseline not in values:
         raise InputError(f"no {by} {baseline!r} in the table to compare against: it has {values}")

@@ -10,7 +10,7 @@ Outputs are written by ``tables.write``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Final
 
 import polars as pl
@@ -183,22 +183,28 @@ def parquet_batches(file: pq.ParquetFile, rows: int, columns: Sequence[str] | No
         yield pa.concat_batches(pending)
 
 
-def iter_chunks(paths: list[str], chunk_rows: int, text: frozenset[str] = frozenset()) -> Iterator[pl.DataFrame]:
+def iter_chunks(paths: list[str], chunk_rows: int, text: frozenset[str] = frozenset(),
+                columns: Collection[str] | None = None) -> Iterator[pl.DataFrame]:
     """Input rows as polars frames of at most ``chunk_rows`` rows, file by file, in file order; a chunk never
-    spans two files (``text``: as for :func:`scan_input`)."""
+    spans two files (``text``: as for :func:`scan_input`; ``columns``: only those of them each file has, the
+    others left unread)."""
     for path in paths:
         try:
             if input_format(path) == PARQUET:
                 done = 0
-                parquet_schema(path)
-                for batch in parquet_batches(_open(path), chunk_rows):
+                names = parquet_schema(path).names
+                kept = None if columns is None else [c for c in names if c in columns]
+                for batch in parquet_batches(_open(path), chunk_rows, kept):
                     check_utf8(batch, path, done)
                     done += batch.num_rows
                     frame = pl.from_arrow(batch)
                     assert isinstance(frame, pl.DataFrame)
                     yield frame
             else:
-                yield from scan_input(path, text).collect_batches(chunk_size=chunk_rows)
+                lazy = scan_input(path, text)
+                if columns is not None:
+                    lazy = lazy.select([c for c in lazy.collect_schema().names() if c in columns])
+                yield from lazy.collect_batches(chunk_size=chunk_rows)
         except InputError:
             raise
         except READ_ERRORS as exc:
@@ -222,12 +228,17 @@ def rechunked(frames: Iterable[pl.DataFrame], rows: int) -> Iterator[pl.DataFram
         yield pl.concat(pending, how="vertical")
 
 
-def read_all(spec: str, text: frozenset[str] = frozenset()) -> pl.DataFrame:
+def read_all(spec: str, text: frozenset[str] = frozenset(), columns: Collection[str] | None = None) -> pl.DataFrame:
     """Every row of an input file, folder or glob at once, as one table (a column must have one type in
-    every file that has it): for small tables such as labelled rows."""
+    every file that has it): for small tables such as labelled rows, or for the few light ``columns`` of a
+    large one (the others, such as its texts, are never read)."""
     paths = resolve_inputs(spec)
-    schema = union_schema([(p, file_schema(p, text)) for p in paths])
-    return pl.concat([conform(chunk, schema) for chunk in iter_chunks(paths, 1_000_000, text)], how="vertical")
+    schemas = [(p, file_schema(p, text)) for p in paths]
+    if columns is not None:
+        schemas = [(p, pl.Schema({n: t for n, t in s.items() if n in columns})) for p, s in schemas]
+    schema = union_schema(schemas)
+    return pl.concat([conform(chunk, schema) for chunk in iter_chunks(paths, 1_000_000, text, columns)],
+                     how="vertical")
 
 
 def read_columns(path: str, columns: Sequence[str], text: frozenset[str] = frozenset()) -> pl.DataFrame:

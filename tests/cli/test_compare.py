@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from faithfulness_pipeline import score_frame
 from tests.cli.test_cli import SAMPLE, run_cli
@@ -50,6 +51,13 @@ def test_two_scorings_pair_by_row_key_and_the_english_change_is_larger_than_nois
     assert verdict("zh-CN") == "too few rows"  # 9 pairs
     crossed = pl.read_parquet(flips)
     assert crossed.height and set(crossed.get_column("row_key")) <= set(pl.read_parquet(baseline).get_column("row_key"))
+    # the claims and verdicts of both sides, read for the flipped rows only (the comparison itself never reads them)
+    for side, path in (("baseline", baseline), ("candidate", candidate)):
+        source = pl.read_parquet(path).select("row_key", "claims", "verdicts")
+        shown = crossed.select("row_key", pl.col(f"claims_{side}_table").alias("claims"),
+                               pl.col(f"verdicts_{side}_table").alias("verdicts"))
+        assert_frame_equal(shown, source.join(shown.select("row_key"), on="row_key").sort("row_key"),
+                           check_row_order=False)
 
 
 def test_the_groups_of_one_table_compare_against_a_named_baseline(scorings: tuple[Path, Path]) -> None:

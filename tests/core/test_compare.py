@@ -15,6 +15,7 @@ from faithfulness_pipeline.core.compare import (
     TOO_FEW,
     CompareConfig,
     compare,
+    compare_segments,
     paired_score,
     paired_share,
     welch_score,
@@ -147,3 +148,47 @@ def test_small_groups_say_too_few_rows_and_bad_pairs_are_refused() -> None:
     assert not compare(b, other).paired  # nothing pairs: Welch
     with pytest.raises(InputError, match="share no value"):
         compare(b, other, pair_on="row_key")
+
+
+@pytest.mark.parametrize("discordant", [(700, 800), (1400, 1600), (3, 2997), (45_000, 55_000), (5000, 5000)])
+def test_mcnemar_holds_to_scipy_past_a_floats_range(discordant: tuple[int, int]) -> None:
+    # 2**n leaves a float's range from n = 1,024 discordant pairs on: a month's comparison has far more
+    b, c = discordant
+    assert mcnemar_exact_p(b, c) == pytest.approx(stats.binomtest(min(b, c), b + c, 0.5).pvalue, rel=1e-9, abs=1e-300)
+
+
+def test_three_thousand_rows_that_half_flip_compare_with_a_p_value() -> None:
+    keys = [f"k{i}" for i in range(3000)]
+    result = compare(_scored(keys, [0.9] * 1500 + [0.1] * 1500), _scored(keys, [0.1] * 1500 + [0.9] * 1500))
+    row = result.table.filter(pl.col("group_by") == "all").row(0, named=True)
+    assert row["share_p_value"] == 1.0 and result.flips.height == 3000
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_score_that_is_not_a_finite_number_is_refused_by_table_column_and_row(bad: float) -> None:
+    keys = [f"k{i}" for i in range(30)]
+    good = _scored(keys, [0.2] * 30)
+    broken = _scored(keys, [0.2] * 29 + [bad])
+    with pytest.raises(InputError, match=r"the candidate table's hallucination_score holds 1 value\(s\) that are not "
+                                         r"finite numbers .*'k29'"):
+        compare(good, broken)
+    with pytest.raises(InputError, match="the baseline table's faithfulness_score holds 1"):
+        compare(good.with_columns(pl.Series("faithfulness_score", [bad] + [0.5] * 29)), good)
+
+
+def test_pairing_on_ids_read_as_text_in_one_table_and_integers_in_the_other_pairs_them() -> None:
+    keys = [f"k{i}" for i in range(30)]
+    b = _scored(keys, [0.2] * 30).with_columns(pl.Series("question_id", [str(i) for i in range(30)]))
+    c = _scored([f"z{i}" for i in range(30)], [0.3] * 30).with_columns(pl.Series("question_id", list(range(30))))
+    result = compare(b, c, pair_on="question_id")
+    assert result.paired and result.pairs == 30
+    assert result.table.filter(pl.col("group_by") == "all").row(0, named=True)["difference"] == pytest.approx(0.1)
+
+
+def test_lists_are_refused_as_groups_to_compare_or_keys_to_pair_on() -> None:
+    keys = [f"k{i}" for i in range(30)]
+    tagged = _scored(keys, [0.2] * 30).with_columns(pl.Series("tags", [["a", str(i % 2)] for i in range(30)]))
+    with pytest.raises(InputError, match=r"--by 'tags' is a column of List\(String\)"):
+        compare_segments(tagged, "tags")
+    with pytest.raises(InputError, match=r"--pair-on 'tags' is a column of List\(String\)"):
+        compare(tagged, tagged, pair_on="tags")
