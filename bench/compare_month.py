@@ -38,9 +38,12 @@ def run_compare(baseline: Path, candidate: Path, code: Path) -> dict[str, Any]:
     out = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status) != 0:
+    code_or_signal = os.waitstatus_to_exitcode(status)
+    if code_or_signal != 0 and code != ROOT:  # an older commit may not get through a month: record how it ended
+        print(f"compare by {code} ended with {code_or_signal}: {out.decode(errors='replace')[-500:]}", flush=True)
+    elif code_or_signal != 0:
         raise RuntimeError(f"compare by {code} failed:\n{out.decode(errors='replace')[-3000:]}")
-    return {"peak_gb": usage.ru_maxrss / 1024 / 1024, "seconds": seconds}
+    return {"peak_gb": usage.ru_maxrss / 1024 / 1024, "seconds": seconds, "exit": code_or_signal}
 
 
 def run(distinct: int, per_day: int, days: int, before: str | None) -> dict[str, Any]:
@@ -92,6 +95,10 @@ def report(result: dict[str, Any]) -> str:
         one = next(r for r in result["runs"] if r["code"] == code and r["days"] == 1)
         month = next(r for r in result["runs"] if r["code"] == code and r["days"] == days)
         lines.append(day_and_month_row(code, one, month, wall_digits=0, target=None))
+        for run in (one, month):
+            if run["exit"]:
+                lines.append(f"| {code}: {run['days']} day(s) did not finish (exit {run['exit']}; a negative exit is the "
+                             "signal that ended it) | | | | | |")
         if code == "now":
             lines.append("")
             lines.append(f"The month's peak: {month['peak_gb']:.2f} GB (target under {TARGET_GB:g} GB: "

@@ -40,7 +40,6 @@ from faithfulness_pipeline.settings.derive import from_env, settings
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.read import read_all
-from faithfulness_pipeline.tables.write import atomic_path
 
 _SHOWN_DISAGREEMENTS = 10
 _SCORED_COLUMNS = ("hallucination_score", "faithfulness_score", "status", "judge_model", "prompt_version")
@@ -54,11 +53,6 @@ def calibration_settings(options: Mapping[str, Any], env: Mapping[str, str]) -> 
     if not chosen.labelled:
         raise ConfigError("calibrate needs labelled rows: give --labelled PATH (or set FP_CALIBRATION_LABELLED)")
     return chosen
-
-
-def write(frame: pl.DataFrame, path: str) -> None:
-    with atomic_path(path, suffix=".parquet") as tmp:
-        frame.write_parquet(tmp)
 
 
 def read_claim_labels(calibration: CalibrationSettings) -> pl.DataFrame | None:

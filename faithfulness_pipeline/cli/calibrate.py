@@ -15,6 +15,7 @@ from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.tables.command_outputs import check_command_outputs, write_frames
 
 
 @click.command()
@@ -36,13 +37,13 @@ def calibrate(scored_specs: tuple[str, ...], output: str | None, disagreements_o
     try:
         judge_settings, scoring = resolve_settings(options, os.environ)
         calibration = cal.calibration_settings(options, os.environ)
+        check_command_outputs({"-o": output, "--disagreements-out": disagreements_out},
+                            [calibration.labelled, calibration.claim_labelled, *scored_specs])
         text = scoring.columns().key_columns()
         labelled = cal.read_table(str(calibration.labelled), text)
         scored = [(spec, cal.read_table(spec, text)) for spec in scored_specs]
         result = cal.run(labelled, scored, scoring, calibration, judge_settings, cal.read_claim_labels(calibration))
-        for frame, path in ((result.table, output), (result.disagreements, disagreements_out)):
-            if path:
-                cal.write(frame, path)
+        write_frames({"-o": (output, result.table), "--disagreements-out": (disagreements_out, result.disagreements)})
     except FaithfulnessPipelineError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -28,15 +28,13 @@ from faithfulness_pipeline.review.store import is_store, shown
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.tables.command_outputs import check_command_outputs, write_frames
 from faithfulness_pipeline.tables.inputs import resolve_inputs
 from faithfulness_pipeline.tables.read import read_all, scan_input
-from faithfulness_pipeline.tables.write import atomic_path
 
 _SHOWN_FLIPS = 5
 #: What the flips table shows of each side besides its scores.
 _CLAIMS = ("claims", "verdicts")
-#: Read besides keys, scores and groups: what the calibration names a judge by.
-_SCORED = ("status", "judge_model", "prompt_version", "model", "language")
 
 
 def _num(value: Any, digits: int = 3) -> str:
@@ -109,10 +107,13 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
             if (by is None) == (candidate is None):
                 raise click.UsageError("give BASELINE and CANDIDATE, or BASELINE and --by COLUMN")
             result: Comparison | pl.DataFrame
+            flips = pl.DataFrame()
             calibration = corrected = ""
-            wanted = _columns(scoring, pair_on, by, columns)
+            check_command_outputs({"-o": output, "--flips-out": flips_out},
+                                [baseline, candidate, None if labelled is None or is_store(labelled) else labelled])
+            wanted, few = _columns(scoring, pair_on, by, columns, labelled is not None)
             if by is not None:
-                whole = read_all(baseline, columns=wanted)
+                whole = read_all(baseline, columns=wanted, categorical=few)
                 result = compare_segments(whole, by, baseline=baseline_group, pair_on=pair_on,
                                           groups=columns, config=config)
                 table = result
@@ -120,18 +121,16 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
                     corrected = corrected_segments(whole, by, baseline_group, read_labels(labelled), scoring)
             else:
                 assert candidate is not None
-                tables = read_all(baseline, columns=wanted), read_all(candidate, columns=wanted)
+                tables = (read_all(baseline, columns=wanted, categorical=few),
+                          read_all(candidate, columns=wanted, categorical=few))
                 result = compare(*tables, pair_on=pair_on, groups=columns, config=config)
                 if labelled:
                     calibration = _calibration(labelled, [(baseline, tables[0]), (candidate, tables[1])], scoring)
                     corrected = corrected_tables(tables, read_labels(labelled), scoring)
                 table = result.table
                 if flips_out:
-                    with atomic_path(flips_out) as path:
-                        with_claims(result.flips, result.key, (baseline, candidate)).write_parquet(path)
-            if output:
-                with atomic_path(output) as path:
-                    table.write_parquet(path)
+                    flips = with_claims(result.flips, result.key, (baseline, candidate))
+            write_frames({"-o": (output, table), "--flips-out": (flips_out, flips)})
         except FaithfulnessPipelineError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
@@ -162,13 +161,20 @@ def with_claims(flips: pl.DataFrame, key: str, specs: tuple[str, str]) -> pl.Dat
     return flips
 
 
-def _columns(scoring: ScoringSettings, pair_on: str | None, by: str | None, groups: list[str]) -> frozenset[str]:
-    """The columns a comparison reads of a scored table: keys, scores, verdicts and groups. Its texts (the
-    question, the context, the answer) are most of a scored table and none of a comparison: left unread, a
-    month compares in the memory of its keys and scores."""
-    calibration = from_env(CalibrationSettings, os.environ).groups()
-    keys = (S.ROW_KEY, scoring.id_column, scoring.turn_column, scoring.key_column, pair_on, by)
-    return frozenset(c for c in (*keys, *SCORES, *_SCORED, *groups, *calibration) if c is not None)
+def _columns(scoring: ScoringSettings, pair_on: str | None, by: str | None, groups: list[str],
+             labelled: bool) -> tuple[frozenset[str], frozenset[str]]:
+    """The columns a comparison reads of a scored table (keys, scores, status and groups), and those of them
+    with a few values each (held as categoricals). Its texts (the question, the context, the answer) are most
+    of a scored table and none of a comparison: left unread, a month compares in the memory of its keys and
+    scores. The id columns and the judge's name only tie people's labels to rows (``--labelled``)."""
+    few = {"status", *groups, *([by] if by else [])}
+    keys: tuple[str | None, ...] = (S.ROW_KEY, pair_on)
+    if labelled:
+        more = ("judge_model", "prompt_version", *from_env(CalibrationSettings, os.environ).groups())
+        keys += (scoring.id_column, scoring.turn_column, scoring.key_column, *more)
+    wanted = frozenset(c for c in (*keys, *SCORES, *few) if c is not None)
+    # labels join the scored rows on these columns as text: with labels, every column stays text
+    return wanted, frozenset() if labelled else frozenset(few - {pair_on})
 
 
 def _calibration(labelled: str, scored: list[tuple[str, pl.DataFrame]], scoring: ScoringSettings) -> str:

@@ -28,10 +28,9 @@ from faithfulness_pipeline.review.store import is_store
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.labels import LabelSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.tables.command_outputs import check_command_outputs, write_frames
 from faithfulness_pipeline.tables.inputs import resolve_inputs
-from faithfulness_pipeline.tables.output_files import check_outputs
 from faithfulness_pipeline.tables.read import scan_input
-from faithfulness_pipeline.tables.write import atomic_path
 
 #: What the estimate reads of a scored table besides the groups: the key, the status and the two scores.
 _SCORED = (S.ROW_KEY, "status", "hallucination_score", "faithfulness_score")
@@ -108,18 +107,14 @@ def estimate(scored_specs: tuple[str, ...], output: str | None, by: str, level: 
                 raise InputError("estimate needs people's labels: give --labels PATH (or set FP_LABELS)")
             label_specs = (settings.labels,)
             columns = [c.strip() for c in by.split(",") if c.strip()]
-            if output:
-                check_outputs({"-o": output}, [p for spec in (*scored_specs, *label_specs) if not is_store(spec)
-                                               for p in resolve_inputs(spec)])
+            check_command_outputs({"-o": output}, [s for s in (*scored_specs, *label_specs) if not is_store(s)])
             ids = [c for c in (scoring.id_column, scoring.turn_column, scoring.key_column) if c]
             scored = _scored(scored_specs, columns, ids)
             config = EstimateConfig(threshold=scoring.hallucination_threshold, scale=scoring.scale, level=level,
                                     min_labels=settings.min_labels)
             values, count = join_labels(scored, _labels(label_specs, scored, scoring), config)
             table = estimate_groups(values, columns, config)
-            if output:
-                with atomic_path(output) as path:
-                    table.write_parquet(path)
+            write_frames({"-o": (output, table)})
         except FaithfulnessPipelineError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)

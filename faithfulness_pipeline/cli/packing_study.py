@@ -16,6 +16,7 @@ from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
 from faithfulness_pipeline.settings.judge import JudgeSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.tables.command_outputs import check_command_outputs, write_frames
 
 _SHAPES = "single,packed,shuffled,repeat"
 
@@ -23,7 +24,7 @@ _SHAPES = "single,packed,shuffled,repeat"
 @click.command("packing-study")
 @click.option("--shapes", default=_SHAPES, show_default=True,
               help="Verdict shapes to run (single is the reference and always runs).")
-@click.option("--rows", "max_rows", type=int, default=None,
+@click.option("--rows", "max_rows", type=click.IntRange(min=1), default=None,
               help="Judge at most this many labelled rows, taken evenly across languages (and sources).")
 @click.option("--shuffle-seed", type=int, default=1, show_default=True, help="Order of the rows in the shuffled shape.")
 @click.option("-o", "--output", default=None, help="Write every shape's per-row scores and verdicts (Parquet).")
@@ -46,6 +47,7 @@ def packing_study(shapes: str, max_rows: int | None, shuffle_seed: int, output: 
         if not judge_settings.model:
             raise ConfigError("packing-study compares request shapes of an LLM judge: give --model (the offline "
                               "judge sends no requests)")  # fmt: skip
+        check_command_outputs({"-o": output}, [calibration.labelled])
         labelled = cal.read_table(str(calibration.labelled), scoring.columns().key_columns())
         if max_rows is not None:
             labelled = study.stratified(labelled, max_rows)
@@ -57,8 +59,7 @@ def packing_study(shapes: str, max_rows: int | None, shuffle_seed: int, output: 
             labelled, judge_settings, make_judge, scoring=scoring.config(), calibration=config, shapes=chosen,
             shuffle_seed=shuffle_seed, progress=lambda step: click.echo(f"packing-study: {step}", err=True),
         ))  # fmt: skip
-        if output:
-            cal.write(result.rows, output)
+        write_frames({"-o": (output, result.rows)})
     except FaithfulnessPipelineError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -19,6 +19,7 @@ from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
 from faithfulness_pipeline.settings.derive import from_env, settings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
+from faithfulness_pipeline.tables.command_outputs import check_command_outputs
 from faithfulness_pipeline.tables.storage import StorageError, describe
 
 #: The scoring settings the report uses (which columns hold what; the threshold and scale of the scores).
@@ -62,6 +63,7 @@ def report(source: str, output: str, calibration: str | None, timestamp_col: str
         given = {k: v for k, v in options.items() if v is not None}
         scoring = from_env(ScoringSettings, os.environ, given)
         zone = timezone or os.environ.get(TIMEZONE_ENV) or "UTC"
+        check_command_outputs({"-o": output}, [source, calibration])
         place, data = build_report_to(
             source,
             output,

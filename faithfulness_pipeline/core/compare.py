@@ -240,17 +240,20 @@ def _where(frame: pl.DataFrame, column: str, value: Any, suffix: str = "") -> pl
 def _paired_rows(
     joined: pl.DataFrame, groups: Sequence[str], key: str, config: CompareConfig
 ) -> list[dict[str, Any]]:
+    # Each group is a mask over the joined pairs, never a filtered copy of them: a month's pairs are held once,
+    # and only the two score columns a figure needs are taken out of them.
+    ok = (pl.col("status" + _B) == S.STATUS_OK) & (pl.col("status" + _C) == S.STATUS_OK)
+    # sampled: rows in the sample of both tables (a row that failed to score was still drawn)
+    unsampled = (pl.col("status" + _B) == S.STATUS_NOT_SAMPLED) | (pl.col("status" + _C) == S.STATUS_NOT_SAMPLED)
     rows = []
     for column, value in _groups(joined, groups, _B):
-        part = _where(joined, column, value, _B)
-        both = part.filter((pl.col("status" + _B) == S.STATUS_OK) & (pl.col("status" + _C) == S.STATUS_OK))
-        # sampled: rows in the sample of both tables (a row that failed to score was still drawn)
-        unsampled = part.filter((pl.col("status" + _B) == S.STATUS_NOT_SAMPLED)
-                                | (pl.col("status" + _C) == S.STATUS_NOT_SAMPLED)).height
-        fpc = correction(part.height, part.height - unsampled)
+        where = pl.repeat(True, pl.len()) if column == "all" else (pl.col(column + _B) == value).fill_null(False)
+        size, left_out = joined.select(where.sum().alias("size"), (where & unsampled).sum().alias("out")).row(0)
+        fpc = correction(size, size - left_out)
         for score in SCORES:
-            kept = both.filter(pl.col(score + _B).is_not_null() & pl.col(score + _C).is_not_null())
-            b, c = kept.get_column(score + _B).to_numpy(), kept.get_column(score + _C).to_numpy()
+            keep = where & ok & pl.col(score + _B).is_not_null() & pl.col(score + _C).is_not_null()
+            pair = joined.select(pl.col(score + _B).filter(keep), pl.col(score + _C).filter(keep))
+            b, c = pair.get_column(score + _B).to_numpy(), pair.get_column(score + _C).to_numpy()
             row = {"score": score.removesuffix("_score"), "group_by": column, "group": _text(value),
                    "pairing": f"paired on {key}"} | paired_score(b, c, fpc, config)
             if score == "hallucination_score":
