@@ -198,7 +198,7 @@ def _import_phoenix(spec: str, store: str, scored: tuple[str, ...], raw: tuple[s
         click.echo(f"skipped {sum(found.not_people.values())} annotation(s) that are not people's ({kinds})")
     if found.unknown:
         click.echo(f"{len(found.unknown)} annotation(s) hold a value that is no label here and were not imported "
-                   f"(hallucinated: {', '.join(rule.hallucinated)}; not: {', '.join(rule.factual)}; or a score): "
+                   f"(labels known: {', '.join(rule.hallucinated)} | {', '.join(rule.factual)}; or a score alone): "
                    f"{named(found.unknown)}", err=True)
     if found.unmatched:
         click.echo(f"{len(found.unmatched)} annotation(s) are of spans that are no scored answer and were not "

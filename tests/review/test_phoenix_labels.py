@@ -22,6 +22,8 @@ from faithfulness_pipeline.review.phoenix_labels import AnnotationRule, reviewer
 from faithfulness_pipeline.review.store import LabelStore
 from faithfulness_pipeline.testing.phoenix_server import Phoenix, PhoenixUnavailable, phoenix
 from tests.cli.test_cli import ROOT, run_cli
+from tests.doc_blocks import activated, block, run_shell
+from tests.reliability.support import child_env
 from tests.traces.test_phoenix import TURNS, _send_traces, _wait_for_spans
 
 PROJECT = "labelled"
@@ -130,6 +132,24 @@ def test_peoples_phoenix_annotations_become_labels_once(server: Phoenix, tmp_pat
     after = LabelStore(str(store), create=False).labels()
     assert len(after) == 3
     assert next(lb for lb in after if lb.reviewer == "ana").label_hallucinated is False
+
+
+def test_the_documented_phoenix_import_runs_as_printed(server: Phoenix, tmp_path: Path) -> None:
+    """docs/review.md's Phoenix import, its server moved to this test's: a person's anonymous annotation (a
+    Phoenix without authentication) is the label of --reviewer."""
+    traces = _send_traces(server.url, "rag-assistant")
+    _wait_for_spans(server.url, 3 * len(TURNS), "rag-assistant")
+    spans = httpx.get(f"{server.url}/v1/projects/rag-assistant/spans", params={"limit": 1000}).json()["data"]
+    llm = next(s["context"]["span_id"] for s in spans
+               if s["context"]["trace_id"] == traces["ko"] and s["name"] == "llm")
+    _annotate(server.url, _human(llm, "hallucination", label="factual", explanation="자료와 일치한다"))
+    code = block("docs/review.md", "bash", 'review import "phoenix+http').replace("http://127.0.0.1:6006", server.url)
+    done = run_shell(code, tmp_path, activated(child_env()))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "imported 1 label(s) of 1 answer(s) by 1 reviewer(s) (ana)" in done.stdout
+    [label] = LabelStore(str(tmp_path / "out" / "labels.sqlite"), create=False).labels()
+    assert (label.reviewer, label.label_hallucinated, label.source) == ("ana", False, "phoenix")
+    assert label.row_key == f"{traces['ko']}/{llm}"
 
 
 def test_a_refused_key_is_one_line_that_never_holds_it(tmp_path_factory: pytest.TempPathFactory,
