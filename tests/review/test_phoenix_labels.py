@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,8 @@ import httpx
 import polars as pl
 import pytest
 
-from faithfulness_pipeline.review.phoenix_labels import AnnotationRule, reviewer_of, user_number
-from faithfulness_pipeline.review.store import LabelStore
+from faithfulness_pipeline.review.phoenix_labels import AnnotationRule, Stored, reviewer_of, store_labels, user_number
+from faithfulness_pipeline.review.store import Label, LabelStore
 from faithfulness_pipeline.testing.phoenix_server import Phoenix, PhoenixUnavailable, phoenix
 from tests.cli.test_cli import ROOT, run_cli
 from tests.doc_blocks import activated, block, run_shell
@@ -91,6 +91,11 @@ def test_peoples_phoenix_annotations_become_labels_once(server: Phoenix, tmp_pat
         _human(en, "correctness", label="correct"),  # another name: not read
     )
     store = tmp_path / "labels.sqlite"
+    # zh's annotations name nobody (no user, identifier or metadata): without --reviewer, one line, nothing stored
+    nameless = run_cli("review", "import", f"phoenix+{server.url}/projects/{PROJECT}", "--store", str(store),
+                       "--scored", str(scored_path))
+    assert nameless.returncode == 2 and not store.exists()
+    assert "2 of people's annotation(s) name no person" in nameless.stderr.strip().splitlines()[-1]
     first = _import(server, scored_path, store)
     assert first.returncode == 0, first.stderr
     assert "phoenix: 6 of people's annotation(s) of project 'labelled'" in first.stdout
@@ -189,3 +194,23 @@ def test_the_rule_and_the_reviewer_are_read_as_documented() -> None:
     assert reviewer_of({"identifier": "chen"}, {}, "x") == "chen"
     assert reviewer_of({"identifier": "", "metadata": {}}, {}, "x") == "x"
     assert reviewer_of({"identifier": ""}, {}, None) is None
+
+
+def test_a_label_given_later_elsewhere_is_kept_over_an_older_annotation(tmp_path: Path) -> None:
+    store = LabelStore(str(tmp_path / "labels.sqlite"))
+    at = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
+    store.put([Label("t/a", "ana", True, labelled_at=at + timedelta(hours=1), source="review"),
+               Label("t/b", "ana", True, labelled_at=at - timedelta(hours=1), source="review")])
+    older, newer = (Label("t/a", "ana", False, labelled_at=at, source="phoenix"),
+                    Label("t/b", "ana", False, labelled_at=at, source="phoenix"))
+    assert store_labels(store, [older, newer]) == Stored(new=0, changed=1, unchanged=0, kept=1)
+    assert {lb.row_key: (lb.label_hallucinated, lb.source) for lb in store.labels()} == {
+        "t/a": (True, "review"), "t/b": (False, "phoenix")}
+    assert store_labels(store, [older, newer]) == Stored(new=0, changed=0, unchanged=1, kept=1)
+
+
+def test_a_table_import_refuses_phoenixs_options(tmp_path: Path) -> None:
+    done = run_cli("review", "import", str(tmp_path / "sheet.csv"), "--store", str(tmp_path / "labels.sqlite"),
+                   "--scored", str(tmp_path / "scored.parquet"), "--score-threshold", "0.7")
+    assert done.returncode == 2
+    assert "--score-threshold read Phoenix's annotations" in done.stderr.strip().splitlines()[-1]
