@@ -1,19 +1,20 @@
 """``faithfulness-pipeline review serve | import | agreement``: people's labels of the review queue
-(``faithfulness_pipeline.review``): the review page that takes them, labels made elsewhere brought into the
-label store, and how far the reviewers agree. ``cli.review`` adds these commands to its group."""
+(``faithfulness_pipeline.review``): the review page that takes them, labels made elsewhere (a table, or people's
+span annotations in Phoenix) brought into the label store, and how far the reviewers agree. ``cli.review`` adds
+these commands to its group."""
 
 from __future__ import annotations
 
 import os
 import sys
 from contextlib import closing
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
 import click
 
 from faithfulness_pipeline.cli.streams import unfailing_streams
 from faithfulness_pipeline.core.agreement import Agreement, reviewer_agreement
-from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
+from faithfulness_pipeline.core.errors import FaithfulnessPipelineError, InputError
 from faithfulness_pipeline.review.imports import imported_labels
 from faithfulness_pipeline.review.items import read_items, read_queue
 from faithfulness_pipeline.review.session import ReviewSession, checked_reviewer
@@ -21,6 +22,9 @@ from faithfulness_pipeline.review.store import LabelStore, shown
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.read import read_all
+
+if TYPE_CHECKING:
+    from faithfulness_pipeline.review.phoenix_labels import AnnotationRule
 
 #: Answers named in a line before "... and N more".
 _NAMED: Final = 10
@@ -87,19 +91,57 @@ def serve_command(queue: str, scored: tuple[str, ...], raw: tuple[str, ...], sto
 
 
 @click.command("import")
-@click.argument("table", metavar="TABLE")
+@click.argument("table", metavar="TABLE|PHOENIX")
 @click.option("--store", required=True, metavar="PATH|URL", help=_STORE_HELP)
 @click.option("--scored", multiple=True, required=True, metavar="SCORED",
               help="Scored table(s) the labels are of (files, folders, globs); repeat for several.")
 @click.option("--raw", multiple=True, metavar="RAW",
               help="raw_conversations table(s) for a warehouse's scored table (the passages, for the content hash).")
-@click.option("--reviewer", default=None, help="The reviewer of the labels whose row names none (no reviewer column).")
-def import_command(table: str, store: str, scored: tuple[str, ...], raw: tuple[str, ...],
-                   reviewer: str | None) -> None:
+@click.option("--reviewer", default=None, help="The reviewer of the labels whose row (or Phoenix annotation) names "
+              "none.")
+@click.option("--annotation-name", default=None, metavar="NAME",
+              help="Phoenix: the annotation people mark hallucinations with. [default: hallucination]")
+@click.option("--hallucinated-label", multiple=True, metavar="LABEL",
+              help="Phoenix: a label that means hallucinated; repeat for several. [default: hallucinated]")
+@click.option("--factual-label", multiple=True, metavar="LABEL",
+              help="Phoenix: a label that means not hallucinated; repeat for several. [default: factual, "
+              "not_hallucinated]")
+@click.option("--score-threshold", type=float, default=None, metavar="SCORE",
+              help="Phoenix: an annotation with a score and no label is hallucinated at this score or more. "
+              "[default: 0.5]")
+@click.option("--faithfulness-name", default=None, metavar="NAME",
+              help="Phoenix: the annotation whose score (0-1) is label_faithfulness ('' for none). "
+              "[default: faithfulness]")
+def import_command(table: str, store: str, scored: tuple[str, ...], raw: tuple[str, ...], reviewer: str | None,
+                   annotation_name: str | None, hallucinated_label: tuple[str, ...], factual_label: tuple[str, ...],
+                   score_threshold: float | None, faithfulness_name: str | None) -> None:
     """Bring the labels of TABLE (a spreadsheet's export as Parquet, JSON Lines or CSV: row_key, or the id and turn
     columns, and label_hallucinated and/or label_faithfulness; optionally reviewer, labelled_at,
-    inclusion_probability) into --store. A label naming no answer of the scored tables is named, not stored."""
+    inclusion_probability) into --store. A label naming no answer of the scored tables is named, not stored.
+
+    Or people's span annotations of a Phoenix project (phoenix+http://HOST:6006/projects/NAME, optionally
+    ?start=...&end=...; the key in PHOENIX_API_KEY), of the scored answers those spans became."""
+    # Phoenix's client (httpx) only for a Phoenix project: every other command starts without it.
+    from faithfulness_pipeline.review.phoenix_labels import AnnotationRule
+    from faithfulness_pipeline.sources.phoenix import is_phoenix
+
+    given = {"--annotation-name": annotation_name, "--hallucinated-label": hallucinated_label,
+             "--factual-label": factual_label, "--score-threshold": score_threshold,
+             "--faithfulness-name": faithfulness_name}
     with unfailing_streams():
+        if is_phoenix(table):
+            defaults = AnnotationRule()
+            rule = AnnotationRule(
+                name=annotation_name or defaults.name, hallucinated=hallucinated_label or defaults.hallucinated,
+                factual=factual_label or defaults.factual,
+                threshold=defaults.threshold if score_threshold is None else score_threshold,
+                faithfulness=defaults.faithfulness if faithfulness_name is None else (faithfulness_name or None))
+            _import_phoenix(table, store, scored, raw, reviewer, rule)
+            return
+        wrong = [flag for flag, value in given.items() if value not in (None, ())]
+        if wrong:
+            _failed(InputError(f"{', '.join(wrong)} read Phoenix's annotations: TABLE {table!r} is a table (a Phoenix "
+                               "project is phoenix+http://HOST:6006/projects/NAME)"))
         try:
             scoring = from_env(ScoringSettings, os.environ)
             ids = frozenset(c for c in ("row_key", scoring.id_column, scoring.turn_column, scoring.key_column) if c)
@@ -117,6 +159,50 @@ def import_command(table: str, store: str, scored: tuple[str, ...], raw: tuple[s
         if result.unmatched:
             click.echo(f"{len(result.unmatched)} label(s) name no scored answer and were not imported: "
                        f"{_named(result.unmatched)}", err=True)
+
+
+def _import_phoenix(spec: str, store: str, scored: tuple[str, ...], raw: tuple[str, ...], reviewer: str | None,
+                    rule: AnnotationRule) -> None:
+    """``review import PHOENIX``: people's annotations of the project into the store, and what was left out."""
+    from faithfulness_pipeline.review.phoenix_labels import named, read_phoenix_labels, store_labels
+    from faithfulness_pipeline.traces.phoenix import PHOENIX_KEY_ENV, PhoenixClient
+    from faithfulness_pipeline.traces.staging import phoenix_project
+
+    try:
+        if reviewer is not None:
+            checked_reviewer(reviewer)
+        scoring = from_env(ScoringSettings, os.environ)
+        endpoint, project, start, end = phoenix_project(spec)
+        with PhoenixClient(endpoint, os.environ.get(PHOENIX_KEY_ENV)) as client:
+            found = read_phoenix_labels(client, project, (start, end), scored, raw, scoring, rule, reviewer)
+            where = client.endpoint
+        with closing(LabelStore(store)) as labels:
+            stored = store_labels(labels, found.labels)
+            location = labels.location
+    except FaithfulnessPipelineError as exc:
+        _failed(exc)
+    reviewers = sorted({label.reviewer for label in found.labels})
+    click.echo(f"phoenix: {found.read} of people's annotation(s) of project {project!r} at {where}")
+    click.echo(f"imported {len(found.labels)} label(s) of {len({lb.row_key for lb in found.labels})} answer(s) by "
+               f"{len(reviewers)} reviewer(s) ({', '.join(reviewers)}) into {location}: {stored.new} new, "
+               f"{stored.changed} changed, {stored.unchanged} already there")
+    if stored.kept:
+        click.echo(f"{stored.kept} label(s) given later on the review page or by a table were kept over older "
+                   "annotations of the same person")
+    if found.by_trace:
+        click.echo(f"{found.by_trace} annotation(s) of another span of a trace went to its one scored answer")
+    if found.superseded:
+        click.echo(f"{found.superseded} older annotation(s) of an answer by the same person: the newest kept")
+    if found.not_people:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(found.not_people.items()))
+        click.echo(f"skipped {sum(found.not_people.values())} annotation(s) that are not people's ({kinds})")
+    if found.unknown:
+        click.echo(f"{len(found.unknown)} annotation(s) hold a value that is no label here and were not imported "
+                   f"(labels known: {', '.join(rule.hallucinated)} | {', '.join(rule.factual)}; or a score alone): "
+                   f"{named(found.unknown)}", err=True)
+    if found.unmatched:
+        click.echo(f"{len(found.unmatched)} annotation(s) are of spans that are no scored answer and were not "
+                   f"imported: {named(found.unmatched)}", err=True)
 
 
 def render_agreement(agreement: Agreement) -> str:

@@ -42,7 +42,7 @@ class Imported:
     blank: int
 
 
-def _scored_keys(specs: Sequence[str], ids: Sequence[str]) -> pl.DataFrame:
+def scored_keys(specs: Sequence[str], ids: Sequence[str]) -> pl.DataFrame:
     """The row key and id columns of every scored answer (their texts stay on disk)."""
     frames = []
     for spec in specs:
@@ -105,7 +105,7 @@ def imported_labels(table: pl.DataFrame, scored: Sequence[str], raw: Sequence[st
     reviewer (the table's ``reviewer``, else ``reviewer``)."""
     check_labels(table)
     ids = [c for c in (scoring.id_column, scoring.turn_column, scoring.key_column) if c]
-    index = _scored_keys(scored, ids)
+    index = scored_keys(scored, ids)
     keys = _keyed(table, index, scoring).to_list()
     names = _reviewers(table, reviewer)
     pairs = list(zip(keys, names, strict=True))

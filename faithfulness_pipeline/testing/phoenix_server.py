@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,13 +55,14 @@ def _healthy(url: str) -> bool:
 
 
 @contextmanager
-def phoenix(workdir: Path) -> Iterator[Phoenix]:
-    """A Phoenix server on a free port of 127.0.0.1, its database in ``workdir``; stopped on leaving."""
+def phoenix(workdir: Path, settings: Mapping[str, str] | None = None) -> Iterator[Phoenix]:
+    """A Phoenix server on a free port of 127.0.0.1, its database in ``workdir``; stopped on leaving.
+    ``settings``: more of Phoenix's variables (``PHOENIX_ENABLE_AUTH``, say, for a server that wants a key)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PHOENIX_WORKING_DIR": str(workdir), "PHOENIX_HOST": "127.0.0.1", "PHOENIX_PORT": str(port),
            "PHOENIX_GRPC_PORT": str(free_port()), "PHOENIX_TELEMETRY_ENABLED": "false",
-           "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false", "PHOENIX_LOG_SQL": "false"}
+           "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false", "PHOENIX_LOG_SQL": "false", **(settings or {})}
     log = workdir / "phoenix.log"
     with open(log, "w", encoding="utf-8") as sink:
         process = subprocess.Popen([str(executable()), "serve"], env=env, stdout=sink, stderr=subprocess.STDOUT,

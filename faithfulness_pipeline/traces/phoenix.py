@@ -4,14 +4,17 @@
   /v1/projects/{project}/spans``, cursor paging): bounded memory, one page at a time;
 - ``PhoenixClient.annotate``: the scores of rows made of spans as span annotations named ``hallucination`` and
   ``faithfulness`` (score, label, explanation; annotator kind LLM, or CODE for a baseline judge), under one
-  identifier, so that a re-run updates them instead of adding more (``POST /v1/span_annotations``).
+  identifier, so that a re-run updates them instead of adding more (``POST /v1/span_annotations``);
+- ``PhoenixClient.span_annotations``: the annotations of given spans (``GET
+  /v1/projects/{project}/span_annotations``, cursor paging), which ``review import`` reads people's labels from;
+  ``user_names``: who Phoenix's users are, where the key may list them.
 
 The API key (Phoenix's ``PHOENIX_API_KEY``) goes into the authorization header alone: errors name the URL and
-the status, never a header."""
+the status, never a header, and a reply's text is shown with the key masked (a proxy may echo a request)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -33,6 +36,8 @@ PHOENIX_KEY_ENV: Final = "PHOENIX_API_KEY"
 #: The identifier of every annotation we write: the key Phoenix updates on, with the span and the name.
 IDENTIFIER: Final = "faithfulness-pipeline"
 _PAGE: Final = 1000
+#: Span ids one annotations request may name (Phoenix's ``MAX_SPAN_IDS``).
+SPAN_IDS_PER_REQUEST: Final = 1000
 _POST_BATCH: Final = 500
 
 
@@ -68,6 +73,7 @@ class PhoenixClient:
         #: what messages name: no user info or query (credentials go there)
         self.endpoint = shown(base)
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._secret = api_key or None
         self._http = httpx.Client(base_url=base, headers=headers, timeout=timeout_s)
 
     def __enter__(self) -> PhoenixClient:
@@ -86,8 +92,22 @@ class PhoenixClient:
             raise InputError(f"Phoenix at {self.endpoint} has no such project ({path}): name one of its projects")
         if reply.status_code >= 400:
             raise InputError(f"Phoenix at {self.endpoint} refused {method} {path}: HTTP {reply.status_code} "
-                             f"{reply.text[:200]}")
+                             f"{self._masked(reply.text[:200])}")
         return reply.json()
+
+    def _masked(self, text: str) -> str:
+        return text.replace(self._secret, "***") if self._secret else text
+
+    def _pages(self, path: str, params: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
+        """The ``data`` of every page of a cursor-paged listing."""
+        params = dict(params)
+        while True:
+            body = self._call("GET", path, params=params)
+            yield list(body.get("data") or [])
+            cursor = body.get("next_cursor")
+            if not cursor:
+                return
+            params["cursor"] = cursor
 
     def spans(
         self, project: str, start: datetime | None, end: datetime | None, page: int = _PAGE
@@ -98,14 +118,34 @@ class PhoenixClient:
             params["start_time"] = start.isoformat()
         if end is not None:
             params["end_time"] = end.isoformat()
-        path = f"/v1/projects/{quote(project, safe='')}/spans"
-        while True:
-            body = self._call("GET", path, params=params)
-            yield [s for item in body.get("data") or [] if (s := _span(item)) is not None]
-            cursor = body.get("next_cursor")
-            if not cursor:
-                return
-            params["cursor"] = cursor
+        for data in self._pages(f"/v1/projects/{quote(project, safe='')}/spans", params):
+            yield [s for item in data if (s := _span(item)) is not None]
+
+    def span_annotations(self, project: str, span_ids: Sequence[str], names: Sequence[str] = (),
+                         page: int = _PAGE) -> list[dict[str, Any]]:
+        """Every annotation of the spans ``span_ids`` of the project (of the names ``names``, given), as Phoenix
+        gives them (``span_id``, ``name``, ``annotator_kind``, ``result``, ``identifier``, ``user_id``, ...)."""
+        found: list[dict[str, Any]] = []
+        ids = list(dict.fromkeys(span_ids))
+        path = f"/v1/projects/{quote(project, safe='')}/span_annotations"
+        for start in range(0, len(ids), SPAN_IDS_PER_REQUEST):
+            params: dict[str, Any] = {"span_ids": ids[start:start + SPAN_IDS_PER_REQUEST], "limit": page}
+            if names:
+                params["include_annotation_names"] = list(names)
+            for data in self._pages(path, params):
+                found += data
+        return found
+
+    def user_names(self) -> dict[str, str]:
+        """Phoenix's users' names by their id (``user_id`` of an annotation); empty where the key may not list
+        them (only an admin's may) or the server has no users (no authentication): the ids stand in then."""
+        names: dict[str, str] = {}
+        try:
+            for data in self._pages("/v1/users", {"limit": _PAGE}):
+                names.update({str(u["id"]): str(u["username"]) for u in data if u.get("id") and u.get("username")})
+        except InputError:
+            return {}
+        return names
 
     def annotate(self, frames: Iterable[pl.DataFrame], *, threshold: float, scale: float,
                  kind_of: Callable[[str | None], str]) -> AnnotationsSent:

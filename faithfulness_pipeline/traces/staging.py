@@ -111,11 +111,10 @@ def landed_spans(path: str, fingerprint: str, cache: str) -> str | None:
     return target
 
 
-def phoenix_pieces(spec: str, api_key: str | None, window: tuple[datetime, datetime] | None = None,
-                   ) -> Iterator[list[Span]]:
-    """The spans a Phoenix input names, a page at a time: ``phoenix+http(s)://HOST[:PORT][/PREFIX]/projects/NAME``
-    with optional ``start`` and ``end`` (ISO dates or times; a date is its midnight in UTC; end exclusive), or
-    those of ``window`` (the Dagster landing's day)."""
+def phoenix_project(spec: str) -> tuple[str, str, datetime | None, datetime | None]:
+    """The endpoint, project and time bounds a Phoenix input names: ``phoenix+http(s)://HOST[:PORT][/PREFIX]/
+    projects/NAME`` with optional ``start`` and ``end`` (ISO dates or times; a date is its midnight in UTC; end
+    exclusive). Its spans' readers and ``review import``'s annotations read it alike."""
     parts = urlsplit(spec)
     prefix, marker, project = parts.path.rpartition("/projects/")
     if not marker or not project.strip("/"):
@@ -123,9 +122,18 @@ def phoenix_pieces(spec: str, api_key: str | None, window: tuple[datetime, datet
                          "phoenix+http://127.0.0.1:6006/projects/NAME?start=2026-12-04&end=2026-12-05")
     query = parse_qs(parts.query)
     scheme = parts.scheme.removeprefix("phoenix+")
-    with PhoenixClient(f"{scheme}://{parts.netloc}{prefix}", api_key) as client:
-        start, end = window or (_when(query, "start", spec), _when(query, "end", spec))
-        yield from client.spans(unquote(project.strip("/")), start, end)
+    return (f"{scheme}://{parts.netloc}{prefix}", unquote(project.strip("/")), _when(query, "start", spec),
+            _when(query, "end", spec))
+
+
+def phoenix_pieces(spec: str, api_key: str | None, window: tuple[datetime, datetime] | None = None,
+                   ) -> Iterator[list[Span]]:
+    """The spans a Phoenix input names (:func:`phoenix_project`), a page at a time, or those of ``window`` (the
+    Dagster landing's day)."""
+    endpoint, project, start, end = phoenix_project(spec)
+    with PhoenixClient(endpoint, api_key) as client:
+        start, end = window or (start, end)
+        yield from client.spans(project, start, end)
 
 
 def _when(query: dict[str, list[str]], name: str, spec: str) -> datetime | None:

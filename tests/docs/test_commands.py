@@ -114,6 +114,9 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("docs/review.md", "bash", "review import sheet.csv"): (
         "tests/review/test_cli.py::test_the_documented_review_commands_run_as_printed",
     ),
+    ("docs/review.md", "bash", 'review import "phoenix+http'): (
+        "tests/review/test_phoenix_labels.py::test_the_documented_phoenix_import_runs_as_printed",
+    ),
     ("docs/traces.md", "bash", "score /var/spans/"): (
         "tests/traces/test_spans_in.py::test_the_documented_collector_recipe_scores_its_folder",
     ),
