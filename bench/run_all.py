@@ -39,6 +39,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("bytecode.py", ["--runs", "3"]),
     ("report_size.py", []),
     ("report_month.py", []),
+    ("compare_month.py", []),
     ("bi_month.py", []),
     ("sampling.py", ["--rows", "2000"]),
     ("spend_cap.py", ["--rows", "1000"]),
