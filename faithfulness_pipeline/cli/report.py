@@ -44,14 +44,15 @@ def _options(command: Callable[..., None]) -> Callable[..., None]:
               "offline).")
 @click.option("--calibration", default=None, help="The judge's calibration table (Parquet) to show. Default: the "
               "warehouse's judge_calibration table when there is one.")
-@click.option("--timestamp-col", default="created_at", show_default=True,
-              help="Column whose date is a scored table's day (scored_at when absent); a warehouse uses its days.")
+@click.option("--timestamp-col", default=None,
+              help="Column whose date is a scored table's day; a warehouse uses its days. [default: created_at, "
+              "or scored_at where a table has no created_at]")
 @click.option("--timezone", default=None, help=f"Time zone of the day boundary [default: UTC] [env {TIMEZONE_ENV}].")
 @click.option("--worst", default=20, show_default=True, type=click.IntRange(0, 1000),
               help="How many of the worst answers to show with their claims.")
 @_options
 @unfailing_streams()
-def report(source: str, output: str, calibration: str | None, timestamp_col: str, timezone: str | None,
+def report(source: str, output: str, calibration: str | None, timestamp_col: str | None, timezone: str | None,
            worst: int, **options: Any) -> None:
     """Write the answer-quality report of a warehouse folder or a scored table (Parquet file, folder or glob),
     local or in an object store (s3://bucket/warehouse)."""
@@ -69,7 +70,8 @@ def report(source: str, output: str, calibration: str | None, timestamp_col: str
             output,
             baseline_judges=baseline_judges(),
             calibration=calibration,
-            timestamp_column=timestamp_col,
+            timestamp_column=timestamp_col or "created_at",
+            timestamp_required=timestamp_col is not None,
             timezone=checked_zone(zone),
             scoring=scoring,
             worst=worst,
@@ -83,7 +85,9 @@ def report(source: str, output: str, calibration: str | None, timestamp_col: str
     top = headline(data)
     click.echo(
         f"wrote {place.uri} ({place.size() / 1024:.0f} KiB) in {time.monotonic() - started:.1f}s: "
-        f"{top.answers} answers over {top.period}, judged by {top.judges}",
+        f"{top.answers} answers over {top.period}"
+        + (f" ({top.undated_answers} with no date: their own 'undated' rows)" if top.undated_answers else "")
+        + f", judged by {top.judges}",
         err=True,
     )
 

@@ -32,6 +32,7 @@ def build_report_to(
     baseline_judges: frozenset[str] = frozenset(),
     calibration: str | None = None,
     timestamp_column: str = "created_at",
+    timestamp_required: bool = False,
     timezone: str = "UTC",
     scoring: ScoringSettings = _DEFAULT_SCORING,
     worst: int = 20,
@@ -39,7 +40,8 @@ def build_report_to(
     """Write the report of ``source`` (a warehouse folder, or a scored Parquet file / folder / glob; local or
     a URI) to ``target`` (a local path or a URI). ``scoring`` names the table's model, answer and question
     columns, the hallucination threshold and the scale, as they were when the table was scored."""
-    chunks = scored_chunks(source, timestamp_column=timestamp_column, timezone=timezone,
+    chunks = scored_chunks(source, timestamp_column=timestamp_column, timestamp_required=timestamp_required,
+                           timezone=timezone,
                            columns=(scoring.model_column, "language"), answer_column=scoring.output_column)
     first = next(chunks)
     if scoring.model_column != _DEFAULT_SCORING.model_column and scoring.model_column not in first.columns:

@@ -177,12 +177,14 @@ def _check_scored(spec: str, file: str, names: Sequence[str]) -> None:
         )
 
 
-def scored_chunks(spec: str, *, timestamp_column: str = "created_at", timezone: str = "UTC",
-                  columns: tuple[str, ...] = (), answer_column: str | None = None,
+def scored_chunks(spec: str, *, timestamp_column: str = "created_at", timestamp_required: bool = False,
+                  timezone: str = "UTC", columns: tuple[str, ...] = (), answer_column: str | None = None,
                   rows: int = CHUNK_ROWS) -> Iterator[pl.DataFrame]:
     """The scored rows of a warehouse or a scored table in chunks of at most ``rows`` rows, each with a
     ``day`` (Date) column: the report's own columns, ``columns``, and the ``answer_column`` as its script and
-    word count (the texts of a month are gigabytes; the page shows a few)."""
+    word count (the texts of a month are gigabytes; the page shows a few). A table without
+    ``timestamp_column`` is dated by ``scored_at``, unless the column was named on purpose
+    (``timestamp_required``): then it is refused, as a model column named on purpose is."""
     wanted = {*SCORED_NEEDS, *columns, timestamp_column}
     if is_warehouse(spec):
         files = _warehouse_files(Place.of(spec), "scored_conversations")
@@ -194,7 +196,11 @@ def scored_chunks(spec: str, *, timestamp_column: str = "created_at", timezone: 
                 yield chunk.with_columns(day.alias(DAY))
         return
     for file in resolve_inputs(spec):
-        _check_scored(spec, file, _scored_file(file).names())
+        names = _scored_file(file).names()
+        _check_scored(spec, file, names)
+        if timestamp_required and timestamp_column not in names:
+            raise InputError(f"{file!r} has no column {timestamp_column!r} (--timestamp-col): name one of its "
+                             "columns, or leave --timestamp-col out to date rows by created_at (else scored_at)")
         for chunk in _file_chunks(file, wanted, answer_column, rows):
             source = timestamp_column if timestamp_column in chunk.columns else "scored_at"
             yield chunk.with_columns(day_of(chunk, source, timezone).alias(DAY))

@@ -52,18 +52,25 @@ class Headline:
     billed_cost_usd: float | None
     judges: str
     sampled_answers: int | None = None  # the answers judged, when a sample (not every answer) was
+    undated_answers: int = 0  # answers whose time column is empty: a row of their own, named UNDATED
 
     def items(self, threshold: float) -> list[tuple[str, str]]:
         judged = [] if self.sampled_answers is None else [("judged (sample)", str(self.sampled_answers))]
+        undated = [(f"{UNDATED} (no date)", str(self.undated_answers))] if self.undated_answers else []
         return [
             ("answers", str(self.answers)),
             *judged,
+            *undated,
             ("error rows", str(self.error_answers)),
             ("mean hallucination", num(self.hallucination_mean)),
             (f"over {threshold:g}", pct(self.over_threshold_share)),
             ("mean faithfulness", num(self.faithfulness_mean)),
             ("billed cost", "unknown" if self.billed_cost_usd is None else usd(self.billed_cost_usd)),
         ]
+
+
+#: The day shown for answers whose time column is empty (a null would read "None").
+UNDATED = "undated"
 
 
 def num(value: Any, digits: int = 3) -> str:
@@ -106,6 +113,7 @@ def headline(data: ReportData) -> Headline:
     with_score = scored["hallucination"][0]
     answers = int(daily.get_column("answers").sum() or 0)
     sampled = int(daily.get_column("sampled_answers").sum() or 0)
+    undated = int(daily.filter(pl.col("day").is_null()).get_column("answers").sum() or 0)
     return Headline(
         period=period,
         answers=answers,
@@ -116,6 +124,7 @@ def headline(data: ReportData) -> Headline:
         billed_cost_usd=None if billed.null_count() else float(billed.sum() or 0.0),
         judges=", ".join(f"{m} ({p})" for m, p, _ in data.judges),
         sampled_answers=sampled if sampled < answers else None,
+        undated_answers=undated,
     )
 
 
@@ -155,7 +164,7 @@ def render_html(data: ReportData, *, baseline_judges: frozenset[str] = frozenset
     top = headline(data)
     daily_rows = [
         {
-            "day": row["day"],
+            "day": row["day"] if row["day"] is not None else UNDATED,
             "model": row["model"] if row["model"] is not None else "(no model)",
             "cells": [_cell(row, c) for _, c in _DAILY],
         }
@@ -180,7 +189,7 @@ def render_html(data: ReportData, *, baseline_judges: frozenset[str] = frozenset
         charts={name: Markup(svg) for name, svg in figures.items()},  # drawn here; matplotlib escaped its text
         daily_labels=[label for label, _ in _DAILY],
         daily=daily_rows,
-        worst=data.worst,
+        worst=[row | {"day": row["day"] if row.get("day") is not None else UNDATED} for row in data.worst],
         cut=TEXT_LIMIT,
         cut_text=_cut,
         num=num,

@@ -293,3 +293,20 @@ def test_a_table_read_in_small_chunks_gives_the_report_of_the_table_read_at_once
     assert small.worst == whole.worst
     # their texts and claims are read for these rows alone
     assert all(r["answer"] for r in small.worst) and any(r["claims"] for r in small.worst)
+
+
+def test_undated_answers_are_named_and_counted_and_an_absent_time_column_is_refused(tmp_path: Path) -> None:
+    # issue 52: empty times became a day named "None", without a word; a --timestamp-col the table lacks fell
+    # back to scored_at silently
+    scored = pl.read_parquet(GOLDEN)
+    undated = scored.with_columns(pl.when(pl.int_range(pl.len()) % 3 == 0).then(None)
+                                  .otherwise(pl.col("created_at")).alias("created_at"))
+    undated.write_parquet(tmp_path / "undated.parquet")
+    done = _cli(str(tmp_path / "undated.parquet"), "-o", str(tmp_path / "undated.html"))
+    assert done.returncode == 0, done.stderr
+    assert "(6 with no date: their own 'undated' rows)" in done.stderr
+    html = (tmp_path / "undated.html").read_text()
+    assert "None" not in html and html.count("undated") >= 2
+    absent = _cli(str(GOLDEN), "-o", str(tmp_path / "x.html"), "--timestamp-col", "sent_at")
+    assert absent.returncode == 2 and "no column 'sent_at' (--timestamp-col)" in absent.stderr
+    assert not (tmp_path / "x.html").exists()
