@@ -31,6 +31,7 @@ import polars as pl
 
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
 from faithfulness_pipeline.judging.store.postgres import is_postgres_url, without_password
+from faithfulness_pipeline.tables.sqlite_files import open_failure
 
 T = TypeVar("T")
 
@@ -216,7 +217,10 @@ class LabelStore:
                 return work(self._conn)
             except errors as exc:
                 self._drop()
-                raise LabelStoreError(f"label store {self.location}: {scrubbed(exc, self.spec)}") from None
+                reason = scrubbed(exc, self.spec)
+                if not self.postgres and isinstance(exc, sqlite3.OperationalError | OSError):
+                    reason = open_failure(self.spec.removeprefix("sqlite://"), exc)
+                raise LabelStoreError(f"label store {self.location}: {reason}") from None
 
     def _drop(self) -> None:
         if self._conn is not None:

@@ -10,6 +10,7 @@ from typing import Final
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.judging.store.protocol import Store, StoreError
+from faithfulness_pipeline.tables.sqlite_files import open_failure
 
 #: A libpq ``key=value`` pair (``host=db dbname=fp``): no file path a user means starts a word that way.
 LIBPQ_PAIR: Final = re.compile(r"(?:^|\s)(?:host|hostaddr|dbname|user|password|port|sslmode|service)\s*=")
@@ -37,7 +38,10 @@ def open_store(spec: Path | str) -> Store:
         store = ResultStore(text.removeprefix("sqlite://") if text.startswith("sqlite://") else text)
     try:
         store.open()
-    except (sqlite3.Error, OSError, ValueError) as exc:
+    except (sqlite3.Error, OSError) as exc:
+        reason = exc if isinstance(store, PostgresStore) else open_failure(store.location, exc)
+        raise ConfigError(f"cannot use the result store {store.location}: {reason}") from None
+    except ValueError as exc:
         raise ConfigError(f"cannot use the result store {store.location}: {exc}") from None
     except StoreError as exc:
         raise ConfigError(str(exc)) from None
