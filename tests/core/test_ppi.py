@@ -36,6 +36,26 @@ def test_the_estimate_and_interval_equal_ppi_python(weighted: bool) -> None:
         assert (ours.low, ours.high) == (pytest.approx(low, abs=1e-12), pytest.approx(high, abs=1e-12))
 
 
+def test_the_estimate_equals_truescores_given_the_unlabelled_rows() -> None:
+    """truescore's ``ppi_estimate`` is the same PPI++ estimator (tuned lam, clipped to [0, 1]), fed differently:
+    its judged term is the mean over the rows *without* a label, where ours takes every row reported on. Given
+    the unlabelled rows as ``f_all``, the tuned lam and the estimate are the same; the intervals differ (it adds
+    the judged term's variance and widens to Wilson's interval on rare labels; ours is about the rows)."""
+    truescore = pytest.importorskip("truescore", reason="truescore (a dev dependency) is the oracle of this test")
+    rng = np.random.default_rng(54)
+    for _ in range(100):
+        rows = int(rng.integers(60, 3000))
+        y_all, f_all = _day(rng, rows, rng.uniform(0.02, 0.5), rng.uniform(0.5, 1), rng.uniform(0, 0.4))
+        if rng.random() < 0.3:
+            f_all = rng.random(rows)
+        labelled = rng.choice(rows, int(rng.integers(MIN_LABELS, min(rows - 2, 400))), replace=False)
+        unlabelled = np.setdiff1d(np.arange(rows), labelled)
+        ours = ppi_mean(y_all[labelled], f_all[labelled], f_all[unlabelled])
+        theirs = truescore.ppi_estimate(f_all, y_all[labelled], labelled)
+        assert ours.lam == pytest.approx(theirs.lambda_, abs=1e-12)
+        assert ours.estimate == pytest.approx(theirs.point, abs=1e-12)
+
+
 @pytest.mark.parametrize(("rate", "tpr", "fpr"), [(0.05, 0.49, 0.29), (0.05, 0.9, 0.1), (0.2, 0.49, 0.29)])
 def test_unbiased_and_covering_where_the_judges_share_is_far_off(rate: float, tpr: float, fpr: float) -> None:
     """1,000 simulated days of 2,000 answers with 100 random labels (seed 51): the raw share is off by the judge's
