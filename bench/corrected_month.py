@@ -7,9 +7,11 @@ Beside each, a labels table: ``--label-share`` of each day's row keys drawn at r
 ``label_hallucinated`` drawn from the judge's own flag (people agree with a flag 80 % of the time and call an
 unflagged answer hallucinated 10 % of the time), so the corrected figure differs from the raw one. Each is
 estimated by `python -m faithfulness_pipeline.cli estimate TABLE --labels LABELS -o figures.parquet` in a
-child process; its peak is the child's ``ru_maxrss`` (``wait4``).
+child process; its peak is the child's ``ru_maxrss`` (``wait4``). ``--before REF`` also runs the estimate of
+an older commit (its ``faithfulness_pipeline`` by ``git archive``, on the same environment) on the same tables,
+and says whether its figures equal ours.
 
-    .venv/bin/python bench/corrected_month.py [--distinct 20000] [--per-day 100000] [--days 30]
+    .venv/bin/python bench/corrected_month.py [--distinct 20000] [--per-day 100000] [--days 30] [--before REF]
 """
 
 from __future__ import annotations
@@ -66,11 +68,12 @@ def write_tables(folder: Path, distinct: int, per_day: int, days: int, share: fl
     (folder / "tables.json").write_text(json.dumps(figures))
 
 
-def run_estimate(table: Path, labels: Path, out: Path) -> dict[str, Any]:
-    """The corrected figures of ``table`` in a child process: its peak RSS, wall time and the figures' table."""
+def run_estimate(table: Path, labels: Path, out: Path, code: Path = ROOT) -> dict[str, Any]:
+    """The corrected figures of ``table`` by the code at ``code`` in a child process: its peak RSS, wall time
+    and the figures' table."""
     command = [sys.executable, "-m", "faithfulness_pipeline.cli", "estimate", str(table), "--labels", str(labels),
                "-o", str(out)]
-    figures = child_peak(command, ROOT, f"estimate of {table}")
+    figures = child_peak(command, code, f"estimate of {table} by {code}")
     frame = pl.read_parquet(out)
     return {"peak_gb": figures["peak_gb"], "seconds": figures["seconds"], "groups": frame.height,
             "figures": frame.select("model", "language", "answers", "labelled_answers", "over_threshold_share",
@@ -78,35 +81,54 @@ def run_estimate(table: Path, labels: Path, out: Path) -> dict[str, Any]:
                                     "over_threshold_share_corrected_high").to_dicts()}
 
 
-def run(distinct: int, per_day: int, days: int, share: float, seed: int) -> dict[str, Any]:
+def _same_figures(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> float | None:
+    """The largest difference between two runs' figures, None where their groups or counts differ."""
+    if [(r["model"], r["language"], r["answers"], r["labelled_answers"]) for r in a] != \
+            [(r["model"], r["language"], r["answers"], r["labelled_answers"]) for r in b]:
+        return None
+    return max(abs(x[k] - y[k]) for x, y in zip(a, b, strict=True) for k in x if isinstance(x[k], float))
+
+
+def run(distinct: int, per_day: int, days: int, share: float, seed: int, before: str | None) -> dict[str, Any]:
     result: dict[str, Any] = {"distinct": distinct, "per_day": per_day, "days": days, "share": share, "seed": seed,
-                              "machine": machine(), "runs": []}
+                              "machine": machine(), "runs": [], "before": before}
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         folder = Path(tmp)
         subprocess.run([sys.executable, __file__, "--write-tables", str(folder), "--distinct", str(distinct),
                         "--per-day", str(per_day), "--days", str(days), "--label-share", str(share),
                         "--seed", str(seed)], check=True)
         result |= json.loads((folder / "tables.json").read_text())
-        for n in sorted({1, days}):
-            figures = run_estimate(folder / f"{n}_days.parquet", folder / f"{n}_labels.parquet",
-                                   folder / f"{n}_figures.parquet")
-            result["runs"].append({"days": n, **figures})
-            print(f"{n} day(s): {figures['peak_gb']:.2f} GB, {figures['seconds']:.1f} s", file=sys.stderr,
-                  flush=True)
+        codes = {"now": ROOT}
+        if before:
+            codes[before] = folder / "before"
+            codes[before].mkdir()
+            archive = subprocess.run(["git", "archive", before, "faithfulness_pipeline"], cwd=ROOT, check=True,
+                                     capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(codes[before])], input=archive, check=True)
+        for name, code in codes.items():
+            for n in sorted({1, days}):
+                figures = run_estimate(folder / f"{n}_days.parquet", folder / f"{n}_labels.parquet",
+                                       folder / f"{name}_{n}_figures.parquet", code)
+                result["runs"].append({"code": name, "days": n, **figures})
+                print(f"{name}: {n} day(s): {figures['peak_gb']:.2f} GB, {figures['seconds']:.1f} s",
+                      file=sys.stderr, flush=True)
+        if before:
+            now = next(r for r in result["runs"] if r["code"] == "now" and r["days"] == days)
+            then = next(r for r in result["runs"] if r["code"] == before and r["days"] == days)
+            result["largest_difference"] = _same_figures(now["figures"], then["figures"])
     result["load_average"] = os.getloadavg()[0]
     return result
 
 
 def report(result: dict[str, Any]) -> str:
     days = result["days"]
-    one = next(r for r in result["runs"] if r["days"] == 1)
-    month = next(r for r in result["runs"] if r["days"] == days)
+    month = next(r for r in result["runs"] if r["code"] == "now" and r["days"] == days)
     within = month["peak_gb"] < TARGET_GB
     lines = [
         "## Corrected figures over a month: peak memory (issue 51)",
         "",
         f"`.venv/bin/python bench/corrected_month.py --distinct {result['distinct']} --per-day {result['per_day']} "
-        f"--days {days}`: bench/report_month.py's scored tables ({result['distinct']:,} typical answers scored by "
+        f"--days {days}{' --before ' + result['before'] if result['before'] else ''}`: bench/report_month.py's scored tables ({result['distinct']:,} typical answers scored by "
         f"the offline judge, copied under new row keys into days of {result['per_day']:,} answers, three models): "
         f"1 day ({result['rows_1']:,} rows, {result['bytes_1'] / 2**20:.0f} MiB) and {days} days "
         f"({result[f'rows_{days}']:,} rows, {result[f'bytes_{days}'] / 2**20:.0f} MiB), each with a labels table of "
@@ -116,8 +138,17 @@ def report(result: dict[str, Any]) -> str:
         "figures.parquet` in a child process (peak: its ru_maxrss); --by model,language, "
         f"{month['groups']} groups.",
         "",
-        *day_and_month_header("estimate", days),
-        day_and_month_row("now", one, month, wall_digits=1, target=None),
+        *day_and_month_header("code", days),
+    ]
+    for code in dict.fromkeys(r["code"] for r in result["runs"]):
+        runs = {r["days"]: r for r in result["runs"] if r["code"] == code}
+        lines.append(day_and_month_row(code, runs[1], runs[days], wall_digits=1, target=None))
+    if result["before"]:
+        difference = result["largest_difference"]
+        lines += ["", f"The {days}-day figures of both: " + (
+            "groups or counts differ" if difference is None else
+            f"the same groups and counts, the largest difference of a figure {difference:.1e}") + "."]
+    lines += [
         "",
         f"The month's peak: {month['peak_gb']:.2f} GB (target < {TARGET_GB:.0f} GB: "
         f"{'met' if within else 'NOT met'}).",
@@ -142,9 +173,10 @@ if __name__ == "__main__":
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--label-share", type=float, default=0.01, help="share of each day's answers labelled")
     parser.add_argument("--seed", type=int, default=51)
+    parser.add_argument("--before", default=None, help="also estimate with this older commit's code")
     parser.add_argument("--write-tables", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.write_tables is not None:
         write_tables(args.write_tables, args.distinct, args.per_day, args.days, args.label_share, args.seed)
     else:
-        print(report(run(args.distinct, args.per_day, args.days, args.label_share, args.seed)))
+        print(report(run(args.distinct, args.per_day, args.days, args.label_share, args.seed, args.before)))
