@@ -139,11 +139,11 @@ def labelled_scores(scored: Frame, labels: pl.DataFrame, config: EstimateConfig)
     people = answers.drop(_REVIEWERS, _SPLIT)
     unlabelled = judged.filter(~is_labelled).with_columns(
         pl.lit(None, dtype=people.schema[c]).alias(c) for c in people.columns if c != S.ROW_KEY)
-    joined = pl.concat([unlabelled, judged.filter(is_labelled).join(people.lazy(), on=S.ROW_KEY, how="left",
-                                                                    maintain_order="left")])
+    labelled = judged.filter(is_labelled).join(people.lazy(), on=S.ROW_KEY, how="left", maintain_order="left")
+    joined = pl.concat([unlabelled, labelled])
     # Only the scored rows of labelled keys: the status of every scored row would be the whole table's keys.
     keys, used = _collect([frame.select(key, "status").filter(is_labelled),
-                           joined.select(pl.col("__fp_flag").is_not_null().sum())], isinstance(scored, pl.LazyFrame))
+                           labelled.select(pl.col("__fp_flag").is_not_null().sum())], isinstance(scored, pl.LazyFrame))
     matched = answers.join(keys, on=S.ROW_KEY, how="left", maintain_order="left")
     unmatched = matched.filter(pl.col("status").is_null())
     count.unmatched_count, count.unmatched = unmatched.height, unmatched.get_column(S.ROW_KEY).head(_EXAMPLES).to_list()
