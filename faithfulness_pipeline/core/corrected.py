@@ -158,8 +158,8 @@ def labelled_scores(scored: Frame, labels: pl.DataFrame, config: EstimateConfig)
 
 def _collect(queries: list[pl.LazyFrame], streaming: bool) -> list[pl.DataFrame]:
     """Each query collected on its own, by the streaming engine where the rows are on disk: ``collect_all``
-    would scan the table once and hold it for all of them (measured: 0.2 GB more over a month of light
-    columns, bench/corrected_month.py)."""
+    would scan the table once and hold it for all of them (measured on 30 days of bench/corrected_month.py's
+    light columns: 0.2 GB more)."""
     return [query.collect(engine="streaming" if streaming else "auto") for query in queries]
 
 
