@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import os
 import platform
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,8 @@ from faithfulness_pipeline.core.config import ScoringConfig  # noqa: E402
 from faithfulness_pipeline.core.port import Judge  # noqa: E402
 
 FAKE_KEY_ENV = "FP_BENCH_KEY"
+#: Rows of a day or month table written at a time (a row group each): never the month in one frame.
+WRITE_ROWS = 100_000
 os.environ.setdefault(FAKE_KEY_ENV, "sk-bench-not-a-secret")
 
 
@@ -99,3 +104,67 @@ def sample_rows() -> pl.DataFrame:
             pl.col(S.ROW_KEY).alias("conversation_id"), pl.col(S.QUESTION).alias("input"),
             pl.col(S.ANSWER).alias("output"), pl.col(S.CONTEXT).alias("context")))
     return pl.concat(frames)
+
+
+def day_frame(scored: pl.DataFrame, day: int, per_day: int) -> pl.DataFrame:
+    """``per_day`` copies of the scored rows on day ``day``, each under a row key of its own (``d{day}-{i}``),
+    the answering model ``model-{i % 3}``."""
+    repeats = -(-per_day // scored.height)
+    frame = pl.concat([scored] * repeats).head(per_day)
+    index = pl.int_range(pl.len())
+    start = dt.datetime(2026, 11, 1, 12, tzinfo=dt.UTC) + dt.timedelta(days=day)
+    key = pl.format("d{}-{}", pl.lit(day), index)
+    return frame.with_columns(key.alias("conversation_id"), key.alias("row_key"), pl.lit(start).alias("created_at"),
+                              pl.format("model-{}", index % 3).alias("model"))
+
+
+def write_table(scored: pl.DataFrame, days: int, per_day: int, path: Path) -> int:
+    """``days`` days of :func:`day_frame` written to one Parquet file, a row group at a time."""
+    import pyarrow.parquet as pq
+
+    writer: pq.ParquetWriter | None = None
+    rows = 0
+    try:
+        for day in range(days):
+            for part in day_frame(scored, day, per_day).iter_slices(WRITE_ROWS):
+                table = part.to_arrow()
+                writer = writer or pq.ParquetWriter(path, table.schema, compression="zstd")
+                writer.write_table(table, row_group_size=WRITE_ROWS)
+                rows += part.height
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows
+
+
+def write_day_and_month(folder: Path, distinct: int, per_day: int, days: int) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """``distinct`` typical RAG rows scored by the offline judge, written as ``folder/1_days.parquet`` and
+    ``folder/{days}_days.parquet``; the scored rows and the figures (scoring time, rows and bytes of each).
+    Run it in a child process: the benchmark's own process stays small."""
+    from rag_rows import make_rows
+
+    from faithfulness_pipeline import score_frame
+
+    started = time.perf_counter()
+    scored = score_frame(make_rows(distinct, seed=11))
+    figures: dict[str, Any] = {"scoring_s": time.perf_counter() - started}
+    for n in sorted({1, days}):
+        table = folder / f"{n}_days.parquet"
+        figures[f"rows_{n}"] = write_table(scored, n, per_day, table)
+        figures[f"bytes_{n}"] = table.stat().st_size
+    return scored, figures
+
+
+def child_peak(command: list[str], code: Path, what: str) -> dict[str, Any]:
+    """``command`` run in a child process with the code at ``code`` first on its path: its peak RSS (the
+    child's ``ru_maxrss``, by ``wait4``), wall time and output; ``what`` names it when it fails."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=code, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert process.stdout is not None
+    out = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{what} failed:\n{out.decode(errors='replace')[-3000:]}")
+    return {"peak_gb": usage.ru_maxrss / 1024 / 1024, "seconds": seconds, "output": out.decode(errors="replace")}

@@ -14,80 +14,38 @@ the report of an older commit (a ``git worktree`` of REF on the same environment
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-import pyarrow.parquet as pq
-from common import ROOT, day_and_month_header, day_and_month_row, machine, machine_line
+from common import (
+    ROOT,
+    child_peak,
+    day_and_month_header,
+    day_and_month_row,
+    machine,
+    machine_line,
+    write_day_and_month,
+)
 
 #: The issue's target: the month's peak over one day's, at most this.
 TARGET_GROWTH = 1.5
-WRITE_ROWS = 100_000
-
-
-def _day(scored: pl.DataFrame, day: int, per_day: int) -> pl.DataFrame:
-    """``per_day`` copies of the scored rows on day ``day``, each under a row key of its own."""
-    repeats = -(-per_day // scored.height)
-    frame = pl.concat([scored] * repeats).head(per_day)
-    index = pl.int_range(pl.len())
-    start = dt.datetime(2026, 11, 1, 12, tzinfo=dt.UTC) + dt.timedelta(days=day)
-    key = pl.format("d{}-{}", pl.lit(day), index)
-    return frame.with_columns(key.alias("conversation_id"), key.alias("row_key"), pl.lit(start).alias("created_at"),
-                              pl.format("model-{}", index % 3).alias("model"))
-
-
-def write_table(scored: pl.DataFrame, days: int, per_day: int, path: Path) -> int:
-    writer: pq.ParquetWriter | None = None
-    rows = 0
-    try:
-        for day in range(days):
-            for part in _day(scored, day, per_day).iter_slices(WRITE_ROWS):
-                table = part.to_arrow()
-                writer = writer or pq.ParquetWriter(path, table.schema, compression="zstd")
-                writer.write_table(table, row_group_size=WRITE_ROWS)
-                rows += part.height
-    finally:
-        if writer is not None:
-            writer.close()
-    return rows
 
 
 def run_report(table: Path, page: Path, code: Path) -> dict[str, Any]:
     """The report of ``table`` by the code at ``code`` in a child process: its peak RSS and wall time."""
-    env = {**os.environ, "PYTHONPATH": str(code)}
     command = [sys.executable, "-m", "faithfulness_pipeline.cli", "report", str(table), "-o", str(page)]
-    started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=code, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    assert process.stdout is not None
-    out = process.stdout.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"report of {table} by {code} failed:\n{out.decode(errors='replace')[-3000:]}")
-    return {"peak_gb": usage.ru_maxrss / 1024 / 1024, "seconds": seconds, "page_bytes": page.stat().st_size}
+    figures = child_peak(command, code, f"report of {table} by {code}")
+    return {"peak_gb": figures["peak_gb"], "seconds": figures["seconds"], "page_bytes": page.stat().st_size}
 
 
 def write_tables(folder: Path, distinct: int, per_day: int, days: int) -> None:
     """Score the distinct rows and write the 1-day and the ``days``-day tables into ``folder`` (the child)."""
-    from rag_rows import make_rows
-
-    from faithfulness_pipeline import score_frame
-
-    started = time.perf_counter()
-    scored = score_frame(make_rows(distinct, seed=11))
-    figures: dict[str, Any] = {"scoring_s": time.perf_counter() - started}
-    for n in sorted({1, days}):
-        table = folder / f"{n}_days.parquet"
-        figures[f"rows_{n}"] = write_table(scored, n, per_day, table)
-        figures[f"bytes_{n}"] = table.stat().st_size
+    _, figures = write_day_and_month(folder, distinct, per_day, days)
     (folder / "tables.json").write_text(json.dumps(figures))
 
 

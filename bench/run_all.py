@@ -41,6 +41,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("report_month.py", []),
     ("compare_month.py", []),
     ("bi_month.py", []),
+    ("corrected_month.py", []),
     ("sampling.py", ["--rows", "2000"]),
     ("spend_cap.py", ["--rows", "1000"]),
     ("corrected.py", ["--days", "1000"]),

@@ -37,8 +37,9 @@ _SCORED = (S.ROW_KEY, "status", "hallucination_score", "faithfulness_score")
 _POOL = ("judge_model", "prompt_version", "language")
 
 
-def _scored(specs: tuple[str, ...], by: list[str], id_columns: list[str]) -> pl.DataFrame:
-    """The light columns of every scored table (the answers' texts stay on disk)."""
+def _scored(specs: tuple[str, ...], by: list[str], id_columns: list[str]) -> pl.LazyFrame:
+    """The light columns of every scored table, lazily: the estimate folds them group by group with the
+    streaming engine and collects only the labelled rows (a month of rows never sits in memory)."""
     frames = []
     for spec in specs:
         for path in resolve_inputs(spec):
@@ -52,11 +53,11 @@ def _scored(specs: tuple[str, ...], by: list[str], id_columns: list[str]) -> pl.
             if absent:
                 raise InputError(f"--by names {absent}, which {path!r} lacks; it has {present[:16]}")
             wanted = dict.fromkeys([*_SCORED, *by, *_POOL, *id_columns])
-            frames.append(scan.select([c for c in wanted if c in present]).collect())
+            frames.append(scan.select([c for c in wanted if c in present]))
     return pl.concat(frames, how="diagonal_relaxed")
 
 
-def _labels(specs: tuple[str, ...], scored: pl.DataFrame, scoring: ScoringSettings) -> pl.DataFrame:
+def _labels(specs: tuple[str, ...], scored: pl.LazyFrame, scoring: ScoringSettings) -> pl.DataFrame:
     """Every labelled table (or label store), its rows tied to the scored rows' ``row_key``
     (``core.corrected.keyed_labels``)."""
     return pl.concat([keyed_labels(read_labels(spec, scoring.columns().key_columns()), scored,

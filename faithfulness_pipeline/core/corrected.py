@@ -28,14 +28,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Final
+from typing import Final, TypeVar
 
 import numpy as np
 import polars as pl
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.labels import LABEL_COLUMNS, LABEL_FAITHFULNESS, binary_label, check_labels, key_columns
-from faithfulness_pipeline.core.ppi import MIN_LABELS, Corrected, ppi_mean
+from faithfulness_pipeline.core.ppi import MIN_LABELS, Corrected, Judged, ppi_mean
+
+Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
 
 #: The figures corrected, each the mean of (people's value, the judge's value).
 FIGURES: Final = ("over_threshold_share", "hallucination_mean", "faithfulness_mean")
@@ -103,7 +105,7 @@ def _per_answer(labels: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _values(frame: pl.DataFrame, config: EstimateConfig) -> pl.DataFrame:
+def _values(frame: Frame, config: EstimateConfig) -> Frame:
     """The judge's and people's value of each figure, row by row (people's null where the row has no label)."""
     scale = config.scale
     return frame.with_columns(
@@ -117,34 +119,55 @@ def _values(frame: pl.DataFrame, config: EstimateConfig) -> pl.DataFrame:
     )
 
 
-def labelled_scores(scored: pl.DataFrame, labels: pl.DataFrame, config: EstimateConfig) -> tuple[pl.DataFrame,
-                                                                                                  LabelCount]:
+def labelled_scores(scored: Frame, labels: pl.DataFrame, config: EstimateConfig) -> tuple[Frame, LabelCount]:
     """The scored answers the judge scored, each with its people's values where it has labels, and what became
     of the labels. ``labels`` holds ``row_key`` and ``label_hallucinated`` and/or ``label_faithfulness``
-    (several rows per key: several reviewers), optionally ``inclusion_probability``."""
+    (several rows per key: several reviewers), optionally ``inclusion_probability``. Lazy ``scored`` gives lazy
+    values: only the labelled rows' keys are collected here (a month's rows stay on disk)."""
     answers = _per_answer(labels)
     count = LabelCount(labelled_rows=answers.height)
     split = answers.filter(pl.col(_SPLIT))
     count.split_count, count.split = split.height, split.get_column(S.ROW_KEY).head(_EXAMPLES).to_list()
-    keys = scored.select(pl.col(S.ROW_KEY).cast(pl.String), "status")
-    matched = answers.join(keys, on=S.ROW_KEY, how="left")
+    frame = scored.lazy()
+    key = pl.col(S.ROW_KEY).cast(pl.String)
+    is_labelled = pl.col(S.ROW_KEY).is_in(answers.get_column(S.ROW_KEY).implode())
+    judged = frame.filter((pl.col("status") == S.STATUS_OK) & pl.col("hallucination_score").is_not_null()).with_columns(
+        key)
+    # The rows without a label get null people's values, the labelled ones (1 % of a month) are joined to their
+    # labels: a join of every row buffers the scored side in the streaming engine, a filter streams. The
+    # labelled rows come after the others (each part in the table's order).
+    people = answers.drop(_REVIEWERS, _SPLIT)
+    unlabelled = judged.filter(~is_labelled).with_columns(
+        pl.lit(None, dtype=people.schema[c]).alias(c) for c in people.columns if c != S.ROW_KEY)
+    labelled = judged.filter(is_labelled).join(people.lazy(), on=S.ROW_KEY, how="left", maintain_order="left")
+    joined = pl.concat([unlabelled, labelled])
+    # Only the scored rows of labelled keys: the status of every scored row would be the whole table's keys.
+    keys, used = _collect([frame.select(key, "status").filter(is_labelled),
+                           labelled.select(pl.col("__fp_flag").is_not_null().sum())], isinstance(scored, pl.LazyFrame))
+    matched = answers.join(keys, on=S.ROW_KEY, how="left", maintain_order="left")
     unmatched = matched.filter(pl.col("status").is_null())
     count.unmatched_count, count.unmatched = unmatched.height, unmatched.get_column(S.ROW_KEY).head(_EXAMPLES).to_list()
     unjudged = matched.filter(pl.col("status").is_not_null() & (pl.col("status") != S.STATUS_OK))
     count.unjudged_count, count.unjudged = unjudged.height, unjudged.get_column(S.ROW_KEY).head(_EXAMPLES).to_list()
-    judged = scored.filter((pl.col("status") == S.STATUS_OK) & pl.col("hallucination_score").is_not_null())
-    joined = judged.with_columns(pl.col(S.ROW_KEY).cast(pl.String)).join(
-        answers.drop(_REVIEWERS, _SPLIT), on=S.ROW_KEY, how="left", maintain_order="left")
-    count.used = int(joined.get_column("__fp_flag").is_not_null().sum())
-    return _values(joined, config), count
+    count.used = int(used.item())
+    values = _values(joined, config)
+    if isinstance(scored, pl.LazyFrame):
+        return values, count
+    return values.collect(), count
 
 
-def _corrected(rows: pl.DataFrame, lenders: pl.DataFrame, figure: str, config: EstimateConfig,
+def _collect(queries: list[pl.LazyFrame], streaming: bool) -> list[pl.DataFrame]:
+    """Each query collected on its own, by the streaming engine where the rows are on disk: ``collect_all``
+    would scan the table once and hold it for all of them (measured on 30 days of bench/corrected_month.py's
+    light columns: 0.2 GB more)."""
+    return [query.collect(engine="streaming" if streaming else "auto") for query in queries]
+
+
+def _corrected(f_all: np.ndarray | Judged, lenders: pl.DataFrame, figure: str, config: EstimateConfig,
                within: bool) -> Corrected:
-    """One figure of one group: the group's judge values, the lenders' labelled rows (the group's own when
-    ``within``)."""
+    """One figure of one group: the group's judge values (or their sums), the lenders' labelled rows (the
+    group's own when ``within``)."""
     labelled = lenders.filter(pl.col(f"{_Y}{figure}").is_not_null() & pl.col(f"{_F}{figure}").is_not_null())
-    f_all = rows.get_column(f"{_F}{figure}").drop_nulls().to_numpy()
     weights = labelled.get_column(_W)
     return ppi_mean(labelled.get_column(f"{_Y}{figure}").to_numpy(), labelled.get_column(f"{_F}{figure}").to_numpy(),
                     f_all, weights=None if weights.null_count() else weights.to_numpy(), level=config.level,
@@ -152,44 +175,76 @@ def _corrected(rows: pl.DataFrame, lenders: pl.DataFrame, figure: str, config: E
                     min_labels=config.min_labels)
 
 
-def estimate_groups(values: pl.DataFrame, by: Sequence[str], config: EstimateConfig,
-                    pool: pl.DataFrame | None = None) -> pl.DataFrame:
+def _sums(values: pl.LazyFrame, by: Sequence[str]) -> pl.LazyFrame:
+    """Per group of ``by``: its answers, and of each figure the judge's values' count, mean and squared
+    deviations (:class:`core.ppi.Judged`): all the estimate needs of the rows without a label, folded by the
+    streaming engine so that a month never sits in memory."""
+    sums: list[pl.Expr] = [pl.len().alias("answers")]
+    for figure in FIGURES:
+        judge = pl.col(f"{_F}{figure}")
+        sums += [judge.count().alias(f"__fp_n_{figure}"), judge.mean().alias(f"__fp_mean_{figure}"),
+                 (judge.var(ddof=0) * judge.count()).alias(f"__fp_m2_{figure}")]
+    return values.group_by(by).agg(sums) if by else values.select(sums)
+
+
+def _judged(group: dict[str, object], figure: str) -> Judged:
+    count, mean, squares = (group[f"__fp_{part}_{figure}"] for part in ("n", "mean", "m2"))
+    assert isinstance(count, int)
+    return Judged(count, float(mean) if isinstance(mean, float) else 0.0,
+                  float(squares) if isinstance(squares, float) else 0.0)
+
+
+def estimate_groups(values: Frame, by: Sequence[str], config: EstimateConfig,
+                    pool: pl.DataFrame | pl.LazyFrame | None = None) -> pl.DataFrame:
     """One row per group of ``by`` (every row when empty): for each figure the judge's raw value, the corrected
     value and its interval, and where the group's labels came from (:func:`labelled_scores` makes ``values``).
     ``pool``: the labelled rows a group with too few labels may borrow from (other days' too), in the same
-    shape; by default ``values`` itself."""
-    pool = values if pool is None else pool
-    by = [c for c in by if c in values.columns]
-    pool_by = [c for c in config.pool_by if c in values.columns and c in pool.columns]
-    groups = values.partition_by(by, maintain_order=True, as_dict=True) if by else {(): values}
+    shape; by default ``values`` itself. Of the rows without a label only sums per group are kept (lazy
+    ``values`` are folded by the streaming engine): the labelled rows and the groups' pool keys are collected."""
+    schema = values.collect_schema()
+    pool_names = schema.names() if pool is None else pool.collect_schema().names()
+    by = [c for c in by if c in schema]
+    pool_by: list[str] = [c for c in config.pool_by if c in schema and c in pool_names]
+    labelled_y = pl.col(f"{_Y}{FIGURES[0]}").is_not_null()
+    rows = values.lazy()
+    queries = [_sums(rows, by), rows.filter(labelled_y), rows.select(list(dict.fromkeys([*by, *pool_by]))).unique()]
+    if pool is not None:
+        queries.append(pool.lazy().filter(labelled_y))
+    collected = _collect(queries, isinstance(values, pl.LazyFrame))
+    sums, labelled, combos = collected[:3]
+    lent = collected[3] if pool is not None else labelled
+
+    def groups(frame: pl.DataFrame) -> dict[tuple[object, ...], pl.DataFrame]:
+        return frame.partition_by(by, maintain_order=True, as_dict=True) if by else {(): frame}
+
+    own_labels, pool_keys = groups(labelled), groups(combos)
+    keyed = {tuple(group[c] for c in by): group for group in sums.iter_rows(named=True)}
     out = []
-    for key, rows in sorted(groups.items(), key=lambda item: tuple("" if v is None else str(v) for v in item[0])):
-        own = int(rows.get_column(f"{_Y}over_threshold_share").is_not_null().sum())
-        lenders, source = rows, FROM_GROUP
+    for key, group in sorted(keyed.items(), key=lambda item: tuple("" if v is None else str(v) for v in item[0])):
+        lenders = own_labels.get(key, labelled.clear())
+        own, source = lenders.height, FROM_GROUP
         if own < config.min_labels:
-            lending = pool.join(rows.select(pool_by).unique(), on=pool_by, how="semi", nulls_equal=True) if pool_by \
-                else pool
-            pooled = int(lending.get_column(f"{_Y}over_threshold_share").is_not_null().sum())
-            lenders, source = (lending, FROM_POOL) if pooled >= config.min_labels else (rows, FROM_NONE)
+            lending = lent.join(pool_keys.get(key, combos.clear()).select(pool_by).unique(), on=pool_by, how="semi",
+                                nulls_equal=True) if pool_by else lent
+            lenders, source = (lending, FROM_POOL) if lending.height >= config.min_labels else (lenders, FROM_NONE)
         record: dict[str, object] = dict(zip(by, key, strict=True))
-        record.update(answers=rows.height, labelled_answers=own, labels_from=source,
-                      pooled_labels=int(lenders.get_column(f"{_Y}over_threshold_share").is_not_null().sum())
-                      if source == FROM_POOL else 0)
+        record.update(answers=group["answers"], labelled_answers=own, labels_from=source,
+                      pooled_labels=lenders.height if source == FROM_POOL else 0)
         for figure in FIGURES:
-            result = _corrected(rows, lenders, figure, config, within=source == FROM_GROUP)
-            raw = rows.get_column(f"{_F}{figure}").drop_nulls().to_numpy()
-            record[figure] = float(raw.mean()) if len(raw) else None
+            judged = _judged(group, figure)
+            result = _corrected(judged, lenders, figure, config, within=source == FROM_GROUP)
+            record[figure] = judged.mean if judged.count else None
             usable = source != FROM_NONE and result.low is not None
             record[f"{figure}_corrected"] = result.estimate if usable else None
             record[f"{figure}_corrected_low"] = result.low if usable else None
             record[f"{figure}_corrected_high"] = result.high if usable else None
         out.append(record)
-    return pl.DataFrame(out, schema=_schema(values, by), orient="row") if out else pl.DataFrame(
-        schema=_schema(values, by))
+    return pl.DataFrame(out, schema=_schema(schema, by), orient="row") if out else pl.DataFrame(
+        schema=_schema(schema, by))
 
 
-def _schema(values: pl.DataFrame, by: Sequence[str]) -> pl.Schema:
-    columns: dict[str, pl.DataType] = {c: values.schema[c] for c in by}
+def _schema(schema: pl.Schema, by: Sequence[str]) -> pl.Schema:
+    columns: dict[str, pl.DataType] = {c: schema[c] for c in by}
     columns.update(answers=pl.Int64(), labelled_answers=pl.Int64(), labels_from=pl.String(), pooled_labels=pl.Int64())
     for figure in FIGURES:
         columns.update({figure: pl.Float64(), f"{figure}_corrected": pl.Float64(),
@@ -212,15 +267,20 @@ def spread(values: pl.DataFrame, figure: str = "over_threshold_share") -> tuple[
     return float(np.var(y)), float(np.var(y - lam * f)), float(np.var(lam * f_all))
 
 
-def keyed_labels(labels: pl.DataFrame, scored: pl.DataFrame, *, id_column: str, turn_column: str,
+def keyed_labels(labels: pl.DataFrame, scored: pl.DataFrame | pl.LazyFrame, *, id_column: str, turn_column: str,
                  key_column: str | None) -> pl.DataFrame:
     """People's labels with the ``row_key`` of their scored rows: given, or found by the id and turn columns (or
     the key column) the scorer keys rows by. A label matching no scored row keeps its own key text, so that it
-    is counted as unmatched (:func:`labelled_scores`), not lost."""
+    is counted as unmatched (:func:`labelled_scores`), not lost. Of lazy ``scored`` only the labelled keys'
+    rows are collected."""
     check_labels(labels)
-    keys = key_columns(labels, scored, id_column=id_column, turn_column=turn_column, key_column=key_column)
+    keys = key_columns(labels, pl.DataFrame(schema=scored.collect_schema()), id_column=id_column,
+                       turn_column=turn_column, key_column=key_column)
     if keys != [S.ROW_KEY]:
-        index = scored.select(*[pl.col(k).cast(pl.String) for k in keys], S.ROW_KEY).unique(keys)
+        wanted = labels.select(pl.col(k).cast(pl.String) for k in keys).unique().lazy()
+        index = scored.lazy().select(*[pl.col(k).cast(pl.String) for k in keys], S.ROW_KEY).join(
+            wanted, on=keys, how="semi").unique(keys).collect(
+            engine="streaming" if isinstance(scored, pl.LazyFrame) else "auto")
         own = pl.concat_str([pl.col(k).cast(pl.String) for k in keys], separator="#")
         labels = labels.drop(S.ROW_KEY, strict=False).with_columns(pl.col(k).cast(pl.String) for k in keys).join(
             index, on=keys, how="left").with_columns(pl.col(S.ROW_KEY).fill_null(own))
@@ -234,7 +294,8 @@ def corrected_difference(baseline: pl.DataFrame, candidate: pl.DataFrame, config
     z = NormalDist().inv_cdf(0.5 + config.level / 2)
     rows = []
     for figure in FIGURES:
-        sides = [_corrected(values, values, figure, config, within=True) for values in (baseline, candidate)]
+        sides = [_corrected(values.get_column(f"{_F}{figure}").drop_nulls().to_numpy(), values, figure, config,
+                            within=True) for values in (baseline, candidate)]
         base, cand = sides
         if base.se is None or cand.se is None or base.estimate is None or cand.estimate is None:
             rows.append({"figure": figure, "baseline": base.estimate, "candidate": cand.estimate,

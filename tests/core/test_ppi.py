@@ -3,10 +3,12 @@ never worse than the labels alone."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import pytest
 
-from faithfulness_pipeline.core.ppi import MIN_LABELS, labels_needed, ppi_mean
+from faithfulness_pipeline.core.ppi import MIN_LABELS, Judged, labels_needed, ppi_mean
 
 ppi_py = pytest.importorskip("ppi_py", reason="ppi-python (a dev dependency) is the oracle of these tests")
 
@@ -34,6 +36,26 @@ def test_the_estimate_and_interval_equal_ppi_python(weighted: bool) -> None:
         low, high = (float(np.squeeze(b)) for b in ppi_py.ppi_mean_ci(y, f, f_all, alpha=0.05, w=w))
         assert ours.estimate == pytest.approx(theirs, abs=1e-12)
         assert (ours.low, ours.high) == (pytest.approx(low, abs=1e-12), pytest.approx(high, abs=1e-12))
+
+
+def test_the_estimate_equals_truescores_given_the_unlabelled_rows() -> None:
+    """truescore's ``ppi_estimate`` is the same PPI++ estimator (tuned lam, clipped to [0, 1]), fed differently:
+    its judged term is the mean over the rows *without* a label, where ours takes every row reported on. Given
+    the unlabelled rows as ``f_all``, the tuned lam and the estimate are the same; the intervals differ (it adds
+    the judged term's variance and widens to Wilson's interval on rare labels; ours is about the rows)."""
+    truescore = pytest.importorskip("truescore", reason="truescore (a dev dependency) is the oracle of this test")
+    rng = np.random.default_rng(54)
+    for _ in range(100):
+        rows = int(rng.integers(60, 3000))
+        y_all, f_all = _day(rng, rows, rng.uniform(0.02, 0.5), rng.uniform(0.5, 1), rng.uniform(0, 0.4))
+        if rng.random() < 0.3:
+            f_all = rng.random(rows)
+        labelled = rng.choice(rows, int(rng.integers(MIN_LABELS, min(rows - 2, 400))), replace=False)
+        unlabelled = np.setdiff1d(np.arange(rows), labelled)
+        ours = ppi_mean(y_all[labelled], f_all[labelled], f_all[unlabelled])
+        theirs = truescore.ppi_estimate(f_all, y_all[labelled], labelled)
+        assert ours.lam == pytest.approx(theirs.lambda_, abs=1e-12)
+        assert ours.estimate == pytest.approx(theirs.point, abs=1e-12)
 
 
 @pytest.mark.parametrize(("rate", "tpr", "fpr"), [(0.05, 0.49, 0.29), (0.05, 0.9, 0.1), (0.2, 0.49, 0.29)])
@@ -87,3 +109,24 @@ def test_labels_needed_shrink_with_a_better_judge_and_never_exceed_the_labels_al
     assert strong < weak <= alone
     assert labels_needed(0.5, residual_variance=0.09, **kwargs) == MIN_LABELS
     assert labels_needed(0.001, residual_variance=0.09, y_variance=0.09, imputed_variance=0.0, rows=500) == 500
+
+
+@pytest.mark.parametrize("interval", ["rows", "ppi"])
+def test_the_judged_rows_as_their_sums_give_the_same_figures_as_the_rows(interval: Literal["rows", "ppi"]) -> None:
+    """``core.corrected`` folds a month's judged rows into count, mean and squared deviations per group: the
+    estimate, the tuned lam and the interval must not change but by rounding."""
+    rng = np.random.default_rng(55)
+    for _ in range(100):
+        rows = int(rng.integers(60, 3000))
+        y_all, f_all = _day(rng, rows, rng.uniform(0.02, 0.5), rng.uniform(0.5, 1), rng.uniform(0, 0.4))
+        if rng.random() < 0.3:
+            f_all = rng.random(rows)
+        labelled = rng.choice(rows, int(rng.integers(MIN_LABELS, min(rows, 400))), replace=False)
+        w = rng.uniform(0.5, 3, len(labelled)) if rng.random() < 0.5 else None
+        within = bool(rng.random() < 0.5)
+        args = (y_all[labelled], f_all[labelled])
+        rows_form = ppi_mean(*args, f_all, weights=w, interval=interval, within=within)
+        sums_form = ppi_mean(*args, Judged.of(f_all), weights=w, interval=interval, within=within)
+        for ours, theirs in ((rows_form.estimate, sums_form.estimate), (rows_form.lam, sums_form.lam),
+                             (rows_form.low, sums_form.low), (rows_form.high, sums_form.high)):
+            assert ours == pytest.approx(theirs, abs=1e-12)
