@@ -20,7 +20,8 @@ from markupsafe import Markup
 from faithfulness_pipeline.core.money import usd
 from faithfulness_pipeline.report import charts
 from faithfulness_pipeline.report.summary import ReportData
-from faithfulness_pipeline.tables.storage import Place
+from faithfulness_pipeline.tables.output_files import OutputError
+from faithfulness_pipeline.tables.storage import Place, describe
 
 #: Longest text (answer, question, claim, reason, passage) shown in full; longer ones are cut.
 TEXT_LIMIT = 1200
@@ -204,5 +205,9 @@ def write_report(data: ReportData, target: str | os.PathLike[str] | Place, **kwa
     object-store URI; returns where it is."""
     page = render_html(data, **kwargs)
     place = Place.of(target)
-    place.write_text(page)
+    try:
+        place.write_text(page)
+    except OSError as exc:  # a full disk, a size limit, a bucket gone: name the page, not only the errno
+        raise OutputError(f"cannot write the report {place.uri!r}: {describe(exc)}; nothing was written (free "
+                          "space, or write elsewhere)") from None
     return place

@@ -310,3 +310,21 @@ def test_undated_answers_are_named_and_counted_and_an_absent_time_column_is_refu
     absent = _cli(str(GOLDEN), "-o", str(tmp_path / "x.html"), "--timestamp-col", "sent_at")
     assert absent.returncode == 2 and "no column 'sent_at' (--timestamp-col)" in absent.stderr
     assert not (tmp_path / "x.html").exists()
+
+
+def test_a_page_that_cannot_be_written_names_the_output_and_leaves_nothing(tmp_path: Path) -> None:
+    # issue 52: a full disk ended in exit 2 and an errno, without naming the page
+    import resource
+
+    def small_files() -> None:  # in the child only: a disk that fills after 20 kB
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FP_")}
+    target = tmp_path / "report.html"
+    done = subprocess.run([sys.executable, "-m", "faithfulness_pipeline.cli", "report", str(GOLDEN), "-o", str(target)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+                          preexec_fn=small_files)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert f"cannot write the report {str(target)!r}" in lines[0] and "nothing was written" in lines[0]
+    assert list(tmp_path.iterdir()) == []
