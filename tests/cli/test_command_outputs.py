@@ -80,3 +80,13 @@ def test_an_s3_output_lands_in_the_bucket_and_no_local_folder_is_made(
     table = pl.read_parquet(io.BytesIO(Place.of(s3.uri(f"results/{command}.parquet")).read_bytes()))
     assert table.height > 0
     assert not (ROOT / "s3:").exists()
+
+
+@pytest.mark.parametrize("command", ["compare", "calibrate", "estimate", "report"])
+def test_an_output_uri_with_credentials_is_refused_without_showing_them(command: str, scored: Path) -> None:
+    # issue 52: compare's and calibrate's s3://key:secret@bucket/... output became a local folder named with it
+    secret = "fp-canary-5e1d0a9c"
+    done = _run(command, scored, f"s3://AKIAFPTEST:{secret}@bucket/out.parquet")
+    _refused(done, "credentials")
+    assert secret not in done.stdout + done.stderr
+    assert not (ROOT / "s3:").exists()
