@@ -13,6 +13,7 @@ latter is named in :class:`SpanCount`: nothing is dropped without a word."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
@@ -46,6 +47,8 @@ class SpanCount:
     unreadable: int = 0
     duplicates: int = 0  # LLM spans read more than once (a Collector's retried export): one row each
     named: list[str] = field(default_factory=list)
+    #: Lines of an export that held no trace request (other signals' requests, empty ones), by signal.
+    skipped_lines: Counter[str] = field(default_factory=Counter)
 
     def lines(self) -> list[str]:
         out = [f"spans: {self.spans} read, {self.llm - self.duplicates} LLM span(s) became rows, {self.context} "
@@ -53,6 +56,10 @@ class SpanCount:
         if self.duplicates:
             out.append(f"spans: {self.duplicates} LLM span(s) came more than once (same trace and span id) and are "
                        "one row each")
+        if self.skipped_lines:
+            kinds = ", ".join(f"{n} of {kind}" for kind, n in sorted(self.skipped_lines.items()))
+            out.append(f"spans: {self.skipped_lines.total()} line(s) of the export(s) held no trace request and were "
+                       f"skipped ({kinds})")
         if self.unreadable:
             out.append(f"spans: {self.unreadable} LLM span(s) could not be read and are rows with nothing to "
                        f"judge: {'; '.join(self.named)}")

@@ -63,12 +63,14 @@ def _refuse_unknown(path: str) -> None:
     )
 
 
-def _pieces(path: str, kind: str) -> Iterator[list[Span]]:
+def _pieces(path: str, kind: str, count: SpanCount) -> Iterator[list[Span]]:
     if kind == "otlp":
-        yield from otlp_spans(path, _PIECE_ROWS)
+        yield from otlp_spans(path, _PIECE_ROWS, count.skipped_lines)
     else:
+        first = 1  # rows are named by their number in the file, whichever chunk holds them
         for chunk in iter_chunks([path], _PIECE_ROWS):
-            yield table_spans(chunk)
+            yield table_spans(chunk, path, first)
+            first += chunk.height
 
 
 def stage_spans(pieces: Iterable[list[Span]], name: str, workdir: str, count: SpanCount) -> str:
@@ -91,7 +93,7 @@ def stage_spans(pieces: Iterable[list[Span]], name: str, workdir: str, count: Sp
 def stage_export(path: str, kind: str, workdir: str, count: SpanCount) -> str:
     """The conversation table of the span export ``path`` of ``kind`` (:func:`export_kind`), written under
     ``workdir`` and named after the export."""
-    return stage_spans(_pieces(path, kind), os.path.basename(path).split(".")[0], workdir, count)
+    return stage_spans(_pieces(path, kind, count), os.path.basename(path).split(".")[0], workdir, count)
 
 
 def landed_spans(path: str, fingerprint: str, cache: str) -> str | None:

@@ -202,7 +202,7 @@ def test_an_export_retried_by_its_collector_gives_each_span_one_row(tmp_path: Pa
     ('{"resourceSpans": {"scopeSpans": []}}', "resourceSpans is not a list of objects"),
     ('{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "chat"}]}]}]}', "span 'chat' has no traceId or spanId"),
     ('{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "' + "a" * 32 + '", "spanId": "' + "b" * 16
-     + '", "startTimeUnixNano": "soon"}]}]}]}', "invalid literal"),
+     + '", "startTimeUnixNano": "soon"}]}]}]}', "is not a whole number of nanoseconds"),
     ('{"resourceSpans": [], "cut', "char 26"),
 ])
 def test_a_damaged_export_is_refused_naming_its_line(tmp_path: Path, line: str, why: str) -> None:
