@@ -21,10 +21,11 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.core.schema import NOTHING_TO_JUDGE
 from faithfulness_pipeline.tables.inputs import PARQUET, compression_of, input_format, refuse_compressed
 from faithfulness_pipeline.tables.read import file_schema, iter_chunks
 from faithfulness_pipeline.tables.storage import Place
-from faithfulness_pipeline.traces.conversations import FACTS_SCHEMA, SpanCount, conversations, span_facts
+from faithfulness_pipeline.traces.conversations import FACTS_SCHEMA, SpanCount, conversations, count_copies, span_facts
 from faithfulness_pipeline.traces.phoenix import PhoenixClient
 from faithfulness_pipeline.traces.spans import Span, is_otlp_export, is_span_table, otlp_spans, table_spans
 
@@ -79,14 +80,15 @@ def stage_spans(pieces: Iterable[list[Span]], name: str, workdir: str, count: Sp
     polars' streaming engine's."""
     stem = f"{len(os.listdir(workdir)):04d}-{name or 'spans'}"
     facts_path = os.path.join(workdir, f"{stem}.facts.parquet")
-    llm_before = count.llm
     with pq.ParquetWriter(facts_path, pl.DataFrame(schema=FACTS_SCHEMA).to_arrow().schema) as writer:
         for piece in pieces:
             writer.write_table(span_facts(piece, count).to_arrow())
     target = os.path.join(workdir, f"{stem}.conversations.parquet")
     conversations(pl.scan_parquet(facts_path)).sink_parquet(target)
+    count_copies(pl.scan_parquet(facts_path), count)
     os.remove(facts_path)
-    count.duplicates += count.llm - llm_before - pq.ParquetFile(target).metadata.num_rows
+    unjudged = pl.scan_parquet(target).select(pl.col(NOTHING_TO_JUDGE).is_not_null().sum()).collect().item()
+    count.nothing_to_judge += int(unjudged)
     return target
 
 
