@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
+import socket
 import tempfile
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
@@ -25,6 +28,7 @@ from faithfulness_pipeline.core.schema import NOTHING_TO_JUDGE
 from faithfulness_pipeline.tables.inputs import PARQUET, compression_of, input_format, refuse_compressed
 from faithfulness_pipeline.tables.read import file_schema, iter_chunks
 from faithfulness_pipeline.tables.storage import Place
+from faithfulness_pipeline.tables.write import process_is_alive
 from faithfulness_pipeline.traces.conversations import FACTS_SCHEMA, SpanCount, conversations, count_copies, span_facts
 from faithfulness_pipeline.traces.phoenix import PhoenixClient
 from faithfulness_pipeline.traces.spans import Span, is_otlp_export, is_span_table, otlp_spans, table_spans
@@ -34,6 +38,40 @@ _TABLE_ONLY: Final = frozenset({".parquet", ".csv"})
 _PIECE_ROWS: Final = 5_000
 #: What :func:`export_kind` says of a file that is no span export.
 TABLE: Final = "table"
+#: Working folders of span staging are named after their host and process, so that a later run on the host
+#: can remove those whose process is gone (a SIGKILLed run cleans nothing up, and its staged conversations, the
+#: users' text, would stay in the temporary folder) and leave live runs' and other hosts' (a shared disk) be.
+WORK_PREFIX: Final = "fp-spans-"
+_HOST: Final = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_WORK_NAME: Final = re.compile(rf"^{WORK_PREFIX}(?P<host>[0-9a-f]{{8}})-(?P<pid>[0-9]+)-")
+
+
+def sweep_dead_staging(parent: str) -> list[str]:
+    """Removes the working folders under ``parent`` of this host's span staging whose process is gone; returns
+    their paths."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []  # no folder yet, or not listable: making the working folder will say
+    removed: list[str] = []
+    for name in names:
+        match = _WORK_NAME.match(name)
+        if match is None or match["host"] != _HOST or int(match["pid"]) == os.getpid():
+            continue
+        if not process_is_alive(int(match["pid"])):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            removed.append(os.path.join(parent, name))
+    return removed
+
+
+def staging_folder(parent: str | None) -> tempfile.TemporaryDirectory[str]:
+    """A working folder for staged span tables under ``parent`` (the system's temporary folder when None), named
+    for :func:`sweep_dead_staging`, which runs first. A folder that cannot be removed at the end is left rather
+    than failing a run that is done."""
+    parent = parent or tempfile.gettempdir()
+    sweep_dead_staging(parent)
+    return tempfile.TemporaryDirectory(prefix=f"{WORK_PREFIX}{_HOST}-{os.getpid()}-", dir=parent,
+                                       ignore_cleanup_errors=True)
 
 
 def export_kind(path: str) -> str:
@@ -109,7 +147,7 @@ def landed_spans(path: str, fingerprint: str, cache: str) -> str | None:
     if os.path.exists(target):
         return target
     os.makedirs(cache, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as work:
+    with staging_folder(cache) as work:
         made = stage_export(path, kind, work, SpanCount())
         os.replace(made, target)
     return target
@@ -157,7 +195,7 @@ def stage_phoenix_day(spec: str, window: tuple[datetime, datetime], target: str,
     anew each time: spans arrive late)."""
     count = SpanCount()
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=os.path.dirname(target)) as work:
+    with staging_folder(os.path.dirname(target)) as work:
         os.replace(stage_spans(phoenix_pieces(spec, api_key, window), "phoenix", work, count), target)
     return count
 
