@@ -24,7 +24,13 @@ from faithfulness_pipeline.tables.storage import Place
 MAX_LINE_BYTES: Final = 64 << 20
 GZIP_MAGIC: Final = b"\x1f\x8b"
 #: What reading a gzip that is cut or damaged raises: gzip's EOFError and BadGzipFile, zlib's error.
-_BROKEN_GZIP: Final = (EOFError, OSError, zlib.error)
+BROKEN_GZIP: Final = (EOFError, OSError, zlib.error)
+
+
+def broken_gzip(path: str, lines: int, why: Exception) -> InputError:
+    """The refusal of a gzip export that is cut or corrupt after ``lines`` whole lines."""
+    return InputError(f"{path}: truncated/corrupt gzip after line {lines} ({why}): the export was cut or damaged "
+                      "in copying; copy or export it again")
 
 
 @contextmanager
@@ -48,11 +54,10 @@ def export_lines(path: str, max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[i
             try:
                 # one byte past the cap tells a line of exactly max_bytes (and its newline) from a longer one
                 line = stream.readline(max_bytes + 1)
-            except _BROKEN_GZIP as why:
+            except BROKEN_GZIP as why:
                 if not packed:
                     raise
-                raise InputError(f"{path}: truncated/corrupt gzip after line {number} ({why}): the export was cut "
-                                 "or damaged in copying; copy or export it again") from None
+                raise broken_gzip(path, number, why) from None
             if not line:
                 return
             number += 1

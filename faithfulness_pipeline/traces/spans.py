@@ -14,7 +14,6 @@ import base64
 import binascii
 import json
 import re
-import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -25,7 +24,13 @@ import polars as pl
 
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.traces.attributes import Flat, flatten, otlp_attributes
-from faithfulness_pipeline.traces.export_lines import MAX_LINE_BYTES, export_lines, open_export
+from faithfulness_pipeline.traces.export_lines import (
+    BROKEN_GZIP,
+    MAX_LINE_BYTES,
+    broken_gzip,
+    export_lines,
+    open_export,
+)
 
 SPAN_SCHEMA: Final = pl.Schema({
     "trace_id": pl.String(), "span_id": pl.String(), "parent_id": pl.String(), "name": pl.String(),
@@ -82,14 +87,19 @@ def is_otlp_export(path: str) -> bool:
     """Whether ``path`` holds JSON Lines of OTLP requests: its first line has ``resourceSpans`` (or the key of
     another signal, which a Collector may write into the same file)."""
     try:
-        with open_export(path) as (stream, _):
+        with open_export(path) as (stream, packed):
             first = b""
-            while not first:
-                line = stream.readline(_SNIFF_BYTES)
-                if not line:
-                    return False
-                first = line.strip()
-    except (OSError, EOFError, zlib.error):
+            try:
+                while not first:
+                    line = stream.readline(_SNIFF_BYTES)
+                    if not line:
+                        return False
+                    first = line.strip()
+            except BROKEN_GZIP as why:
+                if packed:  # cut within its first line: say so, rather than call it a compressed table
+                    raise broken_gzip(path, 0, why) from None
+                raise
+    except OSError:
         return False
     if not first.startswith(b"{"):
         return False
@@ -239,6 +249,8 @@ def _events_of(raw: Any) -> tuple[Event, ...]:
         attributes = event.get("attributes")
         if isinstance(attributes, str):
             attributes = json.loads(attributes) if attributes.strip() else None
+        if attributes is not None and not isinstance(attributes, Mapping):
+            raise ValueError(f"an event's attributes are not an object: {repr(attributes)[:60]}")
         out.append((str(event.get("name") or ""), flatten(attributes or {})))
     return tuple(out)
 

@@ -118,6 +118,9 @@ def test_a_truncated_gzip_is_refused_naming_the_file(tmp_path: Path, name: str) 
     assert result.returncode == 2, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert f"{src}: truncated/corrupt gzip after line" in last and "Traceback" not in result.stderr
+    src.write_bytes(packed[:40])  # cut within its first line: still named as a cut gzip, not a compressed table
+    result = run_cli("score", str(src), "-o", str(tmp_path / "o.parquet"), "--quiet")
+    assert result.returncode == 2 and f"{src}: truncated/corrupt gzip after line 0" in result.stderr, result.stderr
 
 
 _MEASURE = """
