@@ -51,6 +51,8 @@ def score_step(
 ) -> pl.DataFrame:
     """The scored table (SPEC §4) from the output of :func:`verdict_step`: passthrough columns, then ours."""
     scored_at = scored_at or datetime.now(UTC)
+    if S.NOTHING_TO_JUDGE in df.columns:  # the source said why the row holds nothing to judge: an error, not a 0
+        df = df.with_columns(pl.coalesce(pl.col(S.ERROR), pl.col(S.NOTHING_TO_JUDGE).cast(pl.String)).alias(S.ERROR))
     df = add_counts_and_scores(df, config)
     df = add_reasons(df.with_columns(published_verdicts(df)))
     df = df.with_columns(

@@ -113,6 +113,11 @@ CLAIM_TABLE_SCHEMA: dict[str, pl.DataType] = {
     "scored_at": pl.Datetime("us", "UTC"),
 }
 
+#: An input column a source fills on rows that hold nothing to judge, with why (a span without an answer,
+#: ``traces.conversations``): such a row is an error row with that reason, never the perfect 0 of an answer
+#: without claims. Null on every other row.
+NOTHING_TO_JUDGE = "nothing_to_judge"
+
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
 #: A row outside the run's sample (``core.sampling``): not judged, null scores, nothing spent.

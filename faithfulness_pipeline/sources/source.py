@@ -17,6 +17,7 @@ from typing import Generic, Protocol, TypeVar
 import polars as pl
 
 from faithfulness_pipeline.traces.conversations import SpanCount
+from faithfulness_pipeline.traces.staging import staging_folder
 
 
 class Part(Protocol):
@@ -44,9 +45,9 @@ P = TypeVar("P", bound=Part, covariant=True)
 
 
 def working_folder(parent: str | None) -> tempfile.TemporaryDirectory[str]:
-    """A folder for the tables a source stages, under ``parent`` (the system's temporary folder when None).
-    A folder that cannot be removed at the end is left rather than failing a run that is done."""
-    return tempfile.TemporaryDirectory(prefix="fp-spans-", dir=parent, ignore_cleanup_errors=True)
+    """A folder for the tables a source stages, under ``parent`` (the system's temporary folder when None);
+    those of runs that died (SIGKILL) are swept first (``traces.staging.staging_folder``)."""
+    return staging_folder(parent)
 
 
 class Source(Generic[P]):

@@ -29,7 +29,8 @@ from faithfulness_pipeline.tables.read import file_schema, parquet_schema
 _TMP_COUNTER = itertools.count()
 
 
-def _process_is_alive(pid: int) -> bool:
+def process_is_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host still runs (someone else's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -45,7 +46,7 @@ def sweep_orphans(final: Path) -> None:
     pattern = re.compile(rf"^\.{re.escape(final.name)}\.(\d+)-\d+\..*tmp$")
     for sibling in final.parent.glob(f".{glob.escape(final.name)}.*.tmp"):
         match = pattern.match(sibling.name)
-        if match and int(match.group(1)) != os.getpid() and not _process_is_alive(int(match.group(1))):
+        if match and int(match.group(1)) != os.getpid() and not process_is_alive(int(match.group(1))):
             sibling.unlink(missing_ok=True)
 
 

@@ -9,11 +9,22 @@ where a structure is expected."""
 from __future__ import annotations
 
 import base64
+import binascii
 import json
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final, cast
 
 Flat = dict[str, Any]
+
+#: How deep an attribute may nest (levels of a nested value, or dots in a flattened key). The deepest that
+#: instrumentations write is about ten (``llm.input_messages.0.message.contents.0.message_content.image.url``);
+#: the bound keeps every recursive reader far from Python's recursion limit, so a value nested 50,000 levels
+#: deep is refused by name instead of ending in a RecursionError.
+MAX_DEPTH: Final = 64
+#: 64-bit integers as OTLP's JSON writes them (text), and the non-finite doubles of protobuf's JSON mapping.
+_INTEGER: Final = re.compile(r"-?[0-9]{1,20}")
+_SPECIAL_DOUBLES: Final = frozenset({"NaN", "Infinity", "-Infinity"})
 
 
 class UnreadableAttribute(ValueError):
@@ -21,8 +32,11 @@ class UnreadableAttribute(ValueError):
 
 
 def flatten(value: Any, prefix: str = "", into: Flat | None = None) -> Flat:
-    """``value`` (a mapping of attributes, nested or not) as dotted keys; list items are numbered keys."""
+    """``value`` (a mapping of attributes, nested or not) as dotted keys; list items are numbered keys. A value
+    or key nested deeper than :data:`MAX_DEPTH` raises a ValueError naming it."""
     out: Flat = {} if into is None else into
+    if prefix.count(".") >= MAX_DEPTH:
+        raise ValueError(f"attribute {prefix[:80]!r}... nests deeper than {MAX_DEPTH} levels")
     if isinstance(value, Mapping):
         for key, item in value.items():
             flatten(item, f"{prefix}.{key}" if prefix else str(key), out)
@@ -72,6 +86,8 @@ def value_at(flat: Flat, name: str, *, structured: bool = False) -> Any:
                 return json.loads(value)
             except ValueError:
                 raise UnreadableAttribute(f"{name} is not JSON: {value[:60]!r}") from None
+            except RecursionError:  # JSON text nested past what Python's parser takes
+                raise UnreadableAttribute(f"{name} nests deeper than JSON can be read") from None
         return value
     return _unflatten(flat, name)
 
@@ -85,30 +101,60 @@ def text_at(flat: Flat, name: str) -> str | None:
     return text if text.strip() else None
 
 
-def otlp_value(value: Mapping[str, Any]) -> Any:
-    """An OTLP JSON ``AnyValue`` (``{"stringValue": ...}``, ``{"arrayValue": {"values": [...]}}``, ...) as
-    a plain value; 64-bit integers come as JSON text in OTLP and are numbers here."""
-    if "stringValue" in value:
-        return value["stringValue"]
-    if "boolValue" in value:
-        return bool(value["boolValue"])
-    if "intValue" in value:
-        return int(value["intValue"])
-    if "doubleValue" in value:
-        return float(value["doubleValue"])
-    if "arrayValue" in value:
-        return [otlp_value(v) for v in (value["arrayValue"] or {}).get("values", [])]
-    if "kvlistValue" in value:
-        return otlp_attributes((value["kvlistValue"] or {}).get("values", []))
-    if "bytesValue" in value:
-        return base64.b64decode(value["bytesValue"]).hex()
-    return None
+def _short(value: Any) -> str:
+    return repr(value)[:60]
 
 
-def otlp_attributes(pairs: Any) -> dict[str, Any]:
-    """OTLP's list of ``{"key": ..., "value": AnyValue}`` as a mapping."""
+def otlp_value(value: Any, path: str = "", depth: int = 0) -> Any:
+    """An OTLP JSON ``AnyValue`` (``{"stringValue": ...}``, ``{"arrayValue": {"values": [...]}}``, ...) as a
+    plain value; 64-bit integers come as JSON text in OTLP and are numbers here. Anything that is no AnyValue
+    raises a ValueError naming the attribute (``path``): the export's line is refused, never guessed at."""
+    where = f"attribute {path!r}" if path else "a value"
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} is not an OTLP AnyValue object: {_short(value)}")
+    if depth > MAX_DEPTH:
+        raise ValueError(f"{where} nests deeper than {MAX_DEPTH} levels")
+    if not value:
+        return None  # an AnyValue with nothing set: protobuf's JSON writes it as {}
+    # one field set, as protobuf writes an AnyValue; two are no AnyValue
+    kind, raw = next(iter(value.items())) if len(value) == 1 else ("", value)
+    raw = cast(Any, raw)
+    if kind == "stringValue" and isinstance(raw, str):
+        return raw
+    if kind == "boolValue" and isinstance(raw, bool):
+        return raw
+    if kind == "intValue" and (_INTEGER.fullmatch(raw) if isinstance(raw, str) else
+                               isinstance(raw, int) and not isinstance(raw, bool)):
+        return int(raw)
+    if kind == "doubleValue" and ((isinstance(raw, int | float) and not isinstance(raw, bool))
+                                  or raw in _SPECIAL_DOUBLES):
+        return float(raw)
+    if kind == "arrayValue" and isinstance(raw, Mapping) and isinstance(items := raw.get("values") or [], list):
+        return [otlp_value(v, f"{path}.{i}", depth + 1) for i, v in enumerate(items)]
+    if kind == "kvlistValue" and isinstance(raw, Mapping):
+        return otlp_attributes(raw.get("values"), path, depth + 1)
+    if kind == "bytesValue" and isinstance(raw, str):
+        try:
+            return base64.b64decode(raw, validate=True).hex()
+        except (binascii.Error, ValueError):
+            pass
+    raise ValueError(f"{where} is not an OTLP AnyValue (one of stringValue, boolValue, intValue, doubleValue, "
+                     f"arrayValue, kvlistValue, bytesValue, of its type): {_short(value)}")
+
+
+def otlp_attributes(pairs: Any, path: str = "", depth: int = 0) -> dict[str, Any]:
+    """OTLP's list of ``{"key": ..., "value": AnyValue}`` as a mapping; anything else raises a ValueError
+    naming the attribute (``path``: the name of the attribute these pairs are the value of, if any)."""
+    inside = f" of attribute {path!r}" if path else ""
+    if pairs is None:
+        return {}
+    if not isinstance(pairs, list):
+        raise ValueError(f"the attributes{inside} are not a list: {_short(pairs)}")
     out: dict[str, Any] = {}
-    for pair in pairs or []:
-        if isinstance(pair, Mapping) and "key" in pair:
-            out[str(pair["key"])] = otlp_value(pair.get("value") or {})
+    for pair in pairs:
+        if not isinstance(pair, Mapping) or not isinstance(pair.get("key"), str):
+            raise ValueError(f"an attribute{inside} is not a {{key, value}} object: {_short(pair)}")
+        key: str = pair["key"]
+        value = pair.get("value")
+        out[key] = otlp_value({} if value is None else value, f"{path}.{key}" if path else key, depth)
     return out

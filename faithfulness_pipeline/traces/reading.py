@@ -6,7 +6,11 @@ OpenInference (Phoenix, LlamaIndex, LangChain): ``openinference.span.kind`` LLM 
 ``retrieval.documents``. OpenTelemetry GenAI: ``gen_ai.operation.name`` (chat, text_completion,
 generate_content; execute_tool; retrieval), ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (parts),
 ``gen_ai.response.model`` / ``gen_ai.request.model``, ``gen_ai.tool.call.result``, and the older
-``gen_ai.prompt`` / ``gen_ai.completion``."""
+``gen_ai.prompt`` / ``gen_ai.completion``. Older instrumentations put the messages in span events instead
+(``gen_ai.content.prompt`` / ``gen_ai.content.completion`` with those attributes, as OpenLLMetry wrote them;
+``gen_ai.user.message`` ... ``gen_ai.choice`` with the message in ``gen_ai.event.content`` or its own
+attributes, as the GenAI event conventions had them recorded on spans): they are read where the attributes
+hold none. An LLM span with no answer anywhere says so in its ``problem``: its row is never a perfect score."""
 
 from __future__ import annotations
 
@@ -24,6 +28,12 @@ Message = dict[str, str | None]
 
 _GENAI_LLM: Final = frozenset({"chat", "text_completion", "generate_content", "completion"})
 _GENAI_RETRIEVAL: Final = frozenset({"retrieval", "retrieve", "embeddings_retrieval"})
+#: Span events that hold an answer, and those that hold a message given to the model (by its role).
+_ANSWER_EVENTS: Final = frozenset({"gen_ai.content.completion", "gen_ai.choice"})
+_MESSAGE_EVENTS: Final = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
+                          "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
+#: Why the row of an LLM span without an answer has nothing to judge.
+NO_ANSWER: Final = "the span holds no answer (none in its attributes or its events)"
 
 
 @dataclass(slots=True)
@@ -112,7 +122,13 @@ def _messages(flat: Flat, oi: str, genai: str, genai_old: str, plain: str | None
     if isinstance(items, list):
         return [m for item in items if (m := _oi_message(item)) is not None]
     for name in (genai, genai_old):
-        if (raw := value_at(flat, name, structured=True)) is not None:
+        try:
+            raw = value_at(flat, name, structured=True)
+        except UnreadableAttribute:
+            if name != genai_old:
+                raise
+            raw = text_at(flat, name)  # the older gen_ai.prompt / gen_ai.completion: plain text is the message
+        if raw is not None:
             return _genai_messages(raw) if isinstance(raw, list) else [
                 {"role": "user", "content": _content_text(raw) or json.dumps(raw, ensure_ascii=False),
                  "name": None, "tool_call_id": None}]
@@ -135,6 +151,41 @@ def _answer(flat: Flat) -> str | None:
         except (ValueError, KeyError, IndexError, TypeError):
             return text
     return text
+
+
+def _event_content(flat: Flat) -> Any:
+    """What a GenAI event says: ``gen_ai.event.content`` (JSON text of the event's body) or the attributes."""
+    body = value_at(flat, "gen_ai.event.content", structured=True)
+    return body if isinstance(body, Mapping) else flat
+
+
+def _event_answer(events: tuple[tuple[str, Flat], ...]) -> str | None:
+    """The last answer the span's events hold (older instrumentations record it there, not in attributes)."""
+    for name, flat in reversed(events):
+        if name not in _ANSWER_EVENTS:
+            continue
+        if (said := _answer(flat)) is not None:  # gen_ai.content.completion: gen_ai.completion, as attributes
+            return said
+        body = _event_content(flat)
+        message = body.get("message")  # a choice's body: {"index", "finish_reason", "message": {...}}
+        content = message.get("content") if isinstance(message, Mapping) else value_at(flat, "message.content")
+        if (text := _content_text(content)) and text.strip():
+            return text
+    return None
+
+
+def _event_messages(events: tuple[tuple[str, Flat], ...]) -> list[Message]:
+    """The messages the span's events say it was given, where its attributes hold none."""
+    out: list[Message] = []
+    for name, flat in events:
+        if name == "gen_ai.content.prompt":
+            out.extend(_messages(flat, "llm.input_messages", "gen_ai.input.messages", "gen_ai.prompt", None))
+        elif name in _MESSAGE_EVENTS:
+            body = _event_content(flat)
+            content = body.get("content") if isinstance(body, Mapping) else None
+            out.append({"role": _MESSAGE_EVENTS[name], "content": _content_text(content), "name": None,
+                        "tool_call_id": body.get("id") if isinstance(body.get("id"), str) else None})
+    return out
 
 
 def _documents(flat: Flat) -> list[str]:
@@ -170,16 +221,20 @@ def read_span(span: Span) -> SpanFacts:
         facts = SpanFacts("llm", model=str(model) if model else None)
         try:
             facts.messages = _messages(flat, "llm.input_messages", "gen_ai.input.messages", "gen_ai.prompt",
-                                       "input.value")
-            facts.output = _answer(flat)
+                                       "input.value") or _event_messages(span.events)
+            facts.output = _answer(flat) or _event_answer(span.events)
         except UnreadableAttribute as why:
             facts.problem = str(why)
+        except RecursionError:  # JSON text nested as deep as the parser takes, too deep to write back
+            facts.problem = "an attribute nests too deep to be read"
+        if facts.output is None and facts.problem is None:
+            facts.problem = NO_ANSWER
         return facts
     try:
         if oi_kind == "RETRIEVER" or operation in _GENAI_RETRIEVAL:
             return SpanFacts("context", passages=_documents(flat))
         if oi_kind == "TOOL" or operation == "execute_tool":
             return SpanFacts("context", passages=_tool_result(span, flat))
-    except UnreadableAttribute:
+    except (UnreadableAttribute, RecursionError):
         return SpanFacts("context")
     return SpanFacts("other")

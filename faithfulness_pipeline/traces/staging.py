@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
+import socket
 import tempfile
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
@@ -21,10 +24,12 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.core.schema import NOTHING_TO_JUDGE
 from faithfulness_pipeline.tables.inputs import PARQUET, compression_of, input_format, refuse_compressed
 from faithfulness_pipeline.tables.read import file_schema, iter_chunks
 from faithfulness_pipeline.tables.storage import Place
-from faithfulness_pipeline.traces.conversations import FACTS_SCHEMA, SpanCount, conversations, span_facts
+from faithfulness_pipeline.tables.write import process_is_alive
+from faithfulness_pipeline.traces.conversations import FACTS_SCHEMA, SpanCount, conversations, count_copies, span_facts
 from faithfulness_pipeline.traces.phoenix import PhoenixClient
 from faithfulness_pipeline.traces.spans import Span, is_otlp_export, is_span_table, otlp_spans, table_spans
 
@@ -33,6 +38,40 @@ _TABLE_ONLY: Final = frozenset({".parquet", ".csv"})
 _PIECE_ROWS: Final = 5_000
 #: What :func:`export_kind` says of a file that is no span export.
 TABLE: Final = "table"
+#: Working folders of span staging are named after their host and process, so that a later run on the host
+#: can remove those whose process is gone (a SIGKILLed run cleans nothing up, and its staged conversations, the
+#: users' text, would stay in the temporary folder) and leave live runs' and other hosts' (a shared disk) be.
+WORK_PREFIX: Final = "fp-spans-"
+_HOST: Final = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_WORK_NAME: Final = re.compile(rf"^{WORK_PREFIX}(?P<host>[0-9a-f]{{8}})-(?P<pid>[0-9]+)-")
+
+
+def sweep_dead_staging(parent: str) -> list[str]:
+    """Removes the working folders under ``parent`` of this host's span staging whose process is gone; returns
+    their paths."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []  # no folder yet, or not listable: making the working folder will say
+    removed: list[str] = []
+    for name in names:
+        match = _WORK_NAME.match(name)
+        if match is None or match["host"] != _HOST or int(match["pid"]) == os.getpid():
+            continue
+        if not process_is_alive(int(match["pid"])):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            removed.append(os.path.join(parent, name))
+    return removed
+
+
+def staging_folder(parent: str | None) -> tempfile.TemporaryDirectory[str]:
+    """A working folder for staged span tables under ``parent`` (the system's temporary folder when None), named
+    for :func:`sweep_dead_staging`, which runs first. A folder that cannot be removed at the end is left rather
+    than failing a run that is done."""
+    parent = parent or tempfile.gettempdir()
+    sweep_dead_staging(parent)
+    return tempfile.TemporaryDirectory(prefix=f"{WORK_PREFIX}{_HOST}-{os.getpid()}-", dir=parent,
+                                       ignore_cleanup_errors=True)
 
 
 def export_kind(path: str) -> str:
@@ -63,12 +102,14 @@ def _refuse_unknown(path: str) -> None:
     )
 
 
-def _pieces(path: str, kind: str) -> Iterator[list[Span]]:
+def _pieces(path: str, kind: str, count: SpanCount) -> Iterator[list[Span]]:
     if kind == "otlp":
-        yield from otlp_spans(path, _PIECE_ROWS)
+        yield from otlp_spans(path, _PIECE_ROWS, count.skipped_lines)
     else:
+        first = 1  # rows are named by their number in the file, whichever chunk holds them
         for chunk in iter_chunks([path], _PIECE_ROWS):
-            yield table_spans(chunk)
+            yield table_spans(chunk, path, first)
+            first += chunk.height
 
 
 def stage_spans(pieces: Iterable[list[Span]], name: str, workdir: str, count: SpanCount) -> str:
@@ -77,21 +118,22 @@ def stage_spans(pieces: Iterable[list[Span]], name: str, workdir: str, count: Sp
     polars' streaming engine's."""
     stem = f"{len(os.listdir(workdir)):04d}-{name or 'spans'}"
     facts_path = os.path.join(workdir, f"{stem}.facts.parquet")
-    llm_before = count.llm
     with pq.ParquetWriter(facts_path, pl.DataFrame(schema=FACTS_SCHEMA).to_arrow().schema) as writer:
         for piece in pieces:
             writer.write_table(span_facts(piece, count).to_arrow())
     target = os.path.join(workdir, f"{stem}.conversations.parquet")
     conversations(pl.scan_parquet(facts_path)).sink_parquet(target)
+    count_copies(pl.scan_parquet(facts_path), count)
     os.remove(facts_path)
-    count.duplicates += count.llm - llm_before - pq.ParquetFile(target).metadata.num_rows
+    unjudged = pl.scan_parquet(target).select(pl.col(NOTHING_TO_JUDGE).is_not_null().sum()).collect().item()
+    count.nothing_to_judge += int(unjudged)
     return target
 
 
 def stage_export(path: str, kind: str, workdir: str, count: SpanCount) -> str:
     """The conversation table of the span export ``path`` of ``kind`` (:func:`export_kind`), written under
     ``workdir`` and named after the export."""
-    return stage_spans(_pieces(path, kind), os.path.basename(path).split(".")[0], workdir, count)
+    return stage_spans(_pieces(path, kind, count), os.path.basename(path).split(".")[0], workdir, count)
 
 
 def landed_spans(path: str, fingerprint: str, cache: str) -> str | None:
@@ -105,7 +147,7 @@ def landed_spans(path: str, fingerprint: str, cache: str) -> str | None:
     if os.path.exists(target):
         return target
     os.makedirs(cache, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as work:
+    with staging_folder(cache) as work:
         made = stage_export(path, kind, work, SpanCount())
         os.replace(made, target)
     return target
@@ -153,7 +195,7 @@ def stage_phoenix_day(spec: str, window: tuple[datetime, datetime], target: str,
     anew each time: spans arrive late)."""
     count = SpanCount()
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=os.path.dirname(target)) as work:
+    with staging_folder(os.path.dirname(target)) as work:
         os.replace(stage_spans(phoenix_pieces(spec, api_key, window), "phoenix", work, count), target)
     return count
 

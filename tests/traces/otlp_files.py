@@ -26,10 +26,16 @@ def any_value(value: Any) -> dict[str, Any]:
     return {"stringValue": str(value)}
 
 
-def span(trace: str, own: str, name: str, attributes: Mapping[str, Any], start_s: float, parent: str = "") -> dict:
-    return {"traceId": trace, "spanId": own, "parentSpanId": parent, "name": name, "kind": 1,
-            "startTimeUnixNano": str(T0 + int(start_s * 1e9)), "endTimeUnixNano": str(T0 + int((start_s + 1) * 1e9)),
-            "attributes": [{"key": k, "value": any_value(v)} for k, v in attributes.items()]}
+def span(trace: str, own: str, name: str, attributes: Mapping[str, Any], start_s: float, parent: str = "",
+         events: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> dict:
+    out = {"traceId": trace, "spanId": own, "parentSpanId": parent, "name": name, "kind": 1,
+           "startTimeUnixNano": str(T0 + int(start_s * 1e9)), "endTimeUnixNano": str(T0 + int((start_s + 1) * 1e9)),
+           "attributes": [{"key": k, "value": any_value(v)} for k, v in attributes.items()]}
+    if events:  # span events, as older instrumentations record prompts and completions
+        out["events"] = [{"timeUnixNano": str(T0 + int(start_s * 1e9)), "name": event,
+                          "attributes": [{"key": k, "value": any_value(v)} for k, v in fields.items()]}
+                         for event, fields in events]
+    return out
 
 
 def request(spans: Sequence[dict]) -> dict:

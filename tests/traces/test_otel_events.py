@@ -23,7 +23,9 @@ def test_the_cli_sends_one_event_per_scorer_per_judged_span(tmp_path: Path) -> N
         result = run_cli("score", str(src), "-o", str(out), "--otel-endpoint", receiver.endpoint)
     assert result.returncode == 0, result.stderr
     scored = pl.read_parquet(out)
-    assert scored.height == 4 and set(scored.get_column("status")) == {"ok"}
+    # the two spans without an answer (none, unreadable) are error rows saying why (issue 52), sent as errors
+    assert scored.height == 4 and scored.get_column("status").value_counts().sort("status").rows() == [
+        ("error", 2), ("ok", 2)]
     assert len(receiver.records) == 2 * scored.height
     assert f"evaluation events: 8 of 8 sent to {receiver.endpoint}/v1/logs" in result.stderr
     for row in scored.iter_rows(named=True):
@@ -33,7 +35,11 @@ def test_the_cli_sends_one_event_per_scorer_per_judged_span(tmp_path: Path) -> N
         for name, record in mine.items():
             assert record.event_name == "gen_ai.evaluation.result" and record.service == "faithfulness-pipeline"
             assert record.attributes.get("gen_ai.evaluation.score.value") == row[f"{name}_score"]
-            assert record.attributes.get("gen_ai.evaluation.explanation") == row[f"{name}_reason"]
+            assert record.attributes.get("gen_ai.evaluation.explanation") == (
+                row["error"] if row["status"] == "error" else row[f"{name}_reason"])
+        if row["status"] == "error":
+            assert all(r.attributes["error.type"] == "judge_error" for r in mine.values())
+            continue
         hallucinated = row["hallucination_score"] > 0.5  # the default threshold, in score units
         assert mine["hallucination"].attributes["gen_ai.evaluation.score.label"] == (
             "hallucinated" if hallucinated else "not_hallucinated")

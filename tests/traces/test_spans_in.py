@@ -59,8 +59,11 @@ def test_an_otlp_export_scores_one_row_per_llm_span_keyed_by_its_ids(tmp_path: P
                                         ensure_ascii=False, separators=(",", ":"))]
     assert zh["output"] == "台北今天气温30度。" and zh["model"] == "claude-x-001" and zh["status"] == "ok"
     assert [m["content"] for m in zh["messages"]] == ["台北今天多热？"]
-    for empty in ("2222222222222222", "3333333333333333"):  # nothing to judge: a row, no claims, no call
-        assert rows[empty]["output"] is None and rows[empty]["n_claims"] == 0
+    for empty in ("2222222222222222", "3333333333333333"):  # nothing to judge: an error row saying why, never a 0
+        assert rows[empty]["output"] is None and rows[empty]["status"] == "error"
+        assert rows[empty]["hallucination_score"] is None and rows[empty]["n_claims"] is None
+    assert rows["2222222222222222"]["error"] == "the span holds no answer (none in its attributes or its events)"
+    assert rows["3333333333333333"]["error"].startswith("gen_ai.output.messages is not JSON")
     assert "4 LLM span(s) became rows" in result.stderr and "1 other span(s)" in result.stderr
     assert "1 LLM span(s) could not be read" in result.stderr and f"{TRACE_BAD}/3333333333333333 'chat'" in result.stderr
 
@@ -202,7 +205,7 @@ def test_an_export_retried_by_its_collector_gives_each_span_one_row(tmp_path: Pa
     ('{"resourceSpans": {"scopeSpans": []}}', "resourceSpans is not a list of objects"),
     ('{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "chat"}]}]}]}', "span 'chat' has no traceId or spanId"),
     ('{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "' + "a" * 32 + '", "spanId": "' + "b" * 16
-     + '", "startTimeUnixNano": "soon"}]}]}]}', "invalid literal"),
+     + '", "startTimeUnixNano": "soon"}]}]}]}', "is not a whole number of nanoseconds"),
     ('{"resourceSpans": [], "cut', "char 26"),
 ])
 def test_a_damaged_export_is_refused_naming_its_line(tmp_path: Path, line: str, why: str) -> None:
