@@ -40,7 +40,7 @@ from faithfulness_pipeline.judging.dryrun import estimate_cost
 from faithfulness_pipeline.judging.factory import check_key, make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.outputs import DayTable, Output, OutputContext
-from faithfulness_pipeline.outputs.run_files import RunFiles, option_of, send_scores
+from faithfulness_pipeline.outputs.run_files import RunFiles, check_sends, option_of, send_scores
 from faithfulness_pipeline.outputs.scored_table import SCORED_TABLE
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.judge import JudgeSettings
@@ -229,6 +229,8 @@ def score(input_spec: str, static_texts: tuple[str, ...], context_file: str | No
                                                       phoenix_api_key=os.environ.get(PHOENIX_KEY_ENV)))
             # Every file's columns are validated before any call is paid for.
             out_schema = scored_schema([(part.name, part.schema()) for part in source.parts], config)
+            # So are the write-backs: a flat table cannot be sent to spans, nor anything to an ftp:// URL.
+            check_sends(out_schema.names(), traces)
             if dry_run:  # a dry run sends nothing, so it needs no key and writes nothing
                 _dry_run(judge_settings, source, config)
                 return

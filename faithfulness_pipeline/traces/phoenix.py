@@ -30,6 +30,7 @@ from faithfulness_pipeline.traces.attributes import flatten
 from faithfulness_pipeline.traces.evaluations import COLUMNS, evaluations
 from faithfulness_pipeline.traces.phoenix_http import PhoenixHttp, json_kind
 from faithfulness_pipeline.traces.spans import Span, span_id_text
+from faithfulness_pipeline.traces.urls import http_base
 
 #: Phoenix's own variable for its API key, as its clients read it.
 PHOENIX_KEY_ENV: Final = "PHOENIX_API_KEY"
@@ -47,10 +48,13 @@ class AnnotationsSent:
     rows: int = 0
     annotations: int = 0
     without_ids: int = 0
+    #: why writing stopped (Phoenix refused a page, or did not answer), None when all was written
+    error: str | None = None
 
     def line(self) -> str:
         missing = f"; {self.without_ids} row(s) have no trace_id/span_id" if self.without_ids else ""
-        return f"phoenix annotations: {self.annotations} written to {self.endpoint}{missing}"
+        stopped = f", then stopped: {self.error}" if self.error else ""
+        return f"phoenix annotations: {self.annotations} written to {self.endpoint}{stopped}{missing}"
 
 
 #: A span's fields and the JSON types each may have (None: null or absent).
@@ -81,6 +85,29 @@ def _span(item: Mapping[str, Any], wrong: Callable[[str], InputError]) -> Span |
     except ValueError:
         raise wrong(f"start_time {(start or '')[:40]!r} is no ISO time") from None
     return Span(trace, own, span_id_text(item.get("parent_id")), str(item.get("name") or ""), started, attributes)
+
+
+def check_columns(columns: Iterable[str]) -> None:
+    """A :class:`ConfigError` when a scored table of ``columns`` cannot give annotations (no span ids)."""
+    missing = [c for c in (*COLUMNS, "judge_model") if c not in set(columns)]
+    if missing:
+        raise ConfigError(f"the scored table has no {', '.join(missing)} column(s): Phoenix annotations need "
+                          "rows made of spans (traces as input, docs/traces.md)")
+
+
+def check_endpoint(endpoint: str) -> None:
+    """A :class:`ConfigError` when ``endpoint`` is no http(s) URL: before anything is paid for."""
+    http_base(endpoint, "Phoenix endpoint", "http://127.0.0.1:6006")
+
+
+def _annotations(row: dict[str, Any], threshold: float, scale: float,
+                 kind_of: Callable[[str | None], str]) -> list[dict[str, Any]]:
+    return [{
+        "span_id": evaluation.span_id, "name": evaluation.name, "identifier": IDENTIFIER,
+        "annotator_kind": kind_of(row["judge_model"]),
+        "result": {"score": evaluation.score, "label": evaluation.label, "explanation": evaluation.explanation},
+        "metadata": {"error.type": evaluation.error_type} if evaluation.error_type else {},
+    } for evaluation in evaluations(row, threshold, scale)]
 
 
 class PhoenixClient:
@@ -142,32 +169,26 @@ class PhoenixClient:
     def annotate(self, frames: Iterable[pl.DataFrame], *, threshold: float, scale: float,
                  kind_of: Callable[[str | None], str]) -> AnnotationsSent:
         """Writes the scores of ``frames`` (scored rows made of spans, chunk by chunk) as span annotations;
-        ``kind_of`` tells a row's annotator kind from its ``judge_model``."""
+        ``kind_of`` tells a row's annotator kind from its ``judge_model``. A page Phoenix refuses stops the
+        writing and is reported in the result's ``error`` (what was written before it stays written)."""
         sent = AnnotationsSent(self.endpoint)
         pending: list[dict[str, Any]] = []
-        for frame in frames:
-            missing = [c for c in (*COLUMNS, "judge_model") if c not in frame.columns]
-            if missing:
-                raise ConfigError(f"the scored table has no {', '.join(missing)} column(s): Phoenix annotations need "
-                                  "rows made of spans (traces as input, docs/traces.md)")
-            for row in frame.select(*COLUMNS, "judge_model").iter_rows(named=True):
-                sent.rows += 1
-                if not row[S.TRACE_ID] or not row[S.SPAN_ID]:
-                    sent.without_ids += 1
-                    continue
-                for evaluation in evaluations(row, threshold, scale):
-                    pending.append({
-                        "span_id": evaluation.span_id, "name": evaluation.name, "identifier": IDENTIFIER,
-                        "annotator_kind": kind_of(row["judge_model"]),
-                        "result": {"score": evaluation.score, "label": evaluation.label,
-                                   "explanation": evaluation.explanation},
-                        "metadata": {"error.type": evaluation.error_type} if evaluation.error_type else {},
-                    })
-                if len(pending) >= _POST_BATCH:
-                    sent.annotations += self._post(pending)
-                    pending = []
-        if pending:
-            sent.annotations += self._post(pending)
+        try:
+            for frame in frames:
+                check_columns(frame.columns)
+                for row in frame.select(*COLUMNS, "judge_model").iter_rows(named=True):
+                    sent.rows += 1
+                    if not row[S.TRACE_ID] or not row[S.SPAN_ID]:
+                        sent.without_ids += 1
+                        continue
+                    pending += _annotations(row, threshold, scale, kind_of)
+                    if len(pending) >= _POST_BATCH:
+                        sent.annotations += self._post(pending)
+                        pending = []
+            if pending:
+                sent.annotations += self._post(pending)
+        except InputError as exc:
+            sent.error = str(exc)
         return sent
 
     def _post(self, data: list[dict[str, Any]]) -> int:
