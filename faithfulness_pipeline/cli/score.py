@@ -54,6 +54,7 @@ from faithfulness_pipeline.tables.output_files import OutputError, check_outputs
 from faithfulness_pipeline.tables.read import iter_chunks
 from faithfulness_pipeline.tables.write import input_arrow_types
 from faithfulness_pipeline.traces.phoenix import PHOENIX_KEY_ENV
+from faithfulness_pipeline.traces.urls import scrubbed
 
 #: A run whose spend cap left rows unjudged (status skipped): its outputs are written, and complete but for them.
 SKIPPED_EXIT = 3
@@ -260,10 +261,10 @@ def score(input_spec: str, static_texts: tuple[str, ...], context_file: str | No
                 progress.close()
             written_back, delivered = _write_back(traces, output, context)
         except OutputError as exc:  # the machine's fault (a full disk, a read-only folder), not the command's
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {scrubbed(str(exc))}", err=True)
             sys.exit(1)
-        except FaithfulnessPipelineError as exc:
-            click.echo(f"error: {exc}", err=True)
+        except FaithfulnessPipelineError as exc:  # an input refusal may quote a Phoenix URL with its password
+            click.echo(f"error: {scrubbed(str(exc))}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
             how = "terminated" if terminated() else "interrupted"
