@@ -22,6 +22,7 @@ from faithfulness_pipeline.review.store import LabelStore, shown
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.read import read_all
+from faithfulness_pipeline.traces.urls import scrubbed
 
 if TYPE_CHECKING:
     from faithfulness_pipeline.review.phoenix_labels import AnnotationRule
@@ -33,7 +34,8 @@ _STORE_HELP: Final = ("The label store: a SQLite file (*.sqlite, *.sqlite3, *.db
 
 
 def _failed(exc: FaithfulnessPipelineError) -> NoReturn:
-    click.echo(f"error: {exc}", err=True)
+    # an input refusal may quote a Phoenix URL with its password or api_key
+    click.echo(f"error: {scrubbed(str(exc))}", err=True)
     sys.exit(2)
 
 

@@ -40,7 +40,7 @@ from faithfulness_pipeline.judging.dryrun import estimate_cost
 from faithfulness_pipeline.judging.factory import check_key, make_judge
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.outputs import DayTable, Output, OutputContext
-from faithfulness_pipeline.outputs.run_files import RunFiles, option_of, send_scores
+from faithfulness_pipeline.outputs.run_files import RunFiles, check_sends, option_of, send_scores
 from faithfulness_pipeline.outputs.scored_table import SCORED_TABLE
 from faithfulness_pipeline.settings.derive import from_env
 from faithfulness_pipeline.settings.judge import JudgeSettings
@@ -54,6 +54,7 @@ from faithfulness_pipeline.tables.output_files import OutputError, check_outputs
 from faithfulness_pipeline.tables.read import iter_chunks
 from faithfulness_pipeline.tables.write import input_arrow_types
 from faithfulness_pipeline.traces.phoenix import PHOENIX_KEY_ENV
+from faithfulness_pipeline.traces.urls import scrubbed
 
 #: A run whose spend cap left rows unjudged (status skipped): its outputs are written, and complete but for them.
 SKIPPED_EXIT = 3
@@ -229,6 +230,8 @@ def score(input_spec: str, static_texts: tuple[str, ...], context_file: str | No
                                                       phoenix_api_key=os.environ.get(PHOENIX_KEY_ENV)))
             # Every file's columns are validated before any call is paid for.
             out_schema = scored_schema([(part.name, part.schema()) for part in source.parts], config)
+            # So are the write-backs: a flat table cannot be sent to spans, nor anything to an ftp:// URL.
+            check_sends(out_schema.names(), traces)
             if dry_run:  # a dry run sends nothing, so it needs no key and writes nothing
                 _dry_run(judge_settings, source, config)
                 return
@@ -258,10 +261,10 @@ def score(input_spec: str, static_texts: tuple[str, ...], context_file: str | No
                 progress.close()
             written_back, delivered = _write_back(traces, output, context)
         except OutputError as exc:  # the machine's fault (a full disk, a read-only folder), not the command's
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {scrubbed(str(exc))}", err=True)
             sys.exit(1)
-        except FaithfulnessPipelineError as exc:
-            click.echo(f"error: {exc}", err=True)
+        except FaithfulnessPipelineError as exc:  # an input refusal may quote a Phoenix URL with its password
+            click.echo(f"error: {scrubbed(str(exc))}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
             how = "terminated" if terminated() else "interrupted"

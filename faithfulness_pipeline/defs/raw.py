@@ -25,6 +25,7 @@ from faithfulness_pipeline.defs.resources import LandingResource, ScoringResourc
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
 from faithfulness_pipeline.sources.landing import LandingDay, LandingFile, rows_before
 from faithfulness_pipeline.sources.open import open_source
+from faithfulness_pipeline.traces.urls import scrubbed
 
 
 def raw_asset(partitions: dg.PartitionsDefinition[str]) -> dg.AssetsDefinition:
@@ -62,8 +63,11 @@ def load_raw(
     day = date.fromisoformat(context.partition_key)
     config = scoring.config()
     # Not in a `with` block: a landing day stages span exports in the shared span cache, which outlives the run.
-    source = open_source(LandingDay(landing.path, day, landing.timestamp_column, landing.undated(), landing.zone()),
-                         rows=config.chunk_rows)
+    try:
+        source = open_source(LandingDay(landing.path, day, landing.timestamp_column, landing.undated(),
+                                        landing.zone()), rows=config.chunk_rows)
+    except InputError as exc:  # a refusal may quote the landing URL, a Phoenix one with its password
+        raise InputError(scrubbed(str(exc))) from None
     files = [part.file for part in source.parts]
     schemas = [(part, part.schema()) for part in source.parts]
     # The judged columns are kept only where the input cannot rebuild them (a chat file among the day's).
@@ -100,7 +104,9 @@ def load_raw(
     written = sum(n for _, _, n in counts)
     yield dg.MaterializeResult(metadata={
         **table_metadata(union, RAW, written),
-        "landing": landing.path, "landing_files": len(files), "files_with_rows": sum(1 for *_, n in counts if n),
+        # the event log is shown to everyone who opens the UI: no password or api_key of the URL
+        "landing": scrubbed(landing.path), "landing_files": len(files),
+        "files_with_rows": sum(1 for *_, n in counts if n),
         "rows_before_partitions_start": sum(n for _, n in early),
         "path": dg.MetadataValue.path(warehouse.partition(RAW, context.partition_key).uri),
     })
@@ -151,6 +157,6 @@ def _keys_named(warehouse: WarehouseResource, day: str, wanted: set[int]) -> dic
 
 def _landing_error(file: LandingFile, exc: InputError) -> InputError:
     return InputError(
-        f"landing file {file.path!r} cannot be scored: {exc} In Dagster, the column names are the scoring "
-        f"resource's *_column settings."
+        f"landing file {scrubbed(file.path)!r} cannot be scored: {scrubbed(str(exc))} In Dagster, the column "
+        "names are the scoring resource's *_column settings."
     )

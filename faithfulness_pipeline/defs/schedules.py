@@ -11,6 +11,7 @@ import dagster as dg
 from faithfulness_pipeline.defs.names import GROUP
 from faithfulness_pipeline.defs.resources import LandingResource
 from faithfulness_pipeline.sources.landing import LandingFile, file_days, list_landing
+from faithfulness_pipeline.traces.urls import scrubbed
 
 if TYPE_CHECKING:
     # Dagster exports no public name for what define_asset_job and build_schedule_from_partitioned_job
@@ -82,7 +83,7 @@ def build_sensor(job: "UnresolvedAssetJobDefinition", partitions: dg.PartitionsD
         files = list_landing(landing.path)
         fresh = new_files(files, cursor)
         if not fresh:
-            return dg.SkipReason(f"no new Parquet files in {landing.path}")
+            return dg.SkipReason(f"no new Parquet files in {scrubbed(landing.path)}")
         existing = set(partitions.get_partition_keys())
         first = min(existing) if existing else None
         too_early: set[str] = set()

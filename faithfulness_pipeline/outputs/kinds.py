@@ -178,5 +178,10 @@ class Sent(Output):
     unset: str
     #: The columns of the scored table it reads, given the columns there are.
     reads: Callable[[list[str]], list[str]]
-    #: Sends the records of the scored chunks.
+    #: Sends the records of the scored chunks. What the system refuses or loses is reported in the
+    #: :class:`Delivered` (failed), not raised: each system is written to on its own.
     send: Callable[[Iterable[pl.DataFrame], TraceExportSettings, OutputContext], Delivered]
+    #: Raises a ConfigError when the settings (a URL that is no http(s) one) or the scored table's columns
+    #: (no span ids: the input was no traces) rule sending out: run before the first judge request is paid
+    #: for, and in a dry run.
+    check: Callable[[list[str], TraceExportSettings], None] = lambda columns, traces: None

@@ -121,9 +121,18 @@ class RunFiles:
 
 
 
+def check_sends(columns: list[str], traces: TraceExportSettings) -> None:
+    """A ConfigError when a system ``traces`` names could not be sent the scores of a scored table of
+    ``columns``: before anything is paid for."""
+    for entry in entries():
+        if isinstance(entry, Sent) and entry.enabled(traces):
+            entry.check(columns, traces)
+
+
 def send_scores(scored: Callable[[], Iterable[pl.DataFrame]], traces: TraceExportSettings,
                 context: OutputContext) -> list[Delivered]:
-    """The run's scores sent to every system ``traces`` names, each from a fresh read of the scored rows."""
+    """The run's scores sent to every system ``traces`` names, each from a fresh read of the scored rows; each
+    on its own (one that fails does not keep the next from being sent), each with its outcome."""
     delivered = []
     for entry in entries():
         if isinstance(entry, Sent) and entry.enabled(traces):

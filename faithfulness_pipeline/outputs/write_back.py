@@ -1,6 +1,8 @@
 """Scores back on the spans they judged: OpenTelemetry GenAI evaluation events to an OTLP endpoint
 (``traces.otel_events``) and span annotations to Phoenix (``traces.phoenix``). Each exists where the traces
-settings name its place (``FP_OTEL_ENDPOINT``, ``FP_PHOENIX_ENDPOINT``)."""
+settings name its place (``FP_OTEL_ENDPOINT``, ``FP_PHOENIX_ENDPOINT``). Each is written on its own and
+reports what it could not deliver instead of raising, so one that fails never keeps the other from running;
+what the settings and the input's columns alone rule out is checked before any judge request (``check``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Final
 
 import polars as pl
 
+from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
 from faithfulness_pipeline.outputs.kinds import Delivered, OutputContext, Sent
 from faithfulness_pipeline.settings.traces import TraceExportSettings
 from faithfulness_pipeline.traces.evaluations import COLUMNS
@@ -19,11 +22,22 @@ def _send_events(chunks: Iterable[pl.DataFrame], traces: TraceExportSettings, co
     from faithfulness_pipeline.traces.otel_events import send_evaluation_events
 
     assert traces.otel_endpoint is not None
-    sent = send_evaluation_events(chunks, traces.otel_endpoint, threshold=context.hallucination_threshold,
-                                  scale=context.scale, timeout_s=traces.otel_timeout_s)
-    return Delivered(sent.line(), bool(sent.failed), {"rows": sent.rows, "events": sent.events,
-                                                      "rows_without_span_ids": sent.without_ids,
-                                                      "endpoint": sent.endpoint})
+    try:
+        sent = send_evaluation_events(chunks, traces.otel_endpoint, threshold=context.hallucination_threshold,
+                                      scale=context.scale, timeout_s=traces.otel_timeout_s)
+    except FaithfulnessPipelineError as exc:  # reported, so that the other write-backs still run
+        return Delivered(f"evaluation events: none sent: {exc}", True, {"error": str(exc)})
+    return Delivered(sent.line(), bool(sent.failed), {
+        "rows": sent.rows, "events": sent.events, "events_delivered": sent.delivered,
+        "rows_without_span_ids": sent.without_ids, "rows_with_ids_not_hex": sent.bad_ids, "endpoint": sent.endpoint})
+
+
+def _check_events(columns: list[str], traces: TraceExportSettings) -> None:
+    from faithfulness_pipeline.traces.otel_events import check_columns, logs_url
+
+    assert traces.otel_endpoint is not None
+    logs_url(traces.otel_endpoint)
+    check_columns(columns)
 
 
 def _annotate(chunks: Iterable[pl.DataFrame], traces: TraceExportSettings, context: OutputContext) -> Delivered:
@@ -32,12 +46,24 @@ def _annotate(chunks: Iterable[pl.DataFrame], traces: TraceExportSettings, conte
 
     assert traces.phoenix_endpoint is not None
     code = baseline_judges()
-    with PhoenixClient(traces.phoenix_endpoint, os.environ.get(PHOENIX_KEY_ENV)) as phoenix:
-        sent = phoenix.annotate(chunks, threshold=context.hallucination_threshold, scale=context.scale,
-                                kind_of=lambda model: "CODE" if model in code else "LLM")
-    # Phoenix takes a page or refuses it with an error: what returns was delivered.
-    return Delivered(sent.line(), False, {"rows": sent.rows, "annotations": sent.annotations,
-                                          "rows_without_span_ids": sent.without_ids, "endpoint": sent.endpoint})
+    try:
+        with PhoenixClient(traces.phoenix_endpoint, os.environ.get(PHOENIX_KEY_ENV)) as phoenix:
+            sent = phoenix.annotate(chunks, threshold=context.hallucination_threshold, scale=context.scale,
+                                    kind_of=lambda model: "CODE" if model in code else "LLM")
+    except FaithfulnessPipelineError as exc:  # reported, so that the other write-backs still run
+        return Delivered(f"phoenix annotations: none written: {exc}", True, {"error": str(exc)})
+    # Phoenix takes a page (a JSON object answered) or refuses it: what was counted was delivered.
+    return Delivered(sent.line(), sent.error is not None, {
+        "rows": sent.rows, "annotations": sent.annotations, "rows_without_span_ids": sent.without_ids,
+        "endpoint": sent.endpoint})
+
+
+def _check_annotations(columns: list[str], traces: TraceExportSettings) -> None:
+    from faithfulness_pipeline.traces.phoenix import check_columns, check_endpoint
+
+    assert traces.phoenix_endpoint is not None
+    check_endpoint(traces.phoenix_endpoint)
+    check_columns(columns)
 
 
 EVALUATION_EVENTS: Final = Sent(
@@ -51,6 +77,7 @@ EVALUATION_EVENTS: Final = Sent(
     unset="no OTLP endpoint: set FP_OTEL_ENDPOINT (or the traces resource's otel_endpoint)",
     reads=lambda present: [c for c in COLUMNS if c in present],
     send=_send_events,
+    check=_check_events,
 )
 
 PHOENIX_ANNOTATIONS: Final = Sent(
@@ -64,4 +91,5 @@ PHOENIX_ANNOTATIONS: Final = Sent(
     unset="no Phoenix: set FP_PHOENIX_ENDPOINT (or the traces resource's phoenix_endpoint)",
     reads=lambda present: [c for c in (*COLUMNS, "judge_model") if c in present],
     send=_annotate,
+    check=_check_annotations,
 )

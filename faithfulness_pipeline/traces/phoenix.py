@@ -9,8 +9,9 @@
   /v1/projects/{project}/span_annotations``, cursor paging), which ``review import`` reads people's labels from;
   ``user_names``: who Phoenix's users are, where the key may list them.
 
-The API key (Phoenix's ``PHOENIX_API_KEY``) goes into the authorization header alone: errors name the URL and
-the status, never a header, and a reply's text is shown with the key masked (a proxy may echo a request)."""
+The API key (Phoenix's ``PHOENIX_API_KEY``) goes into the authorization header alone. Every call goes through
+``traces.phoenix_http`` (a whole-request deadline, same-origin redirects, a reply that is a JSON object or a
+one-line error with credentials scrubbed); here each span's fields are checked for their types as well."""
 
 from __future__ import annotations
 
@@ -21,15 +22,15 @@ from types import TracebackType
 from typing import Any, Final
 from urllib.parse import quote
 
-import httpx
 import polars as pl
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.errors import ConfigError, InputError
 from faithfulness_pipeline.traces.attributes import flatten
 from faithfulness_pipeline.traces.evaluations import COLUMNS, evaluations
+from faithfulness_pipeline.traces.phoenix_http import PhoenixHttp, json_kind
 from faithfulness_pipeline.traces.spans import Span, span_id_text
-from faithfulness_pipeline.traces.urls import http_base, shown
+from faithfulness_pipeline.traces.urls import http_base
 
 #: Phoenix's own variable for its API key, as its clients read it.
 PHOENIX_KEY_ENV: Final = "PHOENIX_API_KEY"
@@ -47,14 +48,30 @@ class AnnotationsSent:
     rows: int = 0
     annotations: int = 0
     without_ids: int = 0
+    #: why writing stopped (Phoenix refused a page, or did not answer), None when all was written
+    error: str | None = None
 
     def line(self) -> str:
         missing = f"; {self.without_ids} row(s) have no trace_id/span_id" if self.without_ids else ""
-        return f"phoenix annotations: {self.annotations} written to {self.endpoint}{missing}"
+        stopped = f", then stopped: {self.error}" if self.error else ""
+        return f"phoenix annotations: {self.annotations} written to {self.endpoint}{stopped}{missing}"
 
 
-def _span(item: Mapping[str, Any]) -> Span | None:
-    context = item.get("context") or {}
+#: A span's fields and the JSON types each may have (None: null or absent).
+_FIELDS: Final[dict[str, tuple[type, ...]]] = {
+    "context": (dict,), "attributes": (dict, type(None)), "start_time": (str, type(None)),
+    "name": (str, type(None)), "parent_id": (str, type(None)), "span_kind": (str, type(None)),
+}
+
+
+def _span(item: Mapping[str, Any], wrong: Callable[[str], InputError]) -> Span | None:
+    """The span of one item of a page; ``wrong`` makes the error of a field of the wrong type or form."""
+    for field, types in _FIELDS.items():
+        if not isinstance(item.get(field), types):
+            raise wrong(f"{field} is {json_kind(item.get(field))}")
+    context = item["context"]
+    if not all(isinstance(context.get(k), (str, type(None))) for k in ("trace_id", "span_id")):
+        raise wrong(f"context has a trace_id or span_id that is not text: {sorted(context)}")
     trace, own = span_id_text(context.get("trace_id")), span_id_text(context.get("span_id"))
     if trace is None or own is None:
         return None
@@ -62,52 +79,51 @@ def _span(item: Mapping[str, Any]) -> Span | None:
     kind = item.get("span_kind")
     if kind and "openinference.span.kind" not in attributes:
         attributes["openinference.span.kind"] = kind
-    start = item.get("start_time")
-    started = datetime.fromisoformat(start.replace("Z", "+00:00")) if isinstance(start, str) and start else None
+    start: str | None = item.get("start_time")
+    try:
+        started = datetime.fromisoformat(start.replace("Z", "+00:00")) if start else None
+    except ValueError:
+        raise wrong(f"start_time {(start or '')[:40]!r} is no ISO time") from None
     return Span(trace, own, span_id_text(item.get("parent_id")), str(item.get("name") or ""), started, attributes)
+
+
+def check_columns(columns: Iterable[str]) -> None:
+    """A :class:`ConfigError` when a scored table of ``columns`` cannot give annotations (no span ids)."""
+    missing = [c for c in (*COLUMNS, "judge_model") if c not in set(columns)]
+    if missing:
+        raise ConfigError(f"the scored table has no {', '.join(missing)} column(s): Phoenix annotations need "
+                          "rows made of spans (traces as input, docs/traces.md)")
+
+
+def check_endpoint(endpoint: str) -> None:
+    """A :class:`ConfigError` when ``endpoint`` is no http(s) URL: before anything is paid for."""
+    http_base(endpoint, "Phoenix endpoint", "http://127.0.0.1:6006")
+
+
+def _annotations(row: dict[str, Any], threshold: float, scale: float,
+                 kind_of: Callable[[str | None], str]) -> list[dict[str, Any]]:
+    return [{
+        "span_id": evaluation.span_id, "name": evaluation.name, "identifier": IDENTIFIER,
+        "annotator_kind": kind_of(row["judge_model"]),
+        "result": {"score": evaluation.score, "label": evaluation.label, "explanation": evaluation.explanation},
+        "metadata": {"error.type": evaluation.error_type} if evaluation.error_type else {},
+    } for evaluation in evaluations(row, threshold, scale)]
 
 
 class PhoenixClient:
     def __init__(self, endpoint: str, api_key: str | None = None, timeout_s: float = 30.0) -> None:
-        base = http_base(endpoint, "Phoenix endpoint", "http://127.0.0.1:6006")
+        self._api = PhoenixHttp(endpoint, api_key, timeout_s)
         #: what messages name: no user info or query (credentials go there)
-        self.endpoint = shown(base)
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._secret = api_key or None
-        self._http = httpx.Client(base_url=base, headers=headers, timeout=timeout_s)
+        self.endpoint = self._api.endpoint
 
     def __enter__(self) -> PhoenixClient:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._http.close()
-
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            reply = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise InputError(f"Phoenix at {self.endpoint} did not answer {method} {path}: "
-                             f"{type(exc).__name__}") from None
-        if reply.status_code == 404 and "/projects/" in path:
-            raise InputError(f"Phoenix at {self.endpoint} has no such project ({path}): name one of its projects")
-        if reply.status_code >= 400:
-            raise InputError(f"Phoenix at {self.endpoint} refused {method} {path}: HTTP {reply.status_code} "
-                             f"{self._masked(reply.text[:200])}")
-        return reply.json()
-
-    def _masked(self, text: str) -> str:
-        return text.replace(self._secret, "***") if self._secret else text
+        self._api.close()
 
     def _pages(self, path: str, params: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
-        """The ``data`` of every page of a cursor-paged listing."""
-        params = dict(params)
-        while True:
-            body = self._call("GET", path, params=params)
-            yield list(body.get("data") or [])
-            cursor = body.get("next_cursor")
-            if not cursor:
-                return
-            params["cursor"] = cursor
+        return self._api.pages(path, params)
 
     def spans(
         self, project: str, start: datetime | None, end: datetime | None, page: int = _PAGE
@@ -118,8 +134,11 @@ class PhoenixClient:
             params["start_time"] = start.isoformat()
         if end is not None:
             params["end_time"] = end.isoformat()
-        for data in self._pages(f"/v1/projects/{quote(project, safe='')}/spans", params):
-            yield [s for item in data if (s := _span(item)) is not None]
+        path = f"/v1/projects/{quote(project, safe='')}/spans"
+        for number, data in enumerate(self._pages(path, params), 1):
+            def wrong(what: str, number: int = number) -> InputError:
+                return self._api.error(f"sent a span (page {number} of GET {path}) whose {what}")
+            yield [s for item in data if (s := _span(item, wrong)) is not None]
 
     def span_annotations(self, project: str, span_ids: Sequence[str], names: Sequence[str] = (),
                          page: int = _PAGE) -> list[dict[str, Any]]:
@@ -150,34 +169,30 @@ class PhoenixClient:
     def annotate(self, frames: Iterable[pl.DataFrame], *, threshold: float, scale: float,
                  kind_of: Callable[[str | None], str]) -> AnnotationsSent:
         """Writes the scores of ``frames`` (scored rows made of spans, chunk by chunk) as span annotations;
-        ``kind_of`` tells a row's annotator kind from its ``judge_model``."""
+        ``kind_of`` tells a row's annotator kind from its ``judge_model``. A page Phoenix refuses stops the
+        writing and is reported in the result's ``error`` (what was written before it stays written)."""
         sent = AnnotationsSent(self.endpoint)
         pending: list[dict[str, Any]] = []
-        for frame in frames:
-            missing = [c for c in (*COLUMNS, "judge_model") if c not in frame.columns]
-            if missing:
-                raise ConfigError(f"the scored table has no {', '.join(missing)} column(s): Phoenix annotations need "
-                                  "rows made of spans (traces as input, docs/traces.md)")
-            for row in frame.select(*COLUMNS, "judge_model").iter_rows(named=True):
-                sent.rows += 1
-                if not row[S.TRACE_ID] or not row[S.SPAN_ID]:
-                    sent.without_ids += 1
-                    continue
-                for evaluation in evaluations(row, threshold, scale):
-                    pending.append({
-                        "span_id": evaluation.span_id, "name": evaluation.name, "identifier": IDENTIFIER,
-                        "annotator_kind": kind_of(row["judge_model"]),
-                        "result": {"score": evaluation.score, "label": evaluation.label,
-                                   "explanation": evaluation.explanation},
-                        "metadata": {"error.type": evaluation.error_type} if evaluation.error_type else {},
-                    })
-                if len(pending) >= _POST_BATCH:
-                    sent.annotations += self._post(pending)
-                    pending = []
-        if pending:
-            sent.annotations += self._post(pending)
+        try:
+            for frame in frames:
+                check_columns(frame.columns)
+                for row in frame.select(*COLUMNS, "judge_model").iter_rows(named=True):
+                    sent.rows += 1
+                    if not row[S.TRACE_ID] or not row[S.SPAN_ID]:
+                        sent.without_ids += 1
+                        continue
+                    pending += _annotations(row, threshold, scale, kind_of)
+                    if len(pending) >= _POST_BATCH:
+                        sent.annotations += self._post(pending)
+                        pending = []
+            if pending:
+                sent.annotations += self._post(pending)
+        except InputError as exc:
+            sent.error = str(exc)
         return sent
 
     def _post(self, data: list[dict[str, Any]]) -> int:
-        self._call("POST", "/v1/span_annotations", params={"sync": "true"}, json={"data": data})
+        # Phoenix answers a JSON object for what it took; anything else (a 204, a proxy's page) is refused in
+        # _api.call: what returns here was taken.
+        self._api.call("POST", "/v1/span_annotations", params={"sync": "true"}, json={"data": data})
         return len(data)

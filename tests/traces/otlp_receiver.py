@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -32,6 +33,8 @@ class OtlpReceiver:
     records: list[Record] = field(default_factory=list)
     requests: int = 0
     headers: list[dict[str, str]] = field(default_factory=list)
+    #: seconds each request takes to answer (a Collector under load)
+    delay_s: float = 0.0
 
     def __enter__(self) -> OtlpReceiver:
         receiver = self
@@ -41,6 +44,7 @@ class OtlpReceiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
+                time.sleep(receiver.delay_s)
                 receiver.take(self.path, body, dict(self.headers))
                 reply = ExportLogsServiceResponse().SerializeToString()
                 self.send_response(200)
@@ -52,6 +56,7 @@ class OtlpReceiver:
             def log_message(self, *_: Any) -> None:
                 return None
 
+        self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -65,6 +70,10 @@ class OtlpReceiver:
         assert path == "/v1/logs", path
         request = ExportLogsServiceRequest()
         request.ParseFromString(body)
+        with self._lock:  # requests may come in parallel
+            self._keep(request, headers)
+
+    def _keep(self, request: ExportLogsServiceRequest, headers: dict[str, str]) -> None:
         self.requests += 1
         self.headers.append(headers)
         for resource_logs in request.resource_logs:

@@ -139,3 +139,40 @@ def test_credentials_in_an_endpoint_url_reach_no_message() -> None:
     sent = send_evaluation_events([frame], f"http://admin:s3cret-pw@127.0.0.1:{port}", threshold=0.5, scale=1.0,
                                   timeout_s=1)
     assert sent.failed == 2 and "s3cret" not in sent.line()
+
+
+def _rows(n: int, span_ids: list[str] | None = None) -> pl.DataFrame:
+    return pl.DataFrame({
+        "trace_id": [f"{i + 1:032x}" for i in range(n)], "span_id": span_ids or [f"{i + 1:016x}" for i in range(n)],
+        "status": ["ok"] * n, "error": [None] * n, "hallucination_score": [0.0] * n, "faithfulness_score": [1.0] * n,
+        "hallucination_reason": ["r"] * n, "faithfulness_reason": ["r"] * n,
+    })
+
+
+def test_a_slow_collector_gets_every_event_and_only_acknowledged_ones_count() -> None:
+    """Issue 52: a Collector that takes 0.15 s a request got 3,072 of 6,000 events while the summary said
+    6000 of 6000 (the SDK's queue dropped the rest). Batches are sent one after the other and waited for."""
+    with OtlpReceiver(delay_s=0.15) as receiver:
+        sent = send_evaluation_events([_rows(3000)], receiver.endpoint, threshold=0.5, scale=1.0, timeout_s=10)
+    assert (sent.events, sent.delivered, sent.failed) == (6000, 6000, 0)
+    assert len(receiver.records) == 6000 and receiver.requests == 12  # batches of 512
+    assert "evaluation events: 6000 of 6000 sent" in sent.line()
+
+
+def test_a_closed_port_counts_nothing_as_sent() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sent = send_evaluation_events([_rows(3000)], f"http://127.0.0.1:{port}", threshold=0.5, scale=1.0, timeout_s=1)
+    assert (sent.events, sent.delivered, sent.failed) == (6000, 0, 6000)
+    assert "evaluation events: 0 of 6000 sent" in sent.line() and "6000 not delivered" in sent.line()
+
+
+def test_span_ids_that_are_not_hex_are_skipped_and_counted() -> None:
+    """A span table's own ids (``s1``) cannot name an OpenTelemetry span: counted, never a traceback."""
+    frame = _rows(3, ["s1", "0" * 16, "a" * 16])  # all zeros is no valid span id either
+    with OtlpReceiver() as receiver:
+        sent = send_evaluation_events([frame], receiver.endpoint, threshold=0.5, scale=1.0, timeout_s=10)
+    assert (sent.rows, sent.events, sent.delivered, sent.bad_ids) == (3, 2, 2, 2)
+    assert "2 row(s) have ids that are not OpenTelemetry hex ids" in sent.line()
+    assert {r.span_id for r in receiver.records} == {"a" * 16}
