@@ -15,7 +15,7 @@ import polars as pl
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
 from faithfulness_pipeline.outputs.kinds import Delivered, OutputContext, Sent
 from faithfulness_pipeline.settings.traces import TraceExportSettings
-from faithfulness_pipeline.traces.evaluations import COLUMNS
+from faithfulness_pipeline.traces.evaluations import evaluation_columns
 
 
 def _send_events(chunks: Iterable[pl.DataFrame], traces: TraceExportSettings, context: OutputContext) -> Delivered:
@@ -75,7 +75,7 @@ EVALUATION_EVENTS: Final = Sent(
     enabled=lambda traces: traces.otel_endpoint is not None,
     named_by="`--otel-endpoint` (`FP_OTEL_ENDPOINT`)",
     unset="no OTLP endpoint: set FP_OTEL_ENDPOINT (or the traces resource's otel_endpoint)",
-    reads=lambda present: [c for c in COLUMNS if c in present],
+    reads=lambda present: [c for c in evaluation_columns(present) if c in present],
     send=_send_events,
     check=_check_events,
 )
@@ -89,7 +89,7 @@ PHOENIX_ANNOTATIONS: Final = Sent(
     enabled=lambda traces: traces.phoenix_endpoint is not None,
     named_by="`--phoenix-endpoint` (`FP_PHOENIX_ENDPOINT`)",
     unset="no Phoenix: set FP_PHOENIX_ENDPOINT (or the traces resource's phoenix_endpoint)",
-    reads=lambda present: [c for c in (*COLUMNS, "judge_model") if c in present],
+    reads=lambda present: [c for c in (*evaluation_columns(present), "judge_model") if c in present],
     send=_annotate,
     check=_check_annotations,
 )

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -18,8 +18,18 @@ SCORERS: Final = (("hallucination", "hallucination_score", "hallucination_reason
 #: The columns a scored table must have for its rows to become evaluation results.
 COLUMNS: Final = (S.TRACE_ID, S.SPAN_ID, "status", "error",
                   *(column for _, score, reason in SCORERS for column in (score, reason)))
+#: Read where a table has them: a span input's reason a row had nothing to judge.
+OPTIONAL_COLUMNS: Final = (S.NOTHING_TO_JUDGE,)
 #: ``error.type`` of a row the judge could not score (the row's ``error`` column says why).
 JUDGE_ERROR: Final = "judge_error"
+#: ``error.type`` of a row whose span held nothing to judge (no answer): the span's fault, not the judge's.
+NOTHING_TO_JUDGE: Final = "nothing_to_judge"
+
+
+def evaluation_columns(columns: Iterable[str]) -> list[str]:
+    """The columns of a scored table its evaluation results are made from."""
+    present = set(columns)
+    return [*COLUMNS, *(c for c in OPTIONAL_COLUMNS if c in present)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +74,8 @@ def evaluations(row: Mapping[str, Any], threshold: float, scale: float) -> Itera
         return
     for name, score_column, reason_column in SCORERS:
         if status == S.STATUS_ERROR:
-            yield Evaluation(row[S.TRACE_ID], row[S.SPAN_ID], name, None, None, row.get("error"), JUDGE_ERROR)
+            kind = NOTHING_TO_JUDGE if row.get(S.NOTHING_TO_JUDGE) else JUDGE_ERROR
+            yield Evaluation(row[S.TRACE_ID], row[S.SPAN_ID], name, None, None, row.get("error"), kind)
             continue
         score = row.get(score_column)
         yield Evaluation(row[S.TRACE_ID], row[S.SPAN_ID], name, score, label(name, score, threshold, scale),

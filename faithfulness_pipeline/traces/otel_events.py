@@ -28,7 +28,7 @@ from opentelemetry.sdk.resources import Resource
 
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.traces.evaluations import COLUMNS, EVENT_NAME, evaluations
+from faithfulness_pipeline.traces.evaluations import COLUMNS, EVENT_NAME, evaluation_columns, evaluations
 from faithfulness_pipeline.traces.urls import http_base, shown
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ def send_evaluation_events(
     try:
         for frame in frames:
             check_columns(frame.columns)
-            for row in frame.select(COLUMNS).iter_rows(named=True):
+            for row in frame.select(evaluation_columns(frame.columns)).iter_rows(named=True):
                 sent.rows += 1
                 if not row[S.TRACE_ID] or not row[S.SPAN_ID]:
                     sent.without_ids += 1

@@ -27,7 +27,7 @@ import polars as pl
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.errors import ConfigError, InputError
 from faithfulness_pipeline.traces.attributes import flatten
-from faithfulness_pipeline.traces.evaluations import COLUMNS, evaluations
+from faithfulness_pipeline.traces.evaluations import COLUMNS, evaluation_columns, evaluations
 from faithfulness_pipeline.traces.phoenix_http import PhoenixHttp, json_kind
 from faithfulness_pipeline.traces.spans import Span, span_id_text
 from faithfulness_pipeline.traces.urls import http_base
@@ -75,7 +75,10 @@ def _span(item: Mapping[str, Any], wrong: Callable[[str], InputError]) -> Span |
     trace, own = span_id_text(context.get("trace_id")), span_id_text(context.get("span_id"))
     if trace is None or own is None:
         return None
-    attributes = flatten(item.get("attributes") or {})
+    try:
+        attributes = flatten(item.get("attributes") or {})
+    except ValueError as exc:  # nested past MAX_DEPTH: the same refusal as a field of the wrong type
+        raise wrong(str(exc)) from None
     kind = item.get("span_kind")
     if kind and "openinference.span.kind" not in attributes:
         attributes["openinference.span.kind"] = kind
@@ -176,7 +179,7 @@ class PhoenixClient:
         try:
             for frame in frames:
                 check_columns(frame.columns)
-                for row in frame.select(*COLUMNS, "judge_model").iter_rows(named=True):
+                for row in frame.select(*evaluation_columns(frame.columns), "judge_model").iter_rows(named=True):
                     sent.rows += 1
                     if not row[S.TRACE_ID] or not row[S.SPAN_ID]:
                         sent.without_ids += 1

@@ -35,6 +35,14 @@ def span(n: int, **fields: Any) -> dict[str, Any]:
     return {**item, **fields}
 
 
+def _deep(levels: int) -> dict[str, Any]:
+    """Attributes nested ``levels`` objects deep (past the readers' bound)."""
+    value: dict[str, Any] = {"leaf": "x"}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
 def refusal(answer: Reply, timeout_s: float = 10.0) -> str:
     """The one line pulling a project's spans from a server that answers ``answer`` ends in."""
     with FaultServer(lambda asked: answer) as server, PhoenixClient(server.url, timeout_s=timeout_s) as client, \
@@ -63,6 +71,7 @@ def test_a_reply_that_is_no_json_object_is_one_line(body: bytes, content_type: s
     ({"context": "0123"}, "context is text"),
     ({"context": {"trace_id": 5, "span_id": "a"}}, "context has a trace_id or span_id that is not text"),
     ({"attributes": ["x"]}, "attributes is a list"),
+    ({"attributes": _deep(100)}, "nests deeper than"),
 ])
 def test_a_span_field_of_the_wrong_type_is_one_line(fields: dict[str, Any], said: str) -> None:
     line = refusal(json_reply({"data": [span(1), span(2, **fields)], "next_cursor": None}))
