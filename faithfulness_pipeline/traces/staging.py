@@ -32,6 +32,7 @@ from faithfulness_pipeline.tables.write import process_is_alive
 from faithfulness_pipeline.traces.conversations import FACTS_SCHEMA, SpanCount, conversations, count_copies, span_facts
 from faithfulness_pipeline.traces.phoenix import PhoenixClient
 from faithfulness_pipeline.traces.spans import Span, is_otlp_export, is_span_table, otlp_spans, table_spans
+from faithfulness_pipeline.traces.urls import scrubbed
 
 #: Suffixes a table is read by without looking inside: a Parquet or CSV file is never an OTLP export.
 _TABLE_ONLY: Final = frozenset({".parquet", ".csv"})
@@ -160,7 +161,7 @@ def phoenix_project(spec: str) -> tuple[str, str, datetime | None, datetime | No
     parts = urlsplit(spec)
     prefix, marker, project = parts.path.rpartition("/projects/")
     if not marker or not project.strip("/"):
-        raise InputError(f"{spec!r}: a Phoenix input names its project: "
+        raise InputError(f"{scrubbed(spec)!r}: a Phoenix input names its project: "
                          "phoenix+http://127.0.0.1:6006/projects/NAME?start=2026-12-04&end=2026-12-05")
     query = parse_qs(parts.query)
     scheme = parts.scheme.removeprefix("phoenix+")
@@ -185,7 +186,7 @@ def _when(query: dict[str, list[str]], name: str, spec: str) -> datetime | None:
     try:
         when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
-        raise InputError(f"{spec!r}: {name}={raw!r} is no ISO date or time (2026-12-04, "
+        raise InputError(f"{scrubbed(spec)!r}: {name}={raw!r} is no ISO date or time (2026-12-04, "
                          "2026-12-04T06:00:00Z)") from None
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.traces.staging import phoenix_project
 from faithfulness_pipeline.traces.urls import scrubbed
 from tests.traces.fault_server import FaultServer, json_reply
 from tests.traces.test_phoenix_faults import run_cli, span
@@ -65,3 +67,11 @@ def test_the_raw_assets_landing_metadata_shows_no_password(tmp_path: Path, dagst
     metadata = raw.materialization.metadata
     assert metadata["landing"].value == f"phoenix+http://***@{phoenix.url.removeprefix('http://')}/projects/p?api_key=***"
     assert SECRET not in repr(metadata)
+
+
+@pytest.mark.parametrize("spec", ["phoenix+http://reader:pw-5f1e2d@127.0.0.1:6006/no-project?api_key=key-9c8b7a",
+                                  "phoenix+http://reader:pw-5f1e2d@127.0.0.1:6006/projects/p?start=soon&api_key=key-9c8b7a"])
+def test_a_phoenix_address_refused_at_its_source_carries_no_credential(spec: str) -> None:
+    with pytest.raises(InputError) as refused:
+        phoenix_project(spec)
+    assert "pw-5f1e2d" not in str(refused.value) and "key-9c8b7a" not in str(refused.value)
