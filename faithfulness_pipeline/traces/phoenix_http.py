@@ -4,7 +4,10 @@ A remote may misbehave in many ways, and each must end in one sentence naming th
 credentials), not in a traceback or a run that never ends:
 
 - every call has a whole-request deadline: the time left is checked on every piece of a reply received, so a
-  reply trickled a byte at a time cannot hold a run past it (a wait for one piece is bounded by the time left);
+  body trickled a byte at a time cannot hold a run past it (a wait for one piece is bounded by the time left);
+  the status line and headers, which httpx reads with no hook between pieces, are bounded by a timer that
+  shuts the request's connection at the deadline (each request has a connection of its own, so the timer has
+  its socket and stops nothing else);
 - redirects are followed on the same origin only (scheme, host and port), a few at most: another origin
   might be another service, and the credentials are for this one;
 - a reply is data only when it is a 2xx ``application/json`` object; anything else (an error status, a proxy's
@@ -14,8 +17,11 @@ credentials), not in a traceback or a run that never ends:
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from types import TracebackType
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
@@ -44,6 +50,40 @@ def json_kind(value: Any) -> str:
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
+class _Deadline:
+    """A timer that shuts a request's socket when its deadline passes: a reply trickled into its headers is
+    read by httpx with only a per-read timeout. The socket comes from httpcore's trace of the connection."""
+
+    def __init__(self, seconds: float) -> None:
+        self.fired = False
+        self._socket: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(seconds, 0.0), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        if event == "connection.connect_tcp.complete" and info.get("return_value") is not None:
+            found = info["return_value"].get_extra_info("socket")
+            with self._lock:
+                self._socket = found if isinstance(found, socket.socket) else None
+                if self.fired:
+                    self._shut()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            self._shut()
+
+    def _shut(self) -> None:
+        if self._socket is not None:
+            with suppress(OSError):  # closed already: nothing left to stop
+                self._socket.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
 class PhoenixHttp:
     """Calls to one Phoenix: ``endpoint`` (credentials in its user info become Basic auth, an ``api_key`` a
     Bearer header), each bounded by ``timeout_s`` whole."""
@@ -59,8 +99,10 @@ class PhoenixHttp:
         #: what a reply's text must never show
         self.secrets = [s for s in (api_key, password, f"{user}:{password}" if user and password else None) if s]
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        # follow_redirects=False: _request follows the same origin's only
-        self._http = httpx.Client(base_url=base, headers=headers, follow_redirects=False)
+        # follow_redirects=False: _request follows the same origin's only. No kept-alive connection: each
+        # request connects anew, so its deadline's timer knows the socket it may shut (_Deadline).
+        self._http = httpx.Client(base_url=base, headers=headers, follow_redirects=False,
+                                  limits=httpx.Limits(max_keepalive_connections=0))
         self._origin = _origin(httpx.URL(base))
 
     def __enter__(self) -> PhoenixHttp:
@@ -96,10 +138,12 @@ class PhoenixHttp:
                  path: str) -> tuple[int, str, bytes, str | None]:
         """(status, content type, body, redirect location) of one request, read whole before ``deadline``."""
         left = deadline - time.monotonic()
+        timer = _Deadline(left)
         try:
             if left <= 0:
                 raise httpx.ReadTimeout("deadline")
-            with self._http.stream(method, url, params=params, json=json, timeout=httpx.Timeout(left)) as reply:
+            with self._http.stream(method, url, params=params, json=json, timeout=httpx.Timeout(left),
+                                   extensions={"trace": timer.trace}) as reply:
                 if reply.is_redirect and reply.headers.get("location"):
                     # absolute: a relative Location is of the URL asked, which base_url's prefix is part of
                     return reply.status_code, "", b"", str(reply.url.join(reply.headers["location"]))
@@ -112,7 +156,11 @@ class PhoenixHttp:
         except httpx.TimeoutException:
             raise self.error(f"did not answer {method} {path} within {self.timeout_s:g} s") from None
         except httpx.HTTPError as exc:
+            if timer.fired:  # the connection was shut by the deadline, not by the server
+                raise self.error(f"did not answer {method} {path} within {self.timeout_s:g} s") from None
             raise self.error(f"did not answer {method} {path}: {type(exc).__name__}") from None
+        finally:
+            timer.cancel()
 
     def _data(self, method: str, path: str, status: int, content_type: str, body: bytes) -> dict[str, Any]:
         text = body.decode("utf-8", "replace")

@@ -32,6 +32,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     #: seconds between the body's bytes (0: all at once)
     trickle_s: float = 0.0
+    #: the status line and headers trickled too, at ``trickle_s`` a byte (they are read before any body)
+    trickle_head: bool = False
 
 
 def json_reply(data: Any, status: int = 200) -> Reply:
@@ -55,6 +57,9 @@ class FaultServer:
                 asked = Asked(self.command, parts.path, parse_qs(parts.query), body, dict(self.headers))
                 server.asked.append(asked)
                 reply = server.answer(asked)
+                if reply.trickle_head:
+                    self._trickled_head(reply)
+                    return
                 self.send_response(reply.status)
                 if reply.content_type:
                     self.send_header("Content-Type", reply.content_type)
@@ -68,6 +73,17 @@ class FaultServer:
                         self.wfile.write(reply.body)
                         return
                     for byte in reply.body:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(reply.trickle_s)
+                except OSError:
+                    return  # the client gave up: what a trickle is for
+
+            def _trickled_head(self, reply: Reply) -> None:
+                head = (f"HTTP/1.1 {reply.status} OK\r\nContent-Type: {reply.content_type}\r\n"
+                        f"Content-Length: {len(reply.body)}\r\n\r\n").encode()
+                try:
+                    for byte in head + reply.body:
                         self.wfile.write(bytes([byte]))
                         self.wfile.flush()
                         time.sleep(reply.trickle_s)

@@ -94,6 +94,14 @@ def test_a_redirect_to_another_port_is_not_followed_and_the_same_origin_is() -> 
         assert [a.path for a in server.asked] == [SPANS, "/moved/spans"]
 
 
+def test_a_reply_trickled_into_its_headers_ends_at_the_whole_request_deadline() -> None:
+    # httpx reads a status line and headers with a per-read timeout only: a byte each 0.2 s never trips it
+    started = time.monotonic()
+    line = refusal(Reply(200, b'{"data": [], "next_cursor": null}', trickle_s=0.2, trickle_head=True), timeout_s=1.0)
+    assert "did not answer GET" in line and "within 1 s" in line
+    assert time.monotonic() - started < 8  # the head alone takes 14 s to trickle
+
+
 def test_a_trickled_reply_ends_at_the_whole_request_deadline() -> None:
     started = time.monotonic()
     line = refusal(Reply(200, b'{"data": [], "next_cursor": null}' * 4, trickle_s=0.1), timeout_s=1.0)
