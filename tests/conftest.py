@@ -117,6 +117,15 @@ _LONGEST_FIRST = (
     "tests/defs/test_materialize.py",
     "tests/defs/test_cli.py",
     "tests/reliability/test_locked_store.py",
+    # Few tests each, so xdist's count order handed them out last, where the longest (the Celery ones, minutes
+    # each) can leave one worker busy alone at the end (a clean-clone run spent its last 8 minutes on ~70 tests).
+    "tests/defs/test_celery_faults.py",
+    "tests/defs/test_celery.py",
+    "tests/review/test_phoenix_labels.py",
+    "tests/traces/test_phoenix.py",
+    "tests/traces/test_write_back_faults.py",
+    "tests/traces/test_span_staging_crash.py",
+    "tests/review/test_browser.py",
 )
 
 
