@@ -39,6 +39,7 @@ from faithfulness_pipeline.settings.labels import LabelSettings
 from faithfulness_pipeline.settings.review import ReviewSettings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.settings.traces import TraceExportSettings
+from faithfulness_pipeline.tables.formats import TABLE_FORMATS
 
 SETTINGS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
 SETTINGS = settings()
@@ -56,6 +57,11 @@ def _other_value(setting: Setting) -> tuple[str, Any]:
     """A value other than the default, as text (flag or variable) and as the field holds it."""
     if setting.name in OTHER_TEXT:
         return OTHER_TEXT[setting.name], OTHER_TEXT[setting.name]
+    if setting.name == "table_format":
+        others = [name for name in TABLE_FORMATS if name != setting.default]
+        if not others:
+            pytest.skip("one table format only: no other value of table_format to set")
+        return others[0], others[0]
     if setting.kind is list:
         return "first, second", ["first", "second"]
     if setting.kind is bool:
@@ -210,6 +216,7 @@ def test_the_dagster_layer_keeps_its_variables_and_defaults() -> None:
         "warehouse.duckdb_path": ("FP_DUCKDB", None),
         "warehouse.report_path": ("FP_REPORT", None),
         "warehouse.segment_columns": ("FP_SEGMENT_COLUMNS", ["app_version"]),
+        "warehouse.table_format": ("FP_TABLE_FORMAT", "parquet"),
         # defs.partitions keeps its own copy of the first day (its daily_partitions default): they must agree
         "partitions_start": ("FP_PARTITIONS_START", DEFAULT_START),
     }
@@ -328,3 +335,10 @@ def test_the_label_settings_are_flags_of_estimate() -> None:
     flagged = [s for s in settings(LabelSettings) if s.cli_flag is not None]
     assert flagged and {s.cli_flag for s in flagged} <= given
     assert not {o for p in score.params for o in p.opts} & {s.cli_flag for s in flagged}
+
+
+def test_an_unknown_table_format_stops_the_code_location_naming_the_setting_and_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"^FP_TABLE_FORMAT / warehouse.table_format 'orc' is unknown: use one of ") \
+            as info:
+        DefsSettings.from_env({"FP_TABLE_FORMAT": "orc"})
+    assert "parquet" in str(info.value) and "\n" not in str(info.value)

@@ -80,8 +80,8 @@ class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ig
         return Staged(Place.of(uri))
 
     def format_name(self) -> str:
-        """The warehouse's table format (``tables.formats``): day-partitioned Parquet files, today the only one."""
-        return ParquetTables.name
+        """The warehouse's table format (``tables.formats``), as ``table_format`` names it."""
+        return self.table_format
 
     def tables(self) -> TableFormat:
         """The warehouse's tables, in its table format."""

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.settings.fields import flag, variable
 from faithfulness_pipeline.settings.model_config import SETTINGS_CONFIG
+from faithfulness_pipeline.tables.formats import known_table_format
 from faithfulness_pipeline.tables.storage import Place
 
 #: The sample data's first day.
@@ -101,6 +102,13 @@ class WarehouseSettings(BaseModel):
         json_schema_extra=variable("FP_REPORT"),
     )
 
+    table_format: str = Field(
+        default="parquet",
+        description="the warehouse's table format: parquet (folders of day-partitioned Parquet files; "
+        "docs/table-formats.md lists the others)",
+        json_schema_extra=variable("FP_TABLE_FORMAT"),
+    )
+
     segment_columns: list[str] = Field(
         default_factory=lambda: ["app_version"],
         description="columns of the scored rows (an app or prompt version that landed with them) whose groups the "
@@ -108,6 +116,12 @@ class WarehouseSettings(BaseModel):
         "(comma-separated; the answering model's column always)",
         json_schema_extra=variable("FP_SEGMENT_COLUMNS"),
     )
+
+    @field_validator("table_format")
+    @classmethod
+    def _known_format(cls, name: str) -> str:
+        known_table_format(name)
+        return name
 
     def root_place(self) -> Place:
         return Place.of(self.root)

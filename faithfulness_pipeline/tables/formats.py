@@ -20,10 +20,17 @@ TABLE_FORMATS: Final[dict[str, Callable[[Place], TableFormat]]] = {
 }
 
 
+def known_table_format(name: str) -> Callable[[Place], TableFormat]:
+    """How the format ``name`` is built; an unknown name is one line naming the setting and the choices."""
+    try:
+        return TABLE_FORMATS[name]
+    except KeyError:
+        raise ConfigError(
+            f"FP_TABLE_FORMAT / warehouse.table_format {name!r} is unknown: "
+            f"use one of {', '.join(sorted(TABLE_FORMATS))}"
+        ) from None
+
+
 def table_format(name: str, root: Place) -> TableFormat:
     """The tables of the warehouse at ``root`` in the format ``name``."""
-    try:
-        build = TABLE_FORMATS[name]
-    except KeyError:
-        raise ConfigError(f"table format {name!r} is unknown: use one of {', '.join(sorted(TABLE_FORMATS))}") from None
-    return build(root)
+    return known_table_format(name)(root)
