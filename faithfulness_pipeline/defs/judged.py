@@ -33,7 +33,7 @@ from faithfulness_pipeline.core.pipeline import sample_of
 from faithfulness_pipeline.core.port import JudgeStats
 from faithfulness_pipeline.core.sampling import Sample
 from faithfulness_pipeline.defs.io import STEP_IO
-from faithfulness_pipeline.defs.metadata import judge_metadata, table_metadata, usage_totals
+from faithfulness_pipeline.defs.metadata import judge_metadata, table_metadata, usage_totals, version_metadata
 from faithfulness_pipeline.defs.names import (
     CLAIMS,
     CLAIMS_REVISION,
@@ -243,7 +243,8 @@ def combine_shards(
     model, prompt = judge.identity()
     yield dg.Output(None, output_name=CLAIMS, metadata={
         **table_metadata(warehouse.table_schema(CLAIMS, day), CLAIMS, rows),
-        "path": dg.MetadataValue.path(warehouse.partition(CLAIMS, day).uri),
+        "path": dg.MetadataValue.path(warehouse.location(CLAIMS, day)),
+        **version_metadata(warehouse.format_name(), claim_out.committed),
         "judge_model": model,
         "prompt_version": prompt,
         "claims": claims,
@@ -254,7 +255,8 @@ def combine_shards(
     })
     yield dg.Output(None, output_name=VERDICTS, metadata={
         **table_metadata(warehouse.table_schema(VERDICTS, day), VERDICTS, rows),
-        "path": dg.MetadataValue.path(warehouse.partition(VERDICTS, day).uri),
+        "path": dg.MetadataValue.path(warehouse.location(VERDICTS, day)),
+        **version_metadata(warehouse.format_name(), verdict_out.committed),
         **judge_metadata(stats, model, prompt),
         "error_rows": row_errors,
         "skipped_rows": skipped,

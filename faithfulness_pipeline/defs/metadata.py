@@ -39,6 +39,15 @@ def table_metadata(schema: pl.Schema, table: str, rows: int | None = None) -> di
     return meta
 
 
+def version_metadata(table_format: str, committed: str | None) -> dict[str, Any]:
+    """The table format and, where it keeps versions, the version a materialisation committed: reading the
+    table as of it (``WarehouseResource.scan(..., as_of=)``) gives back what this materialisation published."""
+    meta: dict[str, Any] = {"table_format": table_format}
+    if committed is not None:
+        meta["table_version"] = committed
+    return meta
+
+
 def judge_metadata(stats: JudgeStats, model: str, prompt_version: str) -> dict[str, Any]:
     """What one LLM step spent (cache hits are free) and which judge produced it."""
     meta: dict[str, Any] = {

@@ -19,7 +19,7 @@ import polars as pl
 
 from faithfulness_pipeline.defs.calibration import latest_calibration
 from faithfulness_pipeline.defs.labelled_days import with_labels
-from faithfulness_pipeline.defs.metadata import scored_metadata, table_metadata
+from faithfulness_pipeline.defs.metadata import scored_metadata, table_metadata, version_metadata
 from faithfulness_pipeline.defs.names import CLAIMS, GROUP, LABELS, RAW, SCORED, VERDICTS
 from faithfulness_pipeline.defs.resources import (
     JudgeResource,
@@ -123,6 +123,7 @@ def _write_chunks(entry: ChunkTable, context: dg.AssetExecutionContext, judge: J
             rows += table.height
             schema = schema or table.schema
     metadata = {**table_metadata(schema or warehouse.table_schema(entry.name, day), entry.name, rows),
+                **version_metadata(warehouse.format_name(), out.committed),
                 **{name: n for name, n in sorted(tally.items())}}
     if entry is SCORED_TABLE:
         metadata.update(scored_metadata(warehouse.scan(SCORED, [day]), scale=made.scale,
@@ -154,8 +155,9 @@ def _write_day(entry: DayTable, warehouse: WarehouseResource, made: OutputContex
     rows = scan.select(entry.reads(scan.collect_schema().names(), made)).collect()
     dated = rows.with_columns(pl.lit(made.day, dtype=pl.Date).alias(DAY))
     table = entry.build(dated, made)
-    warehouse.write(entry.name, day, table)
-    metadata = table_metadata(table.schema, entry.name, table.height)
+    _, committed = warehouse.write_committed(entry.name, day, table)
+    metadata = {**table_metadata(table.schema, entry.name, table.height),
+                **version_metadata(warehouse.format_name(), committed)}
     if entry.preview is not None:
         metadata[entry.preview_key] = dg.MetadataValue.md(entry.preview(table))
     if entry.summary is not None:

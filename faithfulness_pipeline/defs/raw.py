@@ -19,7 +19,7 @@ from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.core.keys import KeyRegistry, key_hashes
 from faithfulness_pipeline.core.normalize import derives_flat, prepare, without_internals
 from faithfulness_pipeline.defs import load_checks as checks
-from faithfulness_pipeline.defs.metadata import table_metadata
+from faithfulness_pipeline.defs.metadata import table_metadata, version_metadata
 from faithfulness_pipeline.defs.names import GROUP, RAW, RAW_REVISION
 from faithfulness_pipeline.defs.resources import LandingResource, ScoringResource
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
@@ -104,11 +104,12 @@ def load_raw(
     written = sum(n for _, _, n in counts)
     yield dg.MaterializeResult(metadata={
         **table_metadata(union, RAW, written),
+        **version_metadata(warehouse.format_name(), out.committed),
         # the event log is shown to everyone who opens the UI: no password or api_key of the URL
         "landing": scrubbed(landing.path), "landing_files": len(files),
         "files_with_rows": sum(1 for *_, n in counts if n),
         "rows_before_partitions_start": sum(n for _, n in early),
-        "path": dg.MetadataValue.path(warehouse.partition(RAW, context.partition_key).uri),
+        "path": dg.MetadataValue.path(warehouse.location(RAW, context.partition_key)),
     })
     yield checks.input_schema_result(
         RAW, counts, required=landing.required_columns, model_column=scoring.model_column,

@@ -100,9 +100,14 @@ class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ig
 
     def write(self, table: str, partition_key: str | None, frame: pl.DataFrame) -> str:
         """Replaces one partition with ``frame`` (a small table: aggregates, tests); where it is."""
+        return self.write_committed(table, partition_key, frame)[0]
+
+    def write_committed(self, table: str, partition_key: str | None, frame: pl.DataFrame) -> tuple[str, str | None]:
+        """Replaces one partition with ``frame``: where it is and the table version the write committed (None in
+        a format without versions)."""
         with self.writer(table, partition_key) as out:
             out.write(frame)
-        return self.tables().location(table, partition_key)
+        return self.tables().location(table, partition_key), out.committed
 
     def exists(self, table: str, partition_key: str | None) -> bool:
         return self.tables().exists(table, partition_key)
@@ -120,9 +125,10 @@ class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ig
         """The partition in chunks of at most ``rows`` rows (``columns``: only those), in the order written."""
         return self.tables().batches(table, partition_key, rows, columns)
 
-    def scan(self, table: str, partition_keys: Sequence[str | None]) -> pl.LazyFrame:
-        """A lazy frame over these partitions (missing ones refused, as :meth:`batches` does)."""
-        return self.tables().scan(table, partition_keys)
+    def scan(self, table: str, partition_keys: Sequence[str | None], as_of: str | None = None) -> pl.LazyFrame:
+        """A lazy frame over these partitions (missing ones refused, as :meth:`batches` does); ``as_of``: as
+        they were at a table version a materialisation recorded (``table_version``)."""
+        return self.tables().scan(table, partition_keys, as_of)
 
     def location(self, table: str, partition_key: str | None) -> str:
         """Where a partition is, for materialisation metadata."""

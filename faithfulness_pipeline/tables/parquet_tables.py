@@ -96,7 +96,10 @@ class ParquetTables:
             assert isinstance(frame, pl.DataFrame)
             yield frame
 
-    def scan(self, table: str, partitions: Sequence[str | None]) -> pl.LazyFrame:
+    def scan(self, table: str, partitions: Sequence[str | None], as_of: str | None = None) -> pl.LazyFrame:
+        if as_of is not None:
+            raise ConfigError(f"{table} is in the parquet table format, which keeps no versions to read as of "
+                              f"{as_of!r}: set FP_TABLE_FORMAT to a format with versions (docs/table-formats.md)")
         places = [self.file(table, key) for key in partitions]
         for key, place in zip(partitions, places, strict=True):
             if not place.is_file():

@@ -19,7 +19,13 @@ import polars as pl
 
 
 class ChunkSink(Protocol):
-    """What a partition's writer takes: one frame at a time, every frame with the same columns."""
+    """What a partition's writer takes: one frame at a time, every frame with the same columns.
+
+    ``committed`` is the table version the block committed (a Delta version, an Iceberg snapshot id, a
+    PostgreSQL load id), set when the block ends; None before that, and always in a format that keeps no
+    versions. It is this write's own version, not the table's latest (another worker may have committed since)."""
+
+    committed: str | None
 
     def write(self, frame: pl.DataFrame) -> None: ...
 
@@ -51,8 +57,9 @@ class TableFormat(Protocol):
         """The partition in chunks of at most ``rows`` rows (``columns``: only those), in the order written."""
         ...
 
-    def scan(self, table: str, partitions: Sequence[str | None]) -> pl.LazyFrame:
-        """A lazy frame over these partitions."""
+    def scan(self, table: str, partitions: Sequence[str | None], as_of: str | None = None) -> pl.LazyFrame:
+        """A lazy frame over these partitions; ``as_of``: as they were at that table version (a
+        ``committed`` value), refused with one line by a format that keeps no versions."""
         ...
 
     def location(self, table: str, partition: str | None) -> str:

@@ -143,6 +143,8 @@ class ParquetChunkWriter:
         self._writer: pq.ParquetWriter | None = None
         self._schema: pa.Schema | None = None
         self.rows = 0
+        #: A Parquet file keeps no versions (``tables.table_format.ChunkSink``).
+        self.committed: str | None = None
 
     def _restored(self, table: pa.Table) -> pa.Table:
         for name, dtype in self._arrow_types.items():
