@@ -70,8 +70,9 @@ def _other_value(setting: Setting) -> tuple[str, Any]:
         choice = next(c for c in setting.choices if c != setting.default)
         return choice, choice
     if setting.kind is int:
-        # shards are at most 256, a label window at most a year
-        return {"shards": ("4", 4), "label_window_days": ("40", 40)}.get(setting.name, ("1000", 1000))
+        # shards are at most 256, a label window and a version's retention at most a year or ten
+        other = {"shards": ("4", 4), "label_window_days": ("40", 40), "version_retention_days": ("7", 7)}
+        return other.get(setting.name, ("1000", 1000))
     if setting.kind is float:
         return "0.75", 0.75
     return f"x-{setting.name}", f"x-{setting.name}"
@@ -217,6 +218,7 @@ def test_the_dagster_layer_keeps_its_variables_and_defaults() -> None:
         "warehouse.report_path": ("FP_REPORT", None),
         "warehouse.segment_columns": ("FP_SEGMENT_COLUMNS", ["app_version"]),
         "warehouse.table_format": ("FP_TABLE_FORMAT", "parquet"),
+        "warehouse.version_retention_days": ("FP_VERSION_RETENTION_DAYS", 30),
         # defs.partitions keeps its own copy of the first day (its daily_partitions default): they must agree
         "partitions_start": ("FP_PARTITIONS_START", DEFAULT_START),
     }

@@ -108,6 +108,12 @@ class WarehouseSettings(BaseModel):
         "docs/table-formats.md lists the others)",
         json_schema_extra=variable("FP_TABLE_FORMAT"),
     )
+    version_retention_days: int = Field(
+        default=30, ge=1, le=3650,
+        description="days a format with versions (delta, iceberg, postgres) keeps a replaced version readable "
+        "(reading as of a materialisation's table_version) before its data may be removed",
+        json_schema_extra=variable("FP_VERSION_RETENTION_DAYS"),
+    )
 
     segment_columns: list[str] = Field(
         default_factory=lambda: ["app_version"],
