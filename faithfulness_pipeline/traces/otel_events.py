@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import polars as pl
 from opentelemetry import trace
@@ -70,6 +71,12 @@ def logs_url(endpoint: str) -> str:
     """The OTLP/HTTP logs URL of ``endpoint``: a base (``http://collector:4318``) gets ``/v1/logs``, as the
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` convention has it; a URL already ending in it is kept."""
     base = http_base(endpoint, "OTLP endpoint", "http://127.0.0.1:4318")
+    parts = urlsplit(base)
+    if parts.username is not None or parts.password is not None or parts.query:
+        # The exporter names the URL in log lines of its own (a refused connection quotes its path and query),
+        # which no scrubber of ours sees: a key has no place in it.
+        raise ConfigError(f"the OTLP endpoint {shown(base)!r} carries user info or a query: put the backend's key "
+                          "in OTEL_EXPORTER_OTLP_HEADERS (e.g. x-api-key=...), not in the URL")
     return base if base.endswith(_LOGS_PATH) else base + _LOGS_PATH
 
 

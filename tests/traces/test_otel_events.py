@@ -87,6 +87,18 @@ def test_an_endpoint_that_does_not_answer_is_counted_and_fails_the_command(tmp_p
     assert logs_url("http://h:4318/") == "http://h:4318/v1/logs" == logs_url("http://h:4318/v1/logs")
 
 
+def test_an_endpoint_carrying_a_key_is_refused_before_the_judge_is_paid(tmp_path: Path) -> None:
+    """The exporter's own log lines quote the URL's path and query (a refused connection), out of reach of our
+    scrubber: a key in the URL is refused up front, pointing at the headers variable, and shown nowhere."""
+    src = write_export(tmp_path / "traces.jsonl", _export())
+    out = tmp_path / "scored.parquet"
+    for endpoint in ("http://127.0.0.1:9/v1/logs?api_key=s3cret-key", "http://admin:s3cret-pw@127.0.0.1:9"):
+        result = run_cli("score", str(src), "-o", str(out), "--otel-endpoint", endpoint)
+        assert result.returncode == 2, result.stderr
+        assert "OTEL_EXPORTER_OTLP_HEADERS" in result.stderr and "s3cret" not in result.stderr + result.stdout
+        assert not out.exists()
+
+
 def test_the_dagster_day_sends_its_events_from_the_evaluation_events_asset(tmp_path: Path, dagster_home: Path) -> None:
     """A Collector's export landed as it is (gzip), through the whole daily graph; the evaluation_events asset
     exists because an endpoint is set."""
