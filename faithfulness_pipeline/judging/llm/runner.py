@@ -120,10 +120,16 @@ class PackRunner:
             last = packer.flush()
             if last is not None:
                 queue.put_nowait(last)
-        finally:
-            for _ in workers:
-                queue.put_nowait(None)
-            await asyncio.gather(*workers)
+        except BaseException:
+            # Cancelled (Ctrl-C, a consumer that stopped) or failed while counting: the packs queued so far
+            # are not sent. Handed a "no more" after them, the workers would send every one first.
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            raise
+        for _ in workers:
+            queue.put_nowait(None)
+        await asyncio.gather(*workers)
 
     async def _work(self, plan: Plan[R], queue: asyncio.Queue[Pack | None], hooks: Hooks[R]) -> None:
         while (pack := await queue.get()) is not None:
