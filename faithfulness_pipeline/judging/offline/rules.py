@@ -29,7 +29,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from faithfulness_pipeline.core.port import ClaimVerdict
-from faithfulness_pipeline.judging.offline.text.cues import absolutes, cjk_may_negate, negated, negated_sentences
+from faithfulness_pipeline.judging.offline.text.cues import (
+    absolutes,
+    approximates,
+    cjk_may_negate,
+    negated,
+    negated_sentences,
+)
 from faithfulness_pipeline.judging.offline.text.haystack import (
     Haystack,
     Sentences,
@@ -39,6 +45,7 @@ from faithfulness_pipeline.judging.offline.text.haystack import (
 )
 from faithfulness_pipeline.judging.offline.text.numbers import may_approximate, number_matches
 from faithfulness_pipeline.judging.offline.text.sentences import is_lead_in, is_pleasantry, is_question, split_sentences
+from faithfulness_pipeline.judging.offline.text.substitution import substitution
 from faithfulness_pipeline.judging.offline.text.units import Features, features, has_content
 
 #: Share of a claim's weighted content units the best passage must contain to support it (words).
@@ -134,21 +141,30 @@ class _Context:
     passages: list[_Passage]
     numbers: tuple[float, ...]
     number_set: frozenset[float]
+    text: str  # every passage, for what a claim must not find anywhere in the context
 
     @classmethod
     def of(cls, context: Sequence[str]) -> _Context:
         passages = [_Passage.of(i, text) for i, text in enumerate(context) if text and not text.isspace()]
         numbers = tuple(x for p in passages for x in p.numbers)
-        return cls(passages, numbers, frozenset(numbers))
+        return cls(passages, numbers, frozenset(numbers), "\n".join(p.text for p in passages))
 
-    def missing(self, claimed: Sequence[float]) -> list[float]:
-        """The claimed numbers the context does not state (``number_matches`` none of its numbers)."""
-        return [
-            x
-            for x in claimed
-            if x not in self.number_set
-            and not (may_approximate(x) and any(number_matches(x, y) for y in self.numbers))
-        ]
+    def missing(self, claimed: Sequence[float], approximate: bool) -> tuple[list[float], list[tuple[float, float]]]:
+        """The claimed numbers the context does not state, and (claimed, stated) for those it states only
+        approximately: a number the claim gives as approximate ("about 300") may stand for a stated one within
+        10 % (``number_matches``); any other must be stated as it is."""
+        missing: list[float] = []
+        near: list[tuple[float, float]] = []
+        for x in claimed:
+            if x in self.number_set:
+                continue
+            close = next((y for y in self.numbers if number_matches(x, y)), None) if (
+                approximate and may_approximate(x)) else None
+            if close is None:
+                missing.append(x)
+            else:
+                near.append((x, close))
+        return missing, near
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -180,7 +196,7 @@ def _judge_one(claim: str, ctx: _Context) -> ClaimVerdict:
                 if cov >= 1.0:
                     break  # every unit found: no later passage can cover more (a copied sentence)
     best_i = best.index
-    missing = ctx.missing(claimed_numbers)
+    missing, near = ctx.missing(claimed_numbers, bool(claimed_numbers) and approximates(claim))
     bar = _support_bar(feats, total)
 
     # A bare number ("42.") has no words to find its sentence by: it is only looked up.
@@ -202,10 +218,16 @@ def _judge_one(claim: str, ctx: _Context) -> ClaimVerdict:
                 stated = ", ".join(_fmt(y) for y in conflicting[:3])
                 reason = f"The claim says {_fmt(missing[0])} where passage {best_i} says {stated}."
                 return ClaimVerdict("contradicted", hedged, reason, best_i)
+    if look_closer and best_cov < 1.0:
+        swapped = _swapped(claim, feats, total, best, ctx)
+        if swapped is not None:
+            return ClaimVerdict("contradicted", hedged, swapped, best_i)
 
     added = feats.absolutes - best.absolutes() if feats.absolutes else frozenset()
     if best_cov >= bar and not missing and not added:
-        return ClaimVerdict("supported", hedged, None, best_i)
+        # An approximate number that stood for a stated one is named: the verdict rests on it.
+        approximated = " ".join(f"The claim's {_fmt(x)} approximates {_fmt(y)} (within 10 %)." for x, y in near)
+        return ClaimVerdict("supported", hedged, approximated or None, best_i)
 
     if missing and best_cov >= bar:
         reason = f"The context does not state the number {_fmt(missing[0])}."
@@ -219,6 +241,18 @@ def _judge_one(claim: str, ctx: _Context) -> ClaimVerdict:
             else "The context does not state this."
         )
     return ClaimVerdict("unsupported", hedged, reason, best_i if best_cov > 0.0 else None)
+
+
+def _swapped(claim: str, feats: Features, total: float, passage: _Passage, ctx: _Context) -> str | None:
+    """The reason of a contradiction when the claim is the passage's closest sentence with one name, place,
+    date or number swapped for one the context never names (``text.substitution``), else None."""
+    si, sentence_cov = _closest_sentence(feats, total, passage)
+    if si is None or sentence_cov < CONFLICT_COVERAGE:
+        return None
+    found = substitution(claim, passage.sentences.parts[si], ctx.text)
+    if found is None:
+        return None
+    return f"The claim says '{found.claimed}' where passage {passage.index} says '{found.stated}'."
 
 
 def _worth_a_closer_look(

@@ -136,3 +136,21 @@ def absolutes(text: str) -> frozenset[str]:
     if not text.isascii():
         found = found.union(CJK_ABSOLUTE_RE.findall(text))
     return found
+
+
+# A number the claim gives as approximate ("about 300", "300여 명", "300多米", "约300"): only such a number may
+# stand for a nearby stated one. A flat "300 metres" against "330 metres" is a different number.
+_APPROXIMATE_RE = re.compile(
+    r"\b(?:about|around|approximately|approx|roughly|nearly|almost|some|over|under|more than|less than|fewer than|"
+    r"close to|up to|circa|ca)\.?\s+[$€£¥]?\d"
+    r"|~\s*\d|\d[\d,.]*\s*\+"
+    r"|(?:约|約|大约|大約|将近|將近|近|超过|超過|逾|不到|上下)\s*\d|\d[\d,.]*\s*(?:多|余|餘)"
+    r"|\d[\d,.]*\s*[^\s\d]{0,3}(?:左右|上下)"
+    r"|(?:약|대략|거의)\s*\d|\d[\d,.]*\s*[^\s\d]{0,3}\s*(?:여|가량|남짓|쯤|정도|이상|미만|넘)",
+    re.IGNORECASE,
+)
+
+
+def approximates(text: str) -> bool:
+    """Whether the text gives a number as approximate (see ``_APPROXIMATE_RE``)."""
+    return _APPROXIMATE_RE.search(text) is not None
