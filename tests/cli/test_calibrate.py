@@ -42,7 +42,7 @@ def test_calibrate_scores_the_labelled_rows_and_agrees_with_scikit_learn_on_the_
     out = tmp_path / "calibration.parquet"
     result = _run("calibrate", "--labelled", str(LABELLED), "-o", str(out), "--bootstrap", "200")
     assert result.returncode == 0, result.stderr
-    assert "| offline-lexical-v1 | offline-lexical-1 | **all** | 21 |" in result.stdout
+    assert "| offline-lexical-v1 | offline-lexical-2 | **all** | 21 |" in result.stdout
     assert "note: offline-lexical-v1: scored by the offline baseline judge" in result.stdout
     table = pl.read_parquet(out)
     groups = set(table.select("group_by", "group").rows())

@@ -137,7 +137,7 @@ def test_code_versions_follow_the_judge_and_its_prompt_version() -> None:
     assert offline["raw_conversations"] == llm["raw_conversations"]  # loading does not depend on the judge
     for asset in LLM_ASSETS:
         assert offline[asset] != llm[asset]
-        assert "offline-lexical-1" in (offline[asset] or "")
+        assert "offline-lexical-2" in (offline[asset] or "")
         assert PROMPT_VERSION in (llm[asset] or "")
 
 

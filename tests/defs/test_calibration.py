@@ -60,7 +60,7 @@ def test_the_calibration_job_measures_the_judge_and_the_scored_day_names_it(
     assert overall["n"] == 21 and overall["judge_model"] == "offline-lexical-v1"
     meta = result.asset_materializations_for_node("judge_calibration")[0].metadata
     assert meta["balanced_accuracy"].value == pytest.approx(overall["balanced_accuracy"])
-    assert "| offline-lexical-v1 | offline-lexical-1 | **all** | 21 |" in meta["calibration"].value
+    assert "| offline-lexical-v1 | offline-lexical-2 | **all** | 21 |" in meta["calibration"].value
     assert meta["balanced_accuracy_95"].value.startswith("[")
     check = _checks(result)["agreement_floor"]
     assert check.passed == (overall["balanced_accuracy"] >= 0.6)

@@ -74,7 +74,7 @@ def test_metadata_records_judge_usage_and_worst_answers(built: Built) -> None:
     for key, prefix in (("extracted_claims", "extraction_"), ("judged_claims", ""), ("scored_conversations", "")):
         meta = events[key]
         assert meta["judge_model"].value == "offline-lexical-v1"
-        assert meta["prompt_version"].value == "offline-lexical-1"
+        assert meta["prompt_version"].value == "offline-lexical-2"
         for field in ("llm_requests", "prompt_tokens", "completion_tokens", "cost_usd"):
             assert prefix + field in meta, (key, field)
         assert "dagster/row_count" in meta and "dagster/column_schema" in meta
@@ -306,7 +306,7 @@ def test_a_day_judged_by_the_former_layout_is_scored_as_before(
     expected = lake.read("scored_conversations", day).drop("scored_at", "scoring_run_id")
     raw, claims, verdicts = (lake.read(t, day) for t in ("raw_conversations", "extracted_claims", "judged_claims"))
     usage = ["llm_calls", "prompt_tokens", "completion_tokens", "cost_usd"]
-    judge = pl.lit("offline-lexical-v1|offline-lexical-1").alias("_fp_judge")
+    judge = pl.lit("offline-lexical-v1|offline-lexical-2").alias("_fp_judge")
     old_claims = raw.join(claims, on="row_key", how="left").with_columns(judge)
     summed = verdicts.join(claims.select("row_key", *[pl.col(u).alias(f"x_{u}") for u in usage]), on="row_key")
     summed = summed.with_columns(pl.col(u) + pl.col(f"x_{u}") for u in usage).drop(f"x_{u}" for u in usage)

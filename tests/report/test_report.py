@@ -106,7 +106,7 @@ def test_the_report_holds_every_section(tmp_path: Path) -> None:
     assert "claim mark-contradicted" in html and "2008" in text  # flat-001's contradicted claim
     assert "The first iPhone was announced on January 9, 2007." in text  # its evidence passage
     # judge, prompt version and the offline warning; no calibration given
-    assert 'id="baseline-warning"' in html and "offline-lexical-1" in text
+    assert 'id="baseline-warning"' in html and "offline-lexical-2" in text
     assert 'id="no-calibration"' in html
     # nothing that would fetch: no URL to load, no font
     assert "http://" not in html.replace('="http://www.w3.org/', "") and "https://" not in html

@@ -35,7 +35,7 @@ from faithfulness_pipeline.judging.offline.rules import extract_claims, judge_cl
 
 OFFLINE_MODEL_NAME = "offline-lexical-v1"
 #: Bump whenever the algorithm or its constants change: stored results are keyed by it.
-OFFLINE_PROMPT_VERSION = "offline-lexical-1"
+OFFLINE_PROMPT_VERSION = "offline-lexical-2"
 #: What a run scored by this judge says about it (CLI summary, calibrate, the Dagster check and the demo):
 #: it is the fallback when no model is set, and its agreement with people is a baseline, not the product's.
 OFFLINE_FALLBACK_NOTE = (

@@ -45,7 +45,7 @@ from faithfulness_pipeline.judging.offline.text.haystack import (
 )
 from faithfulness_pipeline.judging.offline.text.numbers import may_approximate, number_matches
 from faithfulness_pipeline.judging.offline.text.sentences import is_lead_in, is_pleasantry, is_question, split_sentences
-from faithfulness_pipeline.judging.offline.text.substitution import substitution
+from faithfulness_pipeline.judging.offline.text.substitution import may_substitute, substitution
 from faithfulness_pipeline.judging.offline.text.units import Features, features, has_content
 
 #: Share of a claim's weighted content units the best passage must contain to support it (words).
@@ -218,7 +218,8 @@ def _judge_one(claim: str, ctx: _Context) -> ClaimVerdict:
                 stated = ", ".join(_fmt(y) for y in conflicting[:3])
                 reason = f"The claim says {_fmt(missing[0])} where passage {best_i} says {stated}."
                 return ClaimVerdict("contradicted", hedged, reason, best_i)
-    if look_closer and best_cov < 1.0:
+    if look_closer and best_cov < 1.0 and may_substitute(
+            claim, (1.0 - best_cov) * total, bool(feats.han_weight or feats.hangul_weight)):
         swapped = _swapped(claim, feats, total, best, ctx)
         if swapped is not None:
             return ClaimVerdict("contradicted", hedged, swapped, best_i)

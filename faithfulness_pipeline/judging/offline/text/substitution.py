@@ -73,6 +73,23 @@ def _tokens(text: str) -> list[_Token]:
     return out
 
 
+#: The most content weight (``units.Features``) a claim may lack in its best passage and still be that passage's
+#: sentence but for one span: three words; four Han characters with the pairs they make, or two Hangul words
+#: with their syllable pairs.
+_MAX_ABSENT_LATIN: Final = 3.0
+_MAX_ABSENT_CJK: Final = 7.0
+_INNER_CAPITAL_RE: Final = re.compile(r"\s[A-ZÀ-Þ]")
+
+
+def may_substitute(claim: str, absent_weight: float, cjk: bool) -> bool:
+    """A cheap first look (no alignment, no token of the context): whether :func:`substitution` could find a
+    swap in a claim that lacks ``absent_weight`` of its content in its best passage. Every token outside the
+    swapped span is the sentence's, so little can be lacking; and a Latin span is a capitalised name."""
+    if cjk:
+        return absent_weight <= _MAX_ABSENT_CJK
+    return absent_weight <= _MAX_ABSENT_LATIN and _INNER_CAPITAL_RE.search(claim) is not None
+
+
 def substitution(claim: str, sentence: str, context: str) -> Substitution | None:
     """The span the claim swapped for the sentence's, when the claim is that sentence but for it (see the
     module docstring); ``context`` is every passage's text, where the claimed span must be absent."""
@@ -128,16 +145,15 @@ def _factual(span: list[_Token], *, first: bool) -> bool:
 def _named_in(span: list[_Token], context: str) -> bool:
     """Whether the context names the span anywhere: Latin words as a run of its words, a Han name as a run of
     its characters, a Hangul word by its stem inside any word (베를린 in 베를린에도)."""
-    keys, folded = _context(context)
+    folded = _folded(context)
     if all(_HAN_ONLY_RE.fullmatch(t.text) or "\uac00" <= t.text[0] <= "\ud7a3" for t in span):
         return all(t.key in folded for t in span if not _HAN_ONLY_RE.fullmatch(t.key)) and (
             "".join(t.key for t in span if _HAN_ONLY_RE.fullmatch(t.key)) in folded)
-    run = tuple(t.key for t in span)
-    return any(keys[i : i + len(run)] == run for i in range(len(keys) - len(run) + 1) if keys[i] == run[0])
+    words = r"\W+".join(re.escape(t.key) for t in span)
+    return re.search(rf"(?<!\w){words}(?!\w)", folded) is not None
 
 
 @lru_cache(maxsize=64)
-def _context(context: str) -> tuple[tuple[str, ...], str]:
-    # Every claim of an item is checked against the same context: its tokens are made once.
-    prepared = prepare(context)
-    return tuple(t.key for t in _tokens(prepared)), fold_chinese(prepared.lower())
+def _folded(context: str) -> str:
+    # Every claim of an item is checked against the same context: it is folded once.
+    return fold_chinese(prepare(context).lower())
