@@ -49,6 +49,8 @@ class DemoResult:
     warnings: list[str]  # WARN check results: the run still counts as passed
     calibration: str | None  # the judge_calibration summary line, when labelled rows were calibrated
     report: Path | None = None
+    #: variables of the environment the demo leaves out (it scores with the offline judge into Parquet), as set
+    ignored: tuple[str, ...] = ()
 
 
 def _default_home() -> Path:
@@ -94,7 +96,9 @@ def run_demo(
     root = (warehouse or Path(os.environ.get("FP_WAREHOUSE") or "warehouse")).resolve()
     source = (landing or Path(os.environ.get("FP_LANDING") or _default_landing())).resolve()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FP_JUDGE_")}  # the offline judge
-    env.update(FP_WAREHOUSE=str(root), FP_LANDING=str(source))
+    env.update(FP_WAREHOUSE=str(root), FP_LANDING=str(source), FP_TABLE_FORMAT="parquet")
+    ignored = tuple(f"{name}={os.environ[name]}" for name in ("FP_JUDGE_MODEL", "FP_TABLE_FORMAT")
+                    if os.environ.get(name) and not (name == "FP_TABLE_FORMAT" and os.environ[name] == "parquet"))
     if not env.get("FP_CALIBRATION_LABELLED") and _default_labelled().is_dir():
         env["FP_CALIBRATION_LABELLED"] = str(_default_labelled())
     settings = DefsSettings.from_env(env)
@@ -128,7 +132,7 @@ def run_demo(
     elapsed = time.monotonic() - started
     rows = {table: _rows(root / table) for table in _TABLES}
     return DemoResult(root, settings.warehouse.duckdb_file(), home, days, rows, failed, elapsed, warned, calibration,
-                      settings.warehouse.report_file())
+                      settings.warehouse.report_file(), ignored)
 
 
 def _days_to_run(settings: DefsSettings) -> list[str]:
@@ -214,7 +218,12 @@ def _summary(result: DemoResult) -> str:
             "By language:  "
             + "   ".join(f"{lang} n={n} h={h:.2f} f={f:.2f}" for lang, n, h, f in by_language.iter_rows())
         )
-    if (note := note_on(judge)) is not None:
+    if result.ignored:
+        # The baseline's note says "no model is set": here one is, and the demo leaves it out on purpose.
+        lines.append(f"Not used by the demo, which always scores with the offline baseline judge (no key, no "
+                     f"network) into Parquet: {', '.join(result.ignored)}. `faithfulness-pipeline score` and "
+                     "`dg dev` use them. The baseline agrees with people only as a baseline (docs/judges.md).")
+    elif (note := note_on(judge)) is not None:
         lines.append(f"Judge: {note}.")
     if result.calibration:
         lines.append(result.calibration)

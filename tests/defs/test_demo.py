@@ -64,8 +64,11 @@ def test_demo_scores_every_sample_row_and_says_where_the_tables_are(demo: Demo, 
     for line in ("scored_conversations       26 rows", "claim_table", "daily_answer_quality"):
         assert line in out
     assert "By language:" in out and "ko n=" in out and "zh-TW n=" in out
-    # the fallback is said, and the demo calibrated the judge on the project's own labelled sample
-    assert "Judge: scored by the offline baseline judge" in out
+    # the fallback is said, without "no model is set" where one is (issue 54), and the demo calibrated the judge
+    # on the project's own labelled sample
+    assert ("Not used by the demo, which always scores with the offline baseline judge (no key, no network) into "
+            "Parquet: FP_JUDGE_MODEL=openai/gpt-4o-mini.") in out
+    assert "because no model is set" not in out
     assert "Calibration (21 labelled rows): offline-lexical-v1 agrees with people at balanced accuracy 0." in out
     assert "scored_conversations.llm_judge_used: 9 of 9 row(s) scored by the offline baseline judge" in out
     assert (demo.warehouse / "judge_calibration" / "data.parquet").exists()
