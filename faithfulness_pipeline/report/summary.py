@@ -76,8 +76,9 @@ _RANK: Final = (["hallucination_score", "faithfulness_score", "row_key"], [True,
 
 
 def _top(frame: pl.DataFrame, limit: int) -> pl.DataFrame:
-    # Lazy, so that sort + head is a top-k: sorting the frame itself would copy every row first.
-    return frame.lazy().filter(pl.col("hallucination_score").is_not_null()).sort(
+    # Lazy, so that sort + head is a top-k: sorting the frame itself would copy every row first. An answer
+    # scored 0 (every claim supported, or none to judge) is no "worst" answer, however few the others are.
+    return frame.lazy().filter(pl.col("hallucination_score") > 0).sort(
         _RANK[0], descending=_RANK[1], nulls_last=True).head(limit).collect()
 
 

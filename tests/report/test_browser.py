@@ -42,7 +42,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     scored = pl.concat([golden, evil.select(golden.columns)])
     scored.write_parquet(folder / "scored.parquet")
     expected = (
-        scored.filter(pl.col("hallucination_score").is_not_null())
+        scored.filter(pl.col("hallucination_score") > 0)
         .sort(["hallucination_score", "faithfulness_score", "row_key"], descending=[True, False, False])
         .get_column("row_key").head(WORST).to_list()
     )

@@ -97,7 +97,7 @@ def test_the_report_holds_every_section(tmp_path: Path) -> None:
     assert data.daily.height == groups
     assert html.count('<tr><td>2026-11-2') == groups
     # the worst answers, in order, each with its claims marked
-    ok = scored.filter(pl.col("hallucination_score").is_not_null())
+    ok = scored.filter(pl.col("hallucination_score") > 0)
     expected = ok.sort(["hallucination_score", "faithfulness_score", "row_key"],
                        descending=[True, False, False]).get_column("row_key").head(5).to_list()
     assert [row["row_key"] for row in data.worst] == expected
@@ -328,3 +328,14 @@ def test_a_page_that_cannot_be_written_names_the_output_and_leaves_nothing(tmp_p
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert f"cannot write the report {str(target)!r}" in lines[0] and "nothing was written" in lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_worst_answers_are_not_padded_with_answers_scored_0(tmp_path: Path) -> None:
+    """Asked for more worst answers than there are answers with a hallucinated claim: only those are shown, not
+    zero-score (or empty) answers as blank boxes (issue 54)."""
+    scored = pl.read_parquet(GOLDEN)
+    flagged = scored.filter(pl.col("hallucination_score") > 0).height
+    assert 0 < flagged < scored.height
+    _, data = build_report(str(GOLDEN), tmp_path / "r.html", baseline_judges=OFFLINE, worst=scored.height)
+    assert len(data.worst) == flagged
+    assert all(row["hallucination_score"] > 0 for row in data.worst)
