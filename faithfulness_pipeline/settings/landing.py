@@ -144,7 +144,7 @@ class WarehouseSettings(BaseModel):
     @model_validator(mode="after")
     def _iceberg_catalog_where_needed(self) -> WarehouseSettings:
         if self.table_format == "iceberg":  # its catalog has no default place in an object store: say so now
-            catalog_uri(self.root_place(), self.iceberg_catalog)
+            catalog_uri(self.root, self.iceberg_catalog)
         return self
 
     def root_place(self) -> Place:

@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.tables.read import parquet_batches
-from faithfulness_pipeline.tables.storage import Place, describe
+from faithfulness_pipeline.tables.storage import Place, describe, is_remote
 from faithfulness_pipeline.tables.write import ParquetChunkWriter
 
 if TYPE_CHECKING:
@@ -65,24 +65,24 @@ PARTITION_PROPERTY: Final = "faithfulness.partition"
 _SETTING: Final = "FP_ICEBERG_CATALOG / warehouse.iceberg_catalog"
 
 
-def catalog_uri(root: Place, setting: str | None) -> str:
+def catalog_uri(root: str, setting: str | None) -> str:
     """The SQL catalog's SQLAlchemy URI: the setting, else a SQLite file in a local root; a root in an object store
     has no place for that file, so there the setting is required. ``postgresql://`` means psycopg 3."""
     if setting:
         if setting.startswith("postgresql://") or setting.startswith("postgres://"):
             return "postgresql+psycopg://" + setting.split("://", 1)[1]
         return setting
-    if root.remote:
-        raise ConfigError(f"{_SETTING} is unset and the warehouse {root.uri} is in an object store, which holds no "
+    if is_remote(root):  # named, not opened: a bucket's place would ask the store for its region
+        raise ConfigError(f"{_SETTING} is unset and the warehouse {_shown(root)} is in an object store, which holds no "
                           f"SQLite catalog file: set it (sqlite:////var/lib/fp/catalog.sqlite or "
                           f"postgresql://user@host/db)")
-    return f"sqlite:///{root.local_path() / CATALOG_FILE}"
+    return f"sqlite:///{Place.of(root).local_path() / CATALOG_FILE}"
 
 
 def iceberg_tables(settings: WarehouseSettings) -> IcebergTables:
     """The warehouse's tables in the iceberg format (the ``TABLE_FORMATS`` entry)."""
-    root = settings.root_place()
-    return IcebergTables(root, catalog_uri(root, settings.iceberg_catalog), settings.iceberg_namespace,
+    return IcebergTables(settings.root_place(), catalog_uri(settings.root, settings.iceberg_catalog),
+                         settings.iceberg_namespace,
                          settings.version_retention_days)
 
 
