@@ -18,6 +18,7 @@ from faithfulness_pipeline.tables.iceberg_tables import IcebergTables
 from faithfulness_pipeline.testing.fakellm.server import FakeLLMServer
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.defs.conftest import SAMPLE, TABLES, sample_ids
+from tests.doc_blocks import block
 
 DAY = "2026-11-25"
 KEY_ENV = "FP_TEST_ICEBERG_JUDGE_KEY"
@@ -80,6 +81,10 @@ def test_the_day_in_iceberg_versions_per_judge_and_a_failed_write(
               for version in (offline, llm)}
     assert judges == {offline: ["offline-lexical-v1"], llm: ["openai/fake-judge"]}
     assert pl.scan_iceberg(scored, snapshot_id=int(offline)).filter(pl.col("ds") == DAY).collect().equals(day)
+    # the page's recipe for reading a past version, as printed
+    recipe: dict[str, object] = {"warehouse": warehouse, "version": offline}
+    exec(block("docs/table-formats.md", "python", "snapshot_id=int(version)"), recipe)
+    assert isinstance(recipe["day"], pl.DataFrame) and recipe["day"].equals(day)
 
     # a write that fails midway: the run fails, the table's snapshot and the day stay the LLM judge's
     def broken(*_: object) -> None:
