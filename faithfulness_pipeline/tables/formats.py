@@ -7,24 +7,21 @@ library is heavy to import imports it inside its own methods, so naming the form
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.tables.iceberg_tables import IcebergTables, iceberg_tables
 from faithfulness_pipeline.tables.parquet_tables import ParquetTables
-from faithfulness_pipeline.tables.table_format import TableFormat
-
-if TYPE_CHECKING:  # the settings module names this registry: a runtime import would be circular
-    from faithfulness_pipeline.settings.landing import WarehouseSettings
+from faithfulness_pipeline.tables.table_format import FormatSettings, TableFormat
 
 #: Table formats by name, each built from the warehouse's settings (its root and the format's own fields).
-TABLE_FORMATS: Final[dict[str, Callable[[WarehouseSettings], TableFormat]]] = {
+TABLE_FORMATS: Final[dict[str, Callable[[FormatSettings], TableFormat]]] = {
     ParquetTables.name: lambda settings: ParquetTables(settings.root_place()),
     IcebergTables.name: iceberg_tables,
 }
 
 
-def known_table_format(name: str) -> Callable[[WarehouseSettings], TableFormat]:
+def known_table_format(name: str) -> Callable[[FormatSettings], TableFormat]:
     """How the format ``name`` is built; an unknown name is one line naming the setting and the choices."""
     try:
         return TABLE_FORMATS[name]
@@ -35,6 +32,6 @@ def known_table_format(name: str) -> Callable[[WarehouseSettings], TableFormat]:
         ) from None
 
 
-def table_format(name: str, settings: WarehouseSettings) -> TableFormat:
+def table_format(name: str, settings: FormatSettings) -> TableFormat:
     """The tables of the warehouse ``settings`` describe, in the format ``name``."""
     return known_table_format(name)(settings)

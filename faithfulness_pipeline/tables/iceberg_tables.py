@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import os
 import random
+import re
 import tempfile
 import time
 import uuid
@@ -41,7 +42,8 @@ import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.tables.read import parquet_batches
-from faithfulness_pipeline.tables.storage import Place, describe, is_remote
+from faithfulness_pipeline.tables.storage import Place, describe, is_remote, scrub
+from faithfulness_pipeline.tables.table_format import FormatSettings
 from faithfulness_pipeline.tables.write import ParquetChunkWriter
 
 if TYPE_CHECKING:
@@ -49,8 +51,6 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table, Transaction
     from pyiceberg.table.metadata import TableMetadata
-
-    from faithfulness_pipeline.settings.landing import WarehouseSettings
 
 #: The partition column of a day-partitioned table.
 DAY_COLUMN: Final = "ds"
@@ -79,17 +79,21 @@ def catalog_uri(root: str, setting: str | None) -> str:
     return f"sqlite:///{Place.of(root).local_path() / CATALOG_FILE}"
 
 
-def iceberg_tables(settings: WarehouseSettings) -> IcebergTables:
+def iceberg_tables(settings: FormatSettings) -> IcebergTables:
     """The warehouse's tables in the iceberg format (the ``TABLE_FORMATS`` entry)."""
     return IcebergTables(settings.root_place(), catalog_uri(settings.root, settings.iceberg_catalog),
                          settings.iceberg_namespace,
                          settings.version_retention_days)
 
 
-def _shown(uri: str) -> str:
-    from faithfulness_pipeline.traces.urls import scrubbed
+#: ``scheme://user:password@``: what a message shows of a URL with credentials is ``scheme://***@``.
+_USER_INFO: Final = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s?#'\"]*@")
 
-    return scrubbed(uri)
+
+def _shown(text: str) -> str:
+    """``text`` (a catalog URI, an error that may quote one) without a URL's user info or a secret of the
+    environment (``tables.storage.scrub``)."""
+    return scrub(_USER_INFO.sub(r"\1***@", text))
 
 
 def _file_io_properties(root: Place) -> tuple[tuple[str, str], ...]:
