@@ -212,15 +212,16 @@ class IcebergTables:
             sink.path.unlink(missing_ok=True)
 
     def _commit(self, table: str, partition: str | None, staged: Path, schema: pa.Schema | None) -> int:
-        """Commits the staged rows as the partition; another writer's commit in between (a stale metadata
-        pointer, the table created meanwhile) is retried on the refreshed table."""
-        from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
+        """Commits the staged rows as the partition. Another writer's commit in between is redone from the start
+        on the refreshed table: a stale metadata pointer pyiceberg's own retries did not get past, the table created
+        meanwhile, files of the same day added or removed meanwhile (pyiceberg's ``ValidationException``)."""
+        from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError, ValidationException
 
         for attempt in range(COMMIT_ATTEMPTS):
             written: list[str] = []
             try:
                 committed = self._commit_once(table, partition, staged, schema, written)
-            except (CommitFailedException, TableAlreadyExistsError):
+            except (CommitFailedException, TableAlreadyExistsError, ValidationException):
                 self._forget(written)
                 if attempt == COMMIT_ATTEMPTS - 1:
                     raise
@@ -247,6 +248,7 @@ class IcebergTables:
     def _commit_once(self, table: str, partition: str | None, staged: Path, schema: pa.Schema | None,
                      written: list[str]) -> Table:
         from pyiceberg.exceptions import NoSuchTableError
+        from pyiceberg.expressions import AlwaysTrue, EqualTo
 
         catalog = self.catalog()
         identifier = self.identifier(table)
@@ -276,6 +278,9 @@ class IcebergTables:
         data_file = self._write_data_file(transaction, metadata, partition, staged, written)
         properties = {PARTITION_PROPERTY: partition or "(unpartitioned)"}
         with transaction.update_snapshot(snapshot_properties=properties).overwrite() as snapshot:
+            # The day is what this snapshot replaces: pyiceberg's own retry of a commit that another writer
+            # overtook rebases it onto theirs unless they added or removed files of this same day.
+            snapshot.delete_by_predicate(EqualTo(DAY_COLUMN, partition) if partition else AlwaysTrue())
             for old in self._data_files(metadata, transaction._table.io, partition):
                 snapshot.delete_data_file(old)
             snapshot.append_data_file(data_file)

@@ -173,6 +173,34 @@ def test_two_processes_writing_days_at_once_all_land(tmp_path: Path) -> None:
     assert len(tables.catalog().load_table(("faithfulness", "scored")).snapshots()) == 8
 
 
+def test_a_commit_another_writer_overtook_is_redone_or_rebased(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deterministically, another writer commits while this one is between loading the table and committing:
+    when neither had created the table (this one finds it created: redone, loading it), on another day (pyiceberg's
+    own retry rebases the snapshot onto theirs), on the same day (redone: the later writer's rows are the day)."""
+    tables, other = _tables(tmp_path), _tables(tmp_path)
+    original = IcebergTables._write_data_file
+    overtake = {1: (OTHER, _rows(2, 50)), 4: ("2026-11-26", _rows(1, 70)), 6: (DAY, _rows(5, 200, judge="other"))}
+    attempts: list[str] = []
+
+    def overtaken(self: IcebergTables, *args: object) -> object:
+        attempts.append(str(args[2]))
+        if self is tables and len(attempts) in overtake:
+            _write(other, *overtake[len(attempts)])
+        return original(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(IcebergTables, "_write_data_file", overtaken)
+    first = _write(tables, DAY, _rows(3))
+    second = _write(tables, DAY, _rows(4))
+    third = _write(tables, DAY, _rows(6))
+    assert attempts == [DAY, OTHER, DAY, DAY, "2026-11-26", DAY, DAY, DAY]
+    assert (tables.rows("scored", DAY), tables.rows("scored", OTHER), tables.rows("scored", "2026-11-26")) == (6, 2, 1)
+    assert_frame_equal(tables.scan("scored", [DAY]).collect(), _rows(6))
+    assert tables.scan("scored", [DAY], as_of=first).collect().height == 3
+    assert tables.scan("scored", [DAY], as_of=second).collect().height == 4 and len({first, second, third}) == 3
+    files = list((tmp_path / "faithfulness" / "scored" / "data" / f"ds={DAY}").glob("*.parquet"))
+    assert len(files) == 4  # the three writes' and the other writer's: the redone attempts' files were removed
+
+
 def test_snapshots_past_the_retention_are_expired_after_a_write(tmp_path: Path) -> None:
     tables = _tables(tmp_path, retention_days=0)  # everything before the newest write is past it
     first = _write(tables, DAY, _rows(2))
