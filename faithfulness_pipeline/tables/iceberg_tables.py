@@ -280,7 +280,9 @@ class IcebergTables:
         with transaction.update_snapshot(snapshot_properties=properties).overwrite() as snapshot:
             # The day is what this snapshot replaces: pyiceberg's own retry of a commit that another writer
             # overtook rebases it onto theirs unless they added or removed files of this same day.
-            snapshot.delete_by_predicate(EqualTo(DAY_COLUMN, partition) if partition else AlwaysTrue())
+            # (EqualTo is a pydantic model whose own __init__ takes term and literal; mypy sees the fields)
+            day = EqualTo(DAY_COLUMN, partition) if partition else AlwaysTrue()  # type: ignore[call-arg, arg-type]
+            snapshot.delete_by_predicate(day)
             for old in self._data_files(metadata, transaction._table.io, partition):
                 snapshot.delete_data_file(old)
             snapshot.append_data_file(data_file)
