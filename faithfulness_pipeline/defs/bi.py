@@ -21,7 +21,7 @@ from faithfulness_pipeline.outputs import tables
 )
 def answer_quality_duckdb(warehouse: WarehouseResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
     target = warehouse.duckdb_place()
-    rows = build_database(target, warehouse.root_place())
+    rows = build_database(target, warehouse.root_place(), warehouse.listed_files(BI_TABLES))
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(target.uri),

@@ -487,6 +487,14 @@ class IcebergTables:
         dataset = pads.dataset([p.path for p in places], schema=target, filesystem=places[0].fs, format="parquet")
         return pl.scan_pyarrow_dataset(dataset)
 
+    def data_files(self, table: str) -> list[Place]:
+        """Every data file of the table's current snapshot, every day's (the DuckDB views read these); none for a
+        table never written."""
+        loaded = self._load(table)
+        if loaded is None:
+            return []
+        return [Place.of(f.file_path) for f in self._data_files(loaded.metadata, loaded.io, None)]
+
     def location(self, table: str, partition: str | None) -> str:
         loaded = self._load(table)
         namespace, name = self.identifier(table)

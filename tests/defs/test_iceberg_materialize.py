@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 import polars as pl
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
@@ -22,9 +23,8 @@ from tests.doc_blocks import block
 
 DAY = "2026-11-25"
 KEY_ENV = "FP_TEST_ICEBERG_JUDGE_KEY"
-#: The day's tables and their checks; the DuckDB views and the report read the Parquet layout (not this format's).
-DAY_TABLES = dg.AssetSelection.groups("answer_quality") - dg.AssetSelection.assets(
-    "answer_quality_duckdb", "answer_quality_report")
+#: The day's tables, their checks and the DuckDB views; the report reads the Parquet layout (not this format's).
+DAY_TABLES = dg.AssetSelection.groups("answer_quality") - dg.AssetSelection.assets("answer_quality_report")
 
 
 def _run(env: dict[str, str], warehouse: Path, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
@@ -49,7 +49,8 @@ def test_the_day_in_iceberg_versions_per_judge_and_a_failed_write(
     first = _run({}, warehouse, instance)
     assert first.success
     meta = _metadata(first)
-    assert set(meta) == set(TABLES)
+    assert set(meta) == {*TABLES, "answer_quality_duckdb"}
+    views = meta.pop("answer_quality_duckdb")
     assert all(m["table_format"] == "iceberg" and str(m["table_version"]).isdigit() for m in meta.values())
     offline = str(meta["scored_conversations"]["table_version"])
 
@@ -80,6 +81,15 @@ def test_the_day_in_iceberg_versions_per_judge_and_a_failed_write(
               .select(pl.col("judge_model").unique()).collect().to_series().to_list()
               for version in (offline, llm)}
     assert judges == {offline: ["offline-lexical-v1"], llm: ["openai/fake-judge"]}
+    # the BI views, rebuilt over the current snapshots' files: the LLM judge's day, its claims with evidence
+    with duckdb.connect(str(warehouse / "answer_quality.duckdb"), read_only=True,
+                        config={"file_search_path": str(warehouse)}) as con:
+        assert con.execute("SELECT DISTINCT judge_model, day::VARCHAR FROM scored_conversations").fetchall() == \
+            [("openai/fake-judge", DAY)]
+        assert con.execute("SELECT count(*) FROM scored_conversations").fetchone() == (views["rows_scored_conversations"],)
+        joined = con.execute("SELECT count(*), count(evidence) FROM claim_table c JOIN daily_answer_quality d "
+                             "USING (day, model)").fetchone()
+        assert joined is not None and joined[0] > 0
     assert pl.scan_iceberg(scored, snapshot_id=int(offline)).filter(pl.col("ds") == DAY).collect().equals(day)
     # the page's recipe for reading a past version, as printed
     recipe: dict[str, object] = {"warehouse": warehouse, "version": offline}
