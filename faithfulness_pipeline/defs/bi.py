@@ -3,6 +3,7 @@
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
 import dagster as dg
 
+from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
 from faithfulness_pipeline.defs.metadata import report_metadata
 from faithfulness_pipeline.defs.names import DUCKDB, DUCKDB_REVISION, GROUP, REPORT, REPORT_REVISION
@@ -46,6 +47,12 @@ def answer_quality_report(warehouse: WarehouseResource, scoring: ScoringResource
     from faithfulness_pipeline.judging.catalog import baseline_judges
     from faithfulness_pipeline.report import build_report_to, headline
 
+    if warehouse.format_name() != "parquet":
+        # The report finds the days by the Parquet layout's folders; another format's files (old snapshots'
+        # among them) would be read as a pile of scored tables.
+        raise ConfigError(f"answer_quality_report reads the parquet table format's folders, not the "
+                          f"{warehouse.format_name()} format's tables: leave it out of the run (select the day's "
+                          f"tables) or set FP_TABLE_FORMAT=parquet (docs/table-formats.md)")
     place, data = build_report_to(
         warehouse.root_place().uri,
         warehouse.report_place(),

@@ -27,12 +27,13 @@ KEY_ENV = "FP_TEST_ICEBERG_JUDGE_KEY"
 DAY_TABLES = dg.AssetSelection.groups("answer_quality") - dg.AssetSelection.assets("answer_quality_report")
 
 
-def _run(env: dict[str, str], warehouse: Path, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+def _run(env: dict[str, str], warehouse: Path, instance: dg.DagsterInstance,
+         selection: dg.AssetSelection = DAY_TABLES, day: str | None = DAY) -> dg.ExecuteInProcessResult:
     settings = DefsSettings.from_env({"FP_LANDING": str(SAMPLE), "FP_WAREHOUSE": str(warehouse),
                                       "FP_TABLE_FORMAT": "iceberg", **env})
     defs = build_defs(settings)
-    return dg.materialize([*(defs.assets or []), *(defs.asset_checks or [])], partition_key=DAY, instance=instance,
-                          resources=defs.resources, selection=DAY_TABLES, raise_on_error=False)  # type: ignore[arg-type]
+    return dg.materialize([*(defs.assets or []), *(defs.asset_checks or [])], partition_key=day, instance=instance,
+                          resources=defs.resources, selection=selection, raise_on_error=False)  # type: ignore[arg-type]
 
 
 def _metadata(result: dg.ExecuteInProcessResult) -> dict[str, dict[str, object]]:
@@ -53,6 +54,11 @@ def test_the_day_in_iceberg_versions_per_judge_and_a_failed_write(
     views = meta.pop("answer_quality_duckdb")
     assert all(m["table_format"] == "iceberg" and str(m["table_version"]).isdigit() for m in meta.values())
     offline = str(meta["scored_conversations"]["table_version"])
+
+    report = _run({}, warehouse, instance, dg.AssetSelection.assets("answer_quality_report"), None)
+    failures = [e.step_failure_data.error for e in report.all_events if e.is_step_failure]
+    assert not report.success and failures and failures[0] is not None
+    assert "answer_quality_report reads the parquet table format's folders" in str(failures[0].cause or failures[0])
 
     # the engines, through the catalog the warehouse made
     catalog = SqlCatalog("faithfulness", uri=f"sqlite:///{warehouse}/_iceberg_catalog.sqlite",
