@@ -3,7 +3,6 @@
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
 import dagster as dg
 
-from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
 from faithfulness_pipeline.defs.metadata import report_metadata
 from faithfulness_pipeline.defs.names import DUCKDB, DUCKDB_REVISION, GROUP, REPORT, REPORT_REVISION
@@ -46,17 +45,16 @@ def answer_quality_duckdb(warehouse: WarehouseResource) -> dg.MaterializeResult:
 def answer_quality_report(warehouse: WarehouseResource, scoring: ScoringResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
     from faithfulness_pipeline.judging.catalog import baseline_judges
     from faithfulness_pipeline.report import build_report_to, headline
+    from faithfulness_pipeline.report.data import CALIBRATION_TABLES, CORRECTED_TABLE
 
-    if warehouse.format_name() != "parquet":
-        # The report finds the days by the Parquet layout's folders; another format's files (old snapshots'
-        # among them) would be read as a pile of scored tables.
-        raise ConfigError(f"answer_quality_report reads the parquet table format's folders, not the "
-                          f"{warehouse.format_name()} format's tables: leave it out of the run (select the day's "
-                          f"tables) or set FP_TABLE_FORMAT=parquet (docs/table-formats.md)")
+    # A format that lists its tables' current data files (iceberg) hands the report those; the Parquet layout
+    # is read by its folders.
+    listed = warehouse.listed_files(["scored_conversations", CORRECTED_TABLE, *CALIBRATION_TABLES])
     place, data = build_report_to(
         warehouse.root_place().uri,
         warehouse.report_place(),
         baseline_judges=baseline_judges(),
         scoring=scoring,
+        listed=listed,
     )
     return dg.MaterializeResult(metadata=report_metadata(place, headline(data), data.threshold))
