@@ -240,7 +240,9 @@ class IcebergTables:
         """Removes data files of a commit that did not happen (no snapshot lists them)."""
         if not written:
             return
-        io = self.catalog()._load_file_io(location=written[0])
+        from pyiceberg.io import load_file_io
+
+        io = load_file_io(self.catalog().properties, location=written[0])
         for path in written:
             with suppress(OSError):
                 io.delete(path)
@@ -253,6 +255,10 @@ class IcebergTables:
         catalog = self.catalog()
         identifier = self.identifier(table)
         transaction: Transaction
+        if schema is not None:
+            # A column polars typed Null (no value in any chunk) has no Iceberg type before format version 3: it
+            # is left out, and a later day that has values adds it with their type (this day's rows read null).
+            schema = pa.schema([f for f in schema if not pa.types.is_null(f.type)])
         try:
             current = catalog.load_table(identifier)
         except NoSuchTableError:

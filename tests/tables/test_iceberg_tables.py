@@ -123,6 +123,12 @@ def test_a_new_column_is_added_old_rows_read_null_and_a_type_change_is_refused(t
     assert tables.scan("scored", [DAY]).collect().get_column("tokens").to_list() == [None, None]
     assert tables.schema("scored", DAY)["tokens"] == pl.Int64
     assert next(iter(tables.batches("scored", DAY, 10))).get_column("tokens").null_count() == 2
+    # a column without any value (polars' Null type, which Iceberg v2 has not) waits for a day that has values
+    _write(tables, OTHER, wider.with_columns(pl.lit(None).alias("note")))
+    assert "note" not in tables.schema("scored", OTHER)
+    _write(tables, OTHER, wider.with_columns(pl.lit("n").alias("note")))
+    assert tables.scan("scored", [OTHER]).collect().get_column("note").to_list() == ["n", "n"]
+    assert tables.scan("scored", [DAY]).collect().get_column("note").to_list() == [None, None]
     # a narrower integer is written into the long column as it is
     _write(tables, DAY, _rows(1).with_columns(pl.lit(3, dtype=pl.Int32).alias("tokens")))
     assert tables.scan("scored", [DAY]).collect().get_column("tokens").to_list() == [3]
