@@ -76,7 +76,9 @@ def catalog_uri(root: str, setting: str | None) -> str:
         raise ConfigError(f"{_SETTING} is unset and the warehouse {_shown(root)} is in an object store, which holds no "
                           f"SQLite catalog file: set it (sqlite:////var/lib/fp/catalog.sqlite or "
                           f"postgresql://user@host/db)")
-    return f"sqlite:///{Place.of(root).local_path() / CATALOG_FILE}"
+    # Steps in processes of their own commit to the one file: a writer waits up to 30 s for another's lock
+    # (sqlite3's default is 5 s, which a busy machine can exceed).
+    return f"sqlite:///{Place.of(root).local_path() / CATALOG_FILE}?timeout=30"
 
 
 def iceberg_tables(settings: FormatSettings) -> IcebergTables:
