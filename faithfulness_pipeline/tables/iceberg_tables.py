@@ -122,11 +122,15 @@ def _catalog(uri: str, warehouse: str, properties: tuple[tuple[str, str], ...], 
     from pyiceberg.catalog.sql import SqlCatalog
     from sqlalchemy.exc import SQLAlchemyError
 
-    try:
-        return SqlCatalog(CATALOG_NAME, uri=uri, warehouse=warehouse, **dict(properties))
-    except (SQLAlchemyError, OSError, ValueError) as exc:
-        raise ConfigError(f"{_SETTING} {_shown(uri)}: the Iceberg catalog cannot be reached "
-                          f"({_shown(describe(exc))}): check the URI and that its database runs") from None
+    for attempt in range(3):
+        try:
+            return SqlCatalog(CATALOG_NAME, uri=uri, warehouse=warehouse, **dict(properties))
+        except (SQLAlchemyError, OSError, ValueError) as exc:
+            failure = exc
+            # Processes opening a new catalog at once race to create its tables: the loser's next try finds them.
+            time.sleep(0.2 * (attempt + 1))
+    raise ConfigError(f"{_SETTING} {_shown(uri)}: the Iceberg catalog cannot be reached "
+                      f"({_shown(describe(failure))}): check the URI and that its database runs")
 
 
 class IcebergSink:
