@@ -21,7 +21,7 @@ from faithfulness_pipeline.outputs import tables
 )
 def answer_quality_duckdb(warehouse: WarehouseResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
     target = warehouse.duckdb_place()
-    rows = build_database(target, warehouse.root_place())
+    rows = build_database(target, warehouse.root_place(), warehouse.listed_files(BI_TABLES))
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(target.uri),
@@ -45,11 +45,16 @@ def answer_quality_duckdb(warehouse: WarehouseResource) -> dg.MaterializeResult:
 def answer_quality_report(warehouse: WarehouseResource, scoring: ScoringResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
     from faithfulness_pipeline.judging.catalog import baseline_judges
     from faithfulness_pipeline.report import build_report_to, headline
+    from faithfulness_pipeline.report.data import CALIBRATION_TABLES, CORRECTED_TABLE
 
+    # A format that lists its tables' current data files (iceberg) hands the report those; the Parquet layout
+    # is read by its folders.
+    listed = warehouse.listed_files(["scored_conversations", CORRECTED_TABLE, *CALIBRATION_TABLES])
     place, data = build_report_to(
         warehouse.root_place().uri,
         warehouse.report_place(),
         baseline_judges=baseline_judges(),
         scoring=scoring,
+        listed=listed,
     )
     return dg.MaterializeResult(metadata=report_metadata(place, headline(data), data.threshold))

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,9 +74,18 @@ def _quote(text: str) -> str:
 _DAY_IN_FILE = tuple(t.name for t in tables() if t.day_in_rows)
 
 
-def _read(table: str, root: Place | None) -> str:
+#: A table's data files where the format lists them (``iceberg``: its current snapshot's), not the Parquet layout.
+Listed = Mapping[str, Sequence[Place]]
+
+
+def _read(table: str, root: Place | None, listed: Listed | None = None) -> str:
     """``read_parquet`` of ``table``'s partitions, by a path relative to the warehouse root, or below the URI
-    of ``root`` when that is in an object store."""
+    of ``root`` when that is in an object store; ``listed``: of those files (they carry the day as ``ds``)."""
+    if listed is not None:
+        local = root is not None and not root.remote
+        names = [_quote(os.path.relpath(f.path, root.path) if local and root is not None else f.uri)
+                 for f in listed[table]]
+        return f"read_parquet([{', '.join(names)}], hive_partitioning = false, union_by_name = true)"
     prefix = f"{root.uri}/" if root is not None and root.remote else ""
     pattern = _quote(f"{prefix}{table}/{PARTITION_PREFIX}*/{DATA_FILE}")
     if table in _DAY_IN_FILE:
@@ -83,20 +93,27 @@ def _read(table: str, root: Place | None) -> str:
     return f"read_parquet({pattern}, hive_partitioning = true, hive_types = {{'ds': DATE}}, union_by_name = true)"
 
 
-def view_sql(table: str, root: Place | None = None, *, with_evidence: bool = False) -> str:
-    """The view of ``table``. ``with_evidence``: the claim table's files (some of them) still hold passages."""
+def view_sql(table: str, root: Place | None = None, *, with_evidence: bool = False,
+             listed: Listed | None = None) -> str:
+    """The view of ``table``. ``with_evidence``: the claim table's files (some of them) still hold passages;
+    ``listed``: the format's files, whose ``ds`` is text (the Parquet layout's is the folder's DATE)."""
+    day = "CAST(ds AS DATE)"
     if table == CLAIM_TABLE.name:
         # Each claim's passage from the verdicts of its answer (the claim index is 0-based, lists 1-based).
         passage = "s.verdicts[c.claim_index + 1].evidence"
-        columns = f"c.* EXCLUDE (evidence), coalesce(c.evidence, {passage})" if with_evidence else f"c.*, {passage}"
+        drop = ["evidence"] if with_evidence else []
+        drop += ["ds"] if listed is not None else []
+        kept = f"c.* EXCLUDE ({', '.join(drop)})" if drop else "c.*"
+        columns = f"{kept}, coalesce(c.evidence, {passage})" if with_evidence else f"{kept}, {passage}"
         return (
-            f'CREATE OR REPLACE VIEW "{table}" AS SELECT {columns} AS evidence FROM {_read(table, root)} c '
-            f"LEFT JOIN (SELECT row_key, ds AS day, verdicts FROM {_read('scored_conversations', root)}) s "
-            "ON s.row_key = c.row_key AND s.day = c.day"
+            f'CREATE OR REPLACE VIEW "{table}" AS SELECT {columns} AS evidence FROM {_read(table, root, listed)} c '
+            f"LEFT JOIN (SELECT row_key, {day} AS day, verdicts FROM "
+            f"{_read('scored_conversations', root, listed)}) s ON s.row_key = c.row_key AND s.day = c.day"
         )
     if table in _DAY_IN_FILE:
-        return f'CREATE OR REPLACE VIEW "{table}" AS SELECT * FROM {_read(table, root)}'
-    return f'CREATE OR REPLACE VIEW "{table}" AS SELECT * EXCLUDE (ds), ds AS day FROM {_read(table, root)}'
+        kept = "* EXCLUDE (ds)" if listed is not None else "*"
+        return f'CREATE OR REPLACE VIEW "{table}" AS SELECT {kept} FROM {_read(table, root, listed)}'
+    return f'CREATE OR REPLACE VIEW "{table}" AS SELECT * EXCLUDE (ds), {day} AS day FROM {_read(table, root, listed)}'
 
 
 def comment_sql(con: DuckDBPyConnection, table: str) -> list[str]:
@@ -131,13 +148,15 @@ def store_filesystem(place: Place) -> Any:
     return StoreFileSystem(place.fs, skip_instance_cache=True)
 
 
-def build_database(target: str | os.PathLike[str] | Place, root: str | os.PathLike[str] | Place) -> dict[str, int]:
+def build_database(target: str | os.PathLike[str] | Place, root: str | os.PathLike[str] | Place,
+                   listed: Listed | None = None) -> dict[str, int]:
     """Rebuild the DuckDB file at ``target`` (a local path or a URI) with a view per BI table of the warehouse
-    at ``root`` that has data; returns rows per view."""
+    at ``root`` that has data; returns rows per view. ``listed``: the tables' data files, where the table format
+    lists them (the views then read those files, and are rebuilt by each materialisation that changes them)."""
     import duckdb  # lazily: importing the code location stays fast
 
     warehouse, destination = Place.of(root), Place.of(target)
-    present = [t for t in BI_TABLES if _partitions(warehouse, t)]
+    present = [t for t in BI_TABLES if (listed.get(t) if listed is not None else _partitions(warehouse, t))]
     rows: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="fp-duckdb-") as scratch:
         built = Path(scratch) / "answer_quality.duckdb"
@@ -148,13 +167,14 @@ def build_database(target: str | os.PathLike[str] | Place, root: str | os.PathLi
                 con.register_filesystem(store_filesystem(warehouse))
             con.execute("BEGIN TRANSACTION")  # one commit: each statement on its own was a commit and an fsync
             for table in present:
-                con.execute(view_sql(table, warehouse, with_evidence=table == CLAIM_TABLE.name and "evidence" in [
-                    row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {_read(table, warehouse)}").fetchall()]))
+                described = con.execute(f"DESCRIBE SELECT * FROM {_read(table, warehouse, listed)}").fetchall()
+                con.execute(view_sql(table, warehouse, listed=listed, with_evidence=table == CLAIM_TABLE.name
+                                     and "evidence" in [row[0] for row in described]))
                 for statement in comment_sql(con, table):
                     con.execute(statement)
                 # Counted from the files (their footers), not the view: the claim table's view joins the verdicts
                 # of every day, whose memory grows with the month; it has a row per file row all the same.
-                count = con.execute(f"SELECT count(*) FROM {_read(table, warehouse)}").fetchone()
+                count = con.execute(f"SELECT count(*) FROM {_read(table, warehouse, listed)}").fetchone()
                 rows[table] = int(count[0]) if count else 0
             con.execute("COMMIT")
             con.execute("CHECKPOINT")

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from faithfulness_pipeline.settings.landing import WarehouseSettings
 from faithfulness_pipeline.tables.formats import table_format
+from faithfulness_pipeline.tables.iceberg_tables import IcebergTables
 from faithfulness_pipeline.tables.parquet_tables import ParquetTables, one_component
 from faithfulness_pipeline.tables.read import parquet_batches
 from faithfulness_pipeline.tables.storage import Place
@@ -85,7 +86,15 @@ class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ig
 
     def tables(self) -> TableFormat:
         """The warehouse's tables, in its table format."""
-        return table_format(self.format_name(), self.place())
+        return table_format(self.format_name(), self)
+
+    def listed_files(self, tables: Sequence[str]) -> dict[str, list[Place]] | None:
+        """The data files of ``tables`` where the format lists them for other readers (the DuckDB views); None
+        for the Parquet layout, which they read by its folders."""
+        formatted = self.tables()
+        if not isinstance(formatted, IcebergTables):
+            return None
+        return {table: formatted.data_files(table) for table in tables}
 
     def partition(self, table: str, partition_key: str | None) -> Place:
         """The file of one partition in the Parquet layout (tests and tools that open files)."""

@@ -15,7 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from faithfulness_pipeline.core.errors import InputError
-from faithfulness_pipeline.report.data import is_warehouse, load_calibration, load_corrected, rows_of, scored_chunks
+from faithfulness_pipeline.report.data import (
+    Listed,
+    is_warehouse,
+    load_calibration,
+    load_corrected,
+    rows_of,
+    scored_chunks,
+)
 from faithfulness_pipeline.report.render import Headline, headline, render_html, write_report
 from faithfulness_pipeline.report.summary import ReportData, summarise, summarise_chunks
 from faithfulness_pipeline.settings.derive import settings as registered
@@ -36,24 +43,27 @@ def build_report_to(
     timezone: str = "UTC",
     scoring: ScoringSettings = _DEFAULT_SCORING,
     worst: int = 20,
+    listed: Listed | None = None,
 ) -> tuple[Place, ReportData]:
     """Write the report of ``source`` (a warehouse folder, or a scored Parquet file / folder / glob; local or
     a URI) to ``target`` (a local path or a URI). ``scoring`` names the table's model, answer and question
-    columns, the hallucination threshold and the scale, as they were when the table was scored."""
+    columns, the hallucination threshold and the scale, as they were when the table was scored. ``listed``: the
+    warehouse's data files by table, where its table format lists them (``report.data.Listed``)."""
     chunks = scored_chunks(source, timestamp_column=timestamp_column, timestamp_required=timestamp_required,
                            timezone=timezone,
-                           columns=(scoring.model_column, "language"), answer_column=scoring.output_column)
+                           columns=(scoring.model_column, "language"), answer_column=scoring.output_column,
+                           listed=listed)
     first = next(chunks)
     if scoring.model_column != _DEFAULT_SCORING.model_column and scoring.model_column not in first.columns:
         # A column named on purpose that is not there: the report would draw every row as one unnamed model.
         flag = next(s.flag for s in registered(ScoringSettings) if s.name == "model_column")
         raise InputError(f"{source!r} has no column {scoring.model_column!r} ({flag}): name one of its columns, "
                          f"or leave {flag} out for {_DEFAULT_SCORING.model_column!r}")
-    warehouse = Place.of(source) if is_warehouse(source) else None
+    warehouse = Place.of(source) if listed is not None or is_warehouse(source) else None
     data = summarise_chunks(itertools.chain([first], chunks), source=source, scoring=scoring, worst=worst,
-                            calibration=load_calibration(calibration, warehouse),
-                            full_rows=lambda keys, columns: rows_of(source, keys, columns))
-    data = replace(data, corrected=load_corrected(warehouse))
+                            calibration=load_calibration(calibration, warehouse, listed),
+                            full_rows=lambda keys, columns: rows_of(source, keys, columns, listed))
+    data = replace(data, corrected=load_corrected(warehouse, listed))
     return write_report(data, target, baseline_judges=baseline_judges), data
 
 

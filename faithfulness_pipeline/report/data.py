@@ -13,7 +13,7 @@ with its light columns only; the texts and full verdicts are read for the worst 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import polars as pl
@@ -33,8 +33,15 @@ DAY = "day"
 MARKS = ("contradicted", "unsupported", "speculative", "supported")
 
 
-def _warehouse_files(root: Place, table: str) -> list[Place]:
-    """``<root>/<table>/ds=*/*.parquet``: the table's daily partitions."""
+#: A warehouse's data files by table, where its table format lists them (``defs.warehouse.listed_files``: an
+#: ``iceberg`` table's current snapshot, ``<...>/data/ds=YYYY-MM-DD/<file>.parquet``) rather than the Parquet layout.
+Listed = Mapping[str, Sequence[Place]]
+
+
+def _warehouse_files(root: Place, table: str, listed: Listed | None = None) -> list[Place]:
+    """``<root>/<table>/ds=*/*.parquet``: the table's daily partitions (``listed``: the listed files)."""
+    if listed is not None:
+        return list(listed.get(table, ()))
     folder = root.child(table)
     return [f for f in folder.files(".parquet")
             if f.parent().name.startswith("ds=") and f.parent().parent().path == folder.path]
@@ -179,15 +186,15 @@ def _check_scored(spec: str, file: str, names: Sequence[str]) -> None:
 
 def scored_chunks(spec: str, *, timestamp_column: str = "created_at", timestamp_required: bool = False,
                   timezone: str = "UTC", columns: tuple[str, ...] = (), answer_column: str | None = None,
-                  rows: int = CHUNK_ROWS) -> Iterator[pl.DataFrame]:
+                  rows: int = CHUNK_ROWS, listed: Listed | None = None) -> Iterator[pl.DataFrame]:
     """The scored rows of a warehouse or a scored table in chunks of at most ``rows`` rows, each with a
     ``day`` (Date) column: the report's own columns, ``columns``, and the ``answer_column`` as its script and
     word count (the texts of a month are gigabytes; the page shows a few). A table without
     ``timestamp_column`` is dated by ``scored_at``, unless the column was named on purpose
     (``timestamp_required``): then it is refused, as a model column named on purpose is."""
     wanted = {*SCORED_NEEDS, *columns, timestamp_column}
-    if is_warehouse(spec):
-        files = _warehouse_files(Place.of(spec), "scored_conversations")
+    if listed is not None or is_warehouse(spec):
+        files = _warehouse_files(Place.of(spec), "scored_conversations", listed)
         if not files:
             raise InputError(f"warehouse {spec!r} has no scored_conversations partitions yet: materialise them first")
         for place in files:
@@ -218,15 +225,16 @@ def _read_table(file: str) -> pl.DataFrame:
         raise read_error(file, exc) from exc
 
 
-def rows_of(spec: str, row_keys: list[str], columns: Sequence[str] = ("verdicts",)) -> dict[str, dict[str, Any]]:
+def rows_of(spec: str, row_keys: list[str], columns: Sequence[str] = ("verdicts",),
+            listed: Listed | None = None) -> dict[str, dict[str, Any]]:
     """These rows of a warehouse or scored table by row key, with the ``columns`` they have (the full
     verdicts: claim, reason, evidence; the answer and question texts). Each file's row keys are read first,
     a row group at a time; the heavy columns only of the row groups that hold a wanted key, a chunk at a
     time (a row group's claims and texts decoded at once are hundreds of megabytes)."""
     if not row_keys:
         return {}
-    files = ([f.uri for f in _warehouse_files(Place.of(spec), "scored_conversations")] if is_warehouse(spec)
-             else resolve_inputs(spec))
+    files = ([f.uri for f in _warehouse_files(Place.of(spec), "scored_conversations", listed)]
+             if listed is not None or is_warehouse(spec) else resolve_inputs(spec))
     found: dict[str, dict[str, Any]] = {}
     for file in files:
         names = _scored_file(file).names()
@@ -277,7 +285,7 @@ def day_of(frame: pl.DataFrame, column: str, timezone: str,
     raise InputError(f"column {column!r} holds {dtype}, not a timestamp: {fix}")
 
 
-def load_calibration(spec: str | None, warehouse: Place | None) -> pl.DataFrame | None:
+def load_calibration(spec: str | None, warehouse: Place | None, listed: Listed | None = None) -> pl.DataFrame | None:
     """The judge's calibration table when one is given or the warehouse has one; None otherwise."""
     if spec:
         return pl.concat([_read_table(f) for f in resolve_inputs(spec)], how="diagonal_relaxed")
@@ -285,9 +293,9 @@ def load_calibration(spec: str | None, warehouse: Place | None) -> pl.DataFrame 
         return None
     for table in CALIBRATION_TABLES:
         folder = warehouse.child(table)
-        files = _warehouse_files(warehouse, table) or [
+        files = _warehouse_files(warehouse, table, listed) or ([] if listed is not None else [
             f for f in folder.files(".parquet") if f.parent().path == folder.path
-        ]
+        ])
         if files:
             return pl.concat([_read_table(f.uri) for f in files], how="diagonal_relaxed")
     return None
@@ -297,12 +305,12 @@ def load_calibration(spec: str | None, warehouse: Place | None) -> pl.DataFrame 
 CORRECTED_TABLE = "daily_corrected_quality"
 
 
-def load_corrected(warehouse: Place | None) -> pl.DataFrame | None:
+def load_corrected(warehouse: Place | None, listed: Listed | None = None) -> pl.DataFrame | None:
     """The warehouse's corrected figures of the groups that have them (a few rows a day), day by day; None
     where there are none."""
     if warehouse is None:
         return None
-    files = _warehouse_files(warehouse, CORRECTED_TABLE)
+    files = _warehouse_files(warehouse, CORRECTED_TABLE, listed)
     if not files:
         return None
     table = pl.concat([_read_table(f.uri) for f in files], how="diagonal_relaxed")

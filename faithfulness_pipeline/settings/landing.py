@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.settings.fields import flag, variable
 from faithfulness_pipeline.settings.model_config import SETTINGS_CONFIG
 from faithfulness_pipeline.tables.formats import known_table_format
+from faithfulness_pipeline.tables.iceberg_tables import catalog_uri
 from faithfulness_pipeline.tables.storage import Place
 
 #: The sample data's first day.
@@ -114,6 +115,17 @@ class WarehouseSettings(BaseModel):
         "(reading as of a materialisation's table_version) before its data may be removed",
         json_schema_extra=variable("FP_VERSION_RETENTION_DAYS"),
     )
+    iceberg_catalog: str | None = Field(
+        default=None,
+        description="the iceberg format's SQL catalog, a SQLAlchemy URI: sqlite:////path/catalog.sqlite or "
+        "postgresql://user@host/db (unset: <root>/_iceberg_catalog.sqlite; required for a root in an object store)",
+        json_schema_extra=variable("FP_ICEBERG_CATALOG"),
+    )
+    iceberg_namespace: str = Field(
+        default="faithfulness",
+        description="the iceberg format's namespace (database) in its catalog, holding every table",
+        json_schema_extra=variable("FP_ICEBERG_NAMESPACE"),
+    )
 
     segment_columns: list[str] = Field(
         default_factory=lambda: ["app_version"],
@@ -128,6 +140,12 @@ class WarehouseSettings(BaseModel):
     def _known_format(cls, name: str) -> str:
         known_table_format(name)
         return name
+
+    @model_validator(mode="after")
+    def _iceberg_catalog_where_needed(self) -> WarehouseSettings:
+        if self.table_format == "iceberg":  # its catalog has no default place in an object store: say so now
+            catalog_uri(self.root, self.iceberg_catalog)
+        return self
 
     def root_place(self) -> Place:
         return Place.of(self.root)

@@ -10,17 +10,18 @@ from collections.abc import Callable
 from typing import Final
 
 from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.tables.iceberg_tables import IcebergTables, iceberg_tables
 from faithfulness_pipeline.tables.parquet_tables import ParquetTables
-from faithfulness_pipeline.tables.storage import Place
-from faithfulness_pipeline.tables.table_format import TableFormat
+from faithfulness_pipeline.tables.table_format import FormatSettings, TableFormat
 
-#: Table formats by name.
-TABLE_FORMATS: Final[dict[str, Callable[[Place], TableFormat]]] = {
-    ParquetTables.name: ParquetTables,
+#: Table formats by name, each built from the warehouse's settings (its root and the format's own fields).
+TABLE_FORMATS: Final[dict[str, Callable[[FormatSettings], TableFormat]]] = {
+    ParquetTables.name: lambda settings: ParquetTables(settings.root_place()),
+    IcebergTables.name: iceberg_tables,
 }
 
 
-def known_table_format(name: str) -> Callable[[Place], TableFormat]:
+def known_table_format(name: str) -> Callable[[FormatSettings], TableFormat]:
     """How the format ``name`` is built; an unknown name is one line naming the setting and the choices."""
     try:
         return TABLE_FORMATS[name]
@@ -31,6 +32,6 @@ def known_table_format(name: str) -> Callable[[Place], TableFormat]:
         ) from None
 
 
-def table_format(name: str, root: Place) -> TableFormat:
-    """The tables of the warehouse at ``root`` in the format ``name``."""
-    return known_table_format(name)(root)
+def table_format(name: str, settings: FormatSettings) -> TableFormat:
+    """The tables of the warehouse ``settings`` describe, in the format ``name``."""
+    return known_table_format(name)(settings)

@@ -17,6 +17,8 @@ from typing import Protocol
 
 import polars as pl
 
+from faithfulness_pipeline.tables.storage import Place
+
 
 class ChunkSink(Protocol):
     """What a partition's writer takes: one frame at a time, every frame with the same columns.
@@ -65,3 +67,22 @@ class TableFormat(Protocol):
     def location(self, table: str, partition: str | None) -> str:
         """Where the partition is, as a path or URI a person can open (materialisation metadata)."""
         ...
+
+
+class FormatSettings(Protocol):
+    """What a format is built from: the warehouse's settings (``settings.landing.WarehouseSettings``, which this
+    layer may not import), as far as a format reads them."""
+
+    @property
+    def version_retention_days(self) -> int: ...
+
+    @property
+    def root(self) -> str: ...
+
+    def root_place(self) -> Place: ...
+
+    @property
+    def iceberg_catalog(self) -> str | None: ...
+
+    @property
+    def iceberg_namespace(self) -> str: ...
