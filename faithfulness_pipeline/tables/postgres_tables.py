@@ -123,8 +123,15 @@ class PostgresTables:
         if self._missing(conn, table, schema, wanted):
             conn.rollback()
             # Workers starting on a new table together would race on CREATE TABLE IF NOT EXISTS (not atomic in
-            # PostgreSQL): one at a time, under a transaction-scoped advisory lock, then look again.
-            conn.execute(_LOCK, (_DDL_LOCK + self.pg_schema,))
+            # PostgreSQL): one at a time, under a transaction-scoped advisory lock, then look again. The lock is
+            # the table's: a process writing two tables at once (claims and verdicts) never waits on itself.
+            # A wait no one ends (a lock held by a writer that waits on this one) is an error, not a hang.
+            conn.execute("SET LOCAL lock_timeout = '60s'")
+            if not self._has_loads(conn):
+                conn.execute(_LOCK, (_DDL_LOCK + self.pg_schema,))
+                if not self._has_loads(conn):
+                    self._create_loads(conn)
+            conn.execute(_LOCK, (f"{_DDL_LOCK}{self.pg_schema}.{table}",))
             self._create(conn, table)
             missing = self._missing(conn, table, schema, wanted)
             from psycopg import sql
@@ -154,7 +161,9 @@ class PostgresTables:
                     "type, or write it under a new column name")
         return [c for c in wanted if c not in have]
 
-    def _create(self, conn: psycopg.Connection[Any], table: str) -> None:
+    def _create_loads(self, conn: psycopg.Connection[Any]) -> None:
+        """The schema, ``_loads`` and the sequence, once: ``CREATE INDEX IF NOT EXISTS`` would lock ``_loads``
+        against the open loads of other writers even when the index is there."""
         from psycopg import sql
 
         loads, versions = self._name(LOADS), self._name(VERSIONS)
@@ -167,12 +176,16 @@ class PostgresTables:
             sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (table_name, ds, version)").format(
                 sql.Identifier(f"{LOADS}_by_day"), loads),
             sql.SQL("CREATE SEQUENCE IF NOT EXISTS {}").format(versions),
-            sql.SQL("CREATE TABLE IF NOT EXISTS {} ({} bigint NOT NULL, {} bigint NOT NULL, {} date, "
-                    "PRIMARY KEY ({}, {}))").format(
-                self._rows_table(table), sql.Identifier(LOAD_ID), sql.Identifier(ROW), sql.Identifier(DAY),
-                sql.Identifier(LOAD_ID), sql.Identifier(ROW)),
         ):
             conn.execute(statement)
+
+    def _create(self, conn: psycopg.Connection[Any], table: str) -> None:
+        from psycopg import sql
+
+        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({} bigint NOT NULL, {} bigint NOT NULL, {} date, "
+                    "PRIMARY KEY ({}, {}))").format(
+                self._rows_table(table), sql.Identifier(LOAD_ID), sql.Identifier(ROW), sql.Identifier(DAY),
+                sql.Identifier(LOAD_ID), sql.Identifier(ROW)))
 
     # ------------------------------------------------------------------------------- writing
 
