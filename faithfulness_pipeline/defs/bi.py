@@ -9,6 +9,8 @@ from faithfulness_pipeline.defs.names import DUCKDB, DUCKDB_REVISION, GROUP, REP
 from faithfulness_pipeline.defs.resources import ScoringResource
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
 from faithfulness_pipeline.outputs import tables
+from faithfulness_pipeline.tables.postgres_connect import shown
+from faithfulness_pipeline.tables.postgres_tables import PostgresTables
 
 
 @dg.asset(
@@ -17,9 +19,19 @@ from faithfulness_pipeline.outputs import tables
     code_version=DUCKDB_REVISION,
     kinds={"duckdb"},
     deps=list(BI_TABLES),
-    description="DuckDB file with views over the BI tables (all days). Open it from any SQL BI tool.",
+    description="DuckDB file with views over the BI tables (all days). Open it from any SQL BI tool. In the "
+    "postgres table format: the same views in the database (docs/table-formats.md).",
 )
 def answer_quality_duckdb(warehouse: WarehouseResource) -> dg.MaterializeResult:  # type: ignore[type-arg]
+    tables = warehouse.tables()
+    if isinstance(tables, PostgresTables):  # the views go into the database, beside the tables they read
+        from faithfulness_pipeline.defs.postgres_views import build_views
+
+        views = build_views(tables)
+        return dg.MaterializeResult(metadata={
+            **{f"rows_{t}": n for t, n in views.items()},
+            "connect": f"{shown(tables.url)} schema {tables.pg_schema} (views {', '.join(views)})",
+        })
     target = warehouse.duckdb_place()
     rows = build_database(target, warehouse.root_place())
     return dg.MaterializeResult(

@@ -91,17 +91,17 @@ class PostgresTables:
 
     # ------------------------------------------------------------------------------- names
 
-    def _name(self, name: str) -> sql.Identifier:
+    def qualified(self, name: str) -> sql.Identifier:
         from psycopg import sql
 
         return sql.Identifier(self.pg_schema, name)
 
-    def _rows_table(self, table: str) -> sql.Identifier:
+    def rows_identifier(self, table: str) -> sql.Identifier:
         name = table + ROWS_SUFFIX
         if not table or len(name.encode()) > MAX_NAME or "\0" in table:
             raise ConfigError(f"table name {table!r} is too long for PostgreSQL ({MAX_NAME - len(ROWS_SUFFIX)} "
                               "bytes at most) or empty")
-        return self._name(name)
+        return self.qualified(name)
 
     def rows_table(self, table: str) -> str:
         """The qualified name of ``table``'s rows (every kept load), as SQL writes it."""
@@ -138,7 +138,7 @@ class PostgresTables:
 
             for column in missing:
                 conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
-                    self._rows_table(table), sql.Identifier(column), sql.SQL(wanted[column])))
+                    self.rows_identifier(table), sql.Identifier(column), sql.SQL(wanted[column])))
         conn.commit()
 
     def _missing(self, conn: psycopg.Connection[Any], table: str, schema: pl.Schema,
@@ -166,7 +166,7 @@ class PostgresTables:
         against the open loads of other writers even when the index is there."""
         from psycopg import sql
 
-        loads, versions = self._name(LOADS), self._name(VERSIONS)
+        loads, versions = self.qualified(LOADS), self.qualified(VERSIONS)
         for statement in (
             sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.pg_schema)),
             sql.SQL("CREATE TABLE IF NOT EXISTS {} (load_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
@@ -184,7 +184,7 @@ class PostgresTables:
 
         conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({} bigint NOT NULL, {} bigint NOT NULL, {} date, "
                     "PRIMARY KEY ({}, {}))").format(
-                self._rows_table(table), sql.Identifier(LOAD_ID), sql.Identifier(ROW), sql.Identifier(DAY),
+                self.rows_identifier(table), sql.Identifier(LOAD_ID), sql.Identifier(ROW), sql.Identifier(DAY),
                 sql.Identifier(LOAD_ID), sql.Identifier(ROW)))
 
     # ------------------------------------------------------------------------------- writing
@@ -193,7 +193,7 @@ class PostgresTables:
     def writer(self, table: str, partition: str | None,
                empty: pl.Schema | None = None) -> Iterator[PostgresSink]:
         day = _day(partition)
-        self._rows_table(table)  # a bad name is refused before connecting
+        self.rows_identifier(table)  # a bad name is refused before connecting
         conn = connect(self.url)
         try:
             sink = PostgresSink(self, conn, table, day, empty)
@@ -215,10 +215,10 @@ class PostgresTables:
         old = conn.execute(
             sql.SQL("UPDATE {} SET purged_at = clock_timestamp() WHERE table_name = %s AND purged_at IS NULL AND "
                     "replaced_at < clock_timestamp() - make_interval(days => %s) RETURNING load_id").format(
-                self._name(LOADS)), (table, self.retention_days)).fetchall()
+                self.qualified(LOADS)), (table, self.retention_days)).fetchall()
         if old:
             conn.execute(sql.SQL("DELETE FROM {} WHERE {} = ANY(%s)").format(
-                self._rows_table(table), sql.Identifier(LOAD_ID)), ([r[0] for r in old],))
+                self.rows_identifier(table), sql.Identifier(LOAD_ID)), ([r[0] for r in old],))
         conn.commit()
 
     # ------------------------------------------------------------------------------- reading
@@ -247,12 +247,12 @@ class PostgresTables:
             found = conn.execute(
                 sql.SQL("SELECT load_id, rows, polars_schema FROM {} WHERE table_name = %s AND ds IS NOT DISTINCT "
                         "FROM %s AND version IS NOT NULL AND replaced_by IS NULL ORDER BY version DESC LIMIT 1"
-                        ).format(self._name(LOADS)), (table, day)).fetchone()
+                        ).format(self.qualified(LOADS)), (table, day)).fetchone()
             return _Load(*found) if found else None
         version = self._version(conn, table, as_of)
         found = conn.execute(
             sql.SQL("SELECT load_id, rows, polars_schema, purged_at FROM {} WHERE table_name = %s AND ds IS NOT "
-                    "DISTINCT FROM %s AND version <= %s ORDER BY version DESC LIMIT 1").format(self._name(LOADS)),
+                    "DISTINCT FROM %s AND version <= %s ORDER BY version DESC LIMIT 1").format(self.qualified(LOADS)),
             (table, day, version)).fetchone()
         if found is None:
             return None
@@ -269,7 +269,7 @@ class PostgresTables:
         if not as_of.isdigit():
             raise ConfigError(f"{table}: as_of {as_of!r} is no load id of the postgres table format (a "
                               "materialisation's table_version, a number)")
-        found = conn.execute(sql.SQL("SELECT version FROM {} WHERE load_id = %s").format(self._name(LOADS)),
+        found = conn.execute(sql.SQL("SELECT version FROM {} WHERE load_id = %s").format(self.qualified(LOADS)),
                              (int(as_of),)).fetchone()
         if found is None or found[0] is None:
             raise ConfigError(f"{table}: there is no committed load {as_of} in {shown(self.url)} schema "
@@ -326,7 +326,7 @@ class PostgresTables:
             else:
                 selected.append(sql.Identifier(column))
         query = sql.SQL("SELECT {} FROM {} WHERE {} = %s ORDER BY {}").format(
-            sql.SQL(", ").join(selected), self._rows_table(table), sql.Identifier(LOAD_ID), sql.Identifier(ROW))
+            sql.SQL(", ").join(selected), self.rows_identifier(table), sql.Identifier(LOAD_ID), sql.Identifier(ROW))
         read_as = {c: pl.String() if is_nested(d) else d for c, d in schema.items()}
         with conn.transaction(), conn.cursor(name=f"fp_rows_{load.load_id}") as cursor:
             cursor.itersize = max(rows, 1)
@@ -392,7 +392,7 @@ class PostgresSink:
         self._schema = schema
         found = self.conn.execute(
             sql.SQL("INSERT INTO {} (table_name, ds, polars_schema) VALUES (%s, %s, %s) RETURNING load_id").format(
-                self.tables._name(LOADS)), (self.table, self.day, schema_bytes(schema))).fetchone()
+                self.tables.qualified(LOADS)), (self.table, self.day, schema_bytes(schema))).fetchone()
         assert found is not None
         self._load_id = int(found[0])
 
@@ -409,7 +409,7 @@ class PostgresSink:
             return
         names = list(self._schema)
         copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(
-            self.tables._rows_table(self.table),
+            self.tables.rows_identifier(self.table),
             sql.SQL(", ").join(sql.Identifier(c) for c in (LOAD_ID, ROW, DAY, *names)))
         nested = [i for i, d in enumerate(self._schema.values()) if is_nested(d)]
         with self.conn.cursor() as cursor, cursor.copy(copy_sql) as copy:
@@ -427,7 +427,7 @@ class PostgresSink:
 
         if self._schema is None:
             self._begin(self.empty if self.empty is not None else pl.Schema())
-        loads = self.tables._name(LOADS)
+        loads = self.tables.qualified(LOADS)
         # Writers of one day queue here, only to commit: the second replaces the first, whichever came first.
         self.conn.execute(_LOCK, (f"{_DAY_LOCK}{self.tables.pg_schema}.{self.table}/{self.day}",))
         self.conn.execute(
