@@ -18,9 +18,11 @@ from faithfulness_pipeline.tables.postgres_tables import PostgresSink
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
 from tests.defs.conftest import TABLES, Lake, sample_ids
+from tests.doc_blocks import block
 from tests.postgres_cluster import PASSWORD, Cluster
 
 DAY = "2026-11-25"
+PAGE = "docs/table-formats.md"
 _DATABASES = itertools.count()
 #: The report reads Parquet warehouses only (docs/table-formats.md says so): every other asset of the day.
 DAILY = dg.AssetSelection.groups("answer_quality") - dg.AssetSelection.assets("answer_quality_report")
@@ -98,6 +100,15 @@ def test_a_day_in_postgres_reads_back_by_sql_and_as_of_each_judge(
                            "'scored_conversations' ORDER BY load_id")
     assert loads == [(int(offline["scored_conversations"]), int(scripted["scored_conversations"])),
                      (int(scripted["scored_conversations"]), None)]
+    # The page's Python reads the first judge's day back, and its SQL runs, as printed.
+    names: dict[str, object] = {"url": database, "table_version": offline["scored_conversations"]}
+    exec(block(PAGE, "python", "as_of=table_version"), names)  # the docs' own snippet, as printed
+    assert isinstance(names["published"], pl.DataFrame) and names["published"].equals(before)
+    statements = [q for q in block(PAGE, "sql", "faithfulness._loads").split(";\n") if q.strip()]
+    trend, day_loads, first_load = (_sql(database, q) for q in statements)
+    assert {r[1] for r in trend} == set(before.get_column("model")) and [r[0] for r in day_loads] == [
+        int(offline["scored_conversations"]), int(scripted["scored_conversations"])]
+    assert sorted(first_load) == sorted(before.select("row_key", "judge_model", "hallucination_score").rows())
     # No password in any metadata the runs recorded.
     for result in (first, second):
         for event in result.get_asset_materialization_events():

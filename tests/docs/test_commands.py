@@ -38,6 +38,12 @@ THIS = "tests/docs/test_commands.py"
 
 #: (page, language, a text only that block of the page holds) -> the tests that run it.
 RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
+    ("docs/table-formats.md", "python", "as_of=table_version"): (
+        "tests/defs/test_postgres_materialize.py::test_a_day_in_postgres_reads_back_by_sql_and_as_of_each_judge",
+    ),
+    ("docs/table-formats.md", "sql", "faithfulness._loads"): (
+        "tests/defs/test_postgres_materialize.py::test_a_day_in_postgres_reads_back_by_sql_and_as_of_each_judge",
+    ),
     ("README.md", "bash", "faithfulness-pipeline demo"): (
         "tests/defs/test_demo.py::test_demo_scores_every_sample_row_and_says_where_the_tables_are",
         f"{THIS}::test_ci_runs_the_readme_test_command",
