@@ -1,6 +1,9 @@
 """What BI tools open over every day of the warehouse: the DuckDB file of views and the HTML report."""
 
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
+import tempfile
+from contextlib import ExitStack
+
 import dagster as dg
 
 from faithfulness_pipeline.defs.duckdb_views import BI_TABLES, build_database
@@ -58,10 +61,17 @@ def answer_quality_report(warehouse: WarehouseResource, scoring: ScoringResource
     from faithfulness_pipeline.judging.catalog import baseline_judges
     from faithfulness_pipeline.report import build_report_to, headline
 
-    place, data = build_report_to(
-        warehouse.root_place().uri,
-        warehouse.report_place(),
-        baseline_judges=baseline_judges(),
-        scoring=scoring,
-    )
+    tables = warehouse.tables()
+    with ExitStack() as stack:
+        source = warehouse.root_place().uri
+        if isinstance(tables, PostgresTables):  # the report reads Parquet: the tables it needs, copied out
+            from faithfulness_pipeline.defs.report_copy import parquet_copy
+
+            source = parquet_copy(tables, stack.enter_context(tempfile.TemporaryDirectory(prefix="fp-report-")))
+        place, data = build_report_to(
+            source,
+            warehouse.report_place(),
+            baseline_judges=baseline_judges(),
+            scoring=scoring,
+        )
     return dg.MaterializeResult(metadata=report_metadata(place, headline(data), data.threshold))

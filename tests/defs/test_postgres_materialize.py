@@ -17,15 +17,14 @@ from faithfulness_pipeline.defs.resources import JudgeResource, LabelsResource, 
 from faithfulness_pipeline.tables.postgres_tables import PostgresSink
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
-from tests.defs.conftest import TABLES, Lake, sample_ids
+from tests.defs.conftest import ASSETS, TABLES, Lake, sample_ids
 from tests.doc_blocks import block
 from tests.postgres_cluster import PASSWORD, Cluster
 
 DAY = "2026-11-25"
 PAGE = "docs/table-formats.md"
 _DATABASES = itertools.count()
-#: The report reads Parquet warehouses only (docs/table-formats.md says so): every other asset of the day.
-DAILY = dg.AssetSelection.groups("answer_quality") - dg.AssetSelection.assets("answer_quality_report")
+DAILY = dg.AssetSelection.groups("answer_quality")
 
 
 @pytest.fixture
@@ -67,6 +66,9 @@ def test_a_day_in_postgres_reads_back_by_sql_and_as_of_each_judge(
     offline = _versions(first)
     assert set(offline) == set(TABLES)
     assert not (tmp_path / "warehouse" / "scored_conversations").exists()  # the rows went to the database
+    assert {e.asset_key.to_user_string() for e in first.get_asset_materialization_events()} == ASSETS
+    report = (tmp_path / "warehouse" / "answer_quality_report.html").read_text(encoding="utf-8")
+    assert "offline-lexical-v1" in report  # made from the database's rows, copied out for it
     expected = sample_ids()[DAY]
     # The BI views, by SQL, as a BI tool reads them.
     assert _sql(database, "SELECT count(*), count(DISTINCT row_key), min(day)::text, max(judge_model) "
