@@ -89,6 +89,12 @@ class PostgresTables:
         self.pg_schema = schema
         self.retention_days = retention_days
 
+    def check(self) -> None:
+        """Connects once: a database that cannot be reached, or a refused password, is one line naming
+        FP_POSTGRES_URL before a step does any work."""
+        with self._reading():
+            pass
+
     # ------------------------------------------------------------------------------- names
 
     def qualified(self, name: str) -> sql.Identifier:

@@ -140,6 +140,12 @@ def test_a_failed_step_leaves_the_day_as_it_was(
     assert _sql(database, "SELECT count(*) FROM faithfulness.scored_conversations__versions") == [(before.height,)]
 
 
+def _resource_failure(result: dg.ExecuteInProcessResult) -> str:
+    """Why the step's resources could not start (the warehouse checks its tables when a step starts)."""
+    return " ".join(str(e.event_specific_data) for e in result.all_events
+                    if e.event_type_value == "RESOURCE_INIT_FAILURE")
+
+
 def test_postgres_without_a_url_is_refused_naming_the_setting(landing: Path, tmp_path: Path,
                                                               instance: dg.DagsterInstance) -> None:
     settings = DefsSettings(landing=LandingResource(path=str(landing)),
@@ -147,5 +153,17 @@ def test_postgres_without_a_url_is_refused_naming_the_setting(landing: Path, tmp
     result = Lake(landing, tmp_path, build_defs(settings)).materialize(
         DAY, instance, selection=dg.AssetSelection.assets("raw_conversations"))
     assert not result.success
-    failure = next(e for e in result.all_events if e.is_step_failure)
-    assert "FP_POSTGRES_URL / warehouse.postgres_url is not set" in str(failure.step_failure_data.error)
+    assert "FP_POSTGRES_URL / warehouse.postgres_url is not set" in _resource_failure(result)
+    assert not (tmp_path / "_staging").exists()  # refused when the step started, before it read the landing rows
+
+
+def test_an_unreachable_database_stops_the_step_before_it_works(
+    landing: Path, tmp_path: Path, postgres: Cluster, instance: dg.DagsterInstance
+) -> None:
+    wrong = postgres.url(password="not-" + PASSWORD)
+    lake = _lake(landing, tmp_path, wrong)
+    result = lake.materialize(DAY, instance, selection=dg.AssetSelection.assets("raw_conversations"))
+    assert not result.success
+    error = _resource_failure(result)
+    assert "FP_POSTGRES_URL / warehouse.postgres_url" in error and "cannot be reached" in error
+    assert PASSWORD not in error
