@@ -16,8 +16,9 @@ replaced, when the next write of the table deletes them.
 
 Creating a table, or a column a later version adds (``ALTER TABLE ... ADD COLUMN``: old rows read it as null),
 happens in its own short transaction under an advisory lock, so workers writing several days of a new table at
-once do not race on ``CREATE TABLE IF NOT EXISTS``; a column whose type would change is refused. Writers of
-one day queue on an advisory lock of that day only when they commit, so days are written in parallel.
+once do not race on ``CREATE TABLE IF NOT EXISTS``; a column whose type would change is refused. Writers
+copy their rows in parallel and queue on an advisory lock only to commit (a few statements), so a load's
+``version`` is the order loads committed in.
 """
 
 from __future__ import annotations
@@ -49,10 +50,10 @@ LOADS: Final = "_loads"
 VERSIONS: Final = "_load_versions"
 #: PostgreSQL's longest identifier in bytes: a longer one would be cut silently.
 MAX_NAME: Final = 63
-#: The advisory locks (64-bit hashes of these and the schema, table and day) of creating tables and columns in a
-#: schema, and of replacing one day of one table.
+#: The advisory locks (64-bit hashes of these and the schema or table) of creating tables and columns, and of
+#: committing a load.
 _DDL_LOCK: Final = "faithfulness-pipeline ddl:"
-_DAY_LOCK: Final = "faithfulness-pipeline day:"
+_COMMIT_LOCK: Final = "faithfulness-pipeline commit:"
 _LOCK: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 #: Rows a scan reads per batch when polars gives no hint.
 SCAN_BATCH: Final = 50_000
@@ -446,8 +447,10 @@ class PostgresSink:
         if self._schema is None:
             self._begin(self.empty if self.empty is not None else pl.Schema())
         loads = self.tables.qualified(LOADS)
-        # Writers of one day queue here, only to commit: the second replaces the first, whichever came first.
-        self.conn.execute(_LOCK, (f"{_DAY_LOCK}{self.tables.pg_schema}.{self.table}/{self.day}",))
+        # Writers queue here only to commit (a few statements): the version a load takes is then the order loads
+        # commit in, so "as of a load" is exactly what was committed before it, and of two writers of one day
+        # the second replaces the first.
+        self.conn.execute(_LOCK, (f"{_COMMIT_LOCK}{self.tables.pg_schema}",))
         self.conn.execute(
             sql.SQL("UPDATE {} SET replaced_by = %s, replaced_at = clock_timestamp() WHERE table_name = %s AND ds IS "
                     "NOT DISTINCT FROM %s AND replaced_by IS NULL AND version IS NOT NULL AND load_id <> %s"
