@@ -205,3 +205,17 @@ def test_as_of_an_unknown_load_and_reserved_columns_are_refused(database: str) -
         tables.scan("t", [DAY], as_of="v3")
     with pytest.raises(ConfigError, match=r"'ds'.*rename"), tables.writer("t", DAY) as sink:
         sink.write(pl.DataFrame({"ds": [1]}))
+
+
+def test_a_table_without_partitions_is_replaced_whole(database: str) -> None:
+    tables = PostgresTables(database)
+    with tables.writer("judge_calibration", None) as first:
+        first.write(pl.DataFrame({"judge": ["a"], "agreement": [0.5]}))
+    with tables.writer("judge_calibration", None) as second:
+        second.write(pl.DataFrame({"judge": ["b", "c"], "agreement": [0.7, 0.9]}))
+    assert tables.partitions("judge_calibration") == [None]
+    assert tables.rows("judge_calibration", None) == 2
+    assert tables.scan("judge_calibration", [None]).collect().get_column("judge").to_list() == ["b", "c"]
+    assert tables.scan("judge_calibration", [None], as_of=first.committed).collect().get_column("judge").to_list() == ["a"]
+    where = tables.location("judge_calibration", None)
+    assert "judge_calibration" in where and PASSWORD not in where and PASSWORD in database
