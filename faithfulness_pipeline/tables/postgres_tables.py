@@ -55,6 +55,8 @@ MAX_NAME: Final = 63
 _DDL_LOCK: Final = "faithfulness-pipeline ddl:"
 _COMMIT_LOCK: Final = "faithfulness-pipeline commit:"
 _LOCK: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+#: Rows fetched from the server at a time (a batch of more is gathered from several).
+FETCH_ROWS: Final = 2_000
 #: Rows a scan reads per batch when polars gives no hint.
 SCAN_BATCH: Final = 50_000
 
@@ -347,13 +349,25 @@ class PostgresTables:
         query = sql.SQL("SELECT {} FROM {} WHERE {} = %s ORDER BY {}").format(
             sql.SQL(", ").join(selected), self.rows_identifier(table), sql.Identifier(LOAD_ID), sql.Identifier(ROW))
         read_as = {c: pl.String() if is_nested(d) else d for c, d in schema.items()}
+        nested = [pl.col(c).str.json_decode(d) for c, d in schema.items() if is_nested(d)]
+        # Rows arrive as Python tuples, many times the size of the frame they make: a few thousand at a time,
+        # gathered into frames of ``rows``.
+        rows = max(rows, 1)
+        fetch = min(rows, FETCH_ROWS)
         with conn.transaction(), conn.cursor(name=f"fp_rows_{load.load_id}") as cursor:
-            cursor.itersize = max(rows, 1)
+            cursor.itersize = fetch
             cursor.execute(query, (load.load_id,))
-            while chunk := cursor.fetchmany(max(rows, 1)):
+            gathered: list[pl.DataFrame] = []
+            held = 0
+            while chunk := cursor.fetchmany(min(fetch, rows - held)):  # never more than ``rows`` a batch
                 frame = pl.DataFrame(chunk, schema=read_as, orient="row")
-                nested = [pl.col(c).str.json_decode(d) for c, d in schema.items() if is_nested(d)]
-                yield frame.with_columns(nested) if nested else frame
+                gathered.append(frame.with_columns(nested) if nested else frame)
+                held += frame.height
+                if held >= rows:
+                    yield pl.concat(gathered, rechunk=True)
+                    gathered, held = [], 0
+            if gathered:
+                yield pl.concat(gathered, rechunk=True)
 
     def scan(self, table: str, partitions: Sequence[str | None], as_of: str | None = None) -> pl.LazyFrame:
         """A lazy frame over the partitions: which load each one reads is settled now (a missing partition is

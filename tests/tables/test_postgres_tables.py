@@ -219,3 +219,13 @@ def test_a_table_without_partitions_is_replaced_whole(database: str) -> None:
     assert tables.scan("judge_calibration", [None], as_of=first.committed).collect().get_column("judge").to_list() == ["a"]
     where = tables.location("judge_calibration", None)
     assert "judge_calibration" in where and PASSWORD not in where and PASSWORD in database
+
+
+def test_batches_hold_at_most_the_rows_asked_for(database: str) -> None:
+    tables = PostgresTables(database)
+    frame = pl.DataFrame({"i": range(5_000), "l": [[str(i)] for i in range(5_000)]})
+    with tables.writer("t", DAY) as sink:
+        sink.write(frame)
+    # fetched a few thousand rows at a time (FETCH_ROWS), gathered into batches of the size asked for
+    assert [b.height for b in tables.batches("t", DAY, 3_000)] == [3_000, 2_000]
+    assert_frame_equal(pl.concat(tables.batches("t", DAY, 3_000)), frame)
