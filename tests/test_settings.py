@@ -221,6 +221,8 @@ def test_the_dagster_layer_keeps_its_variables_and_defaults() -> None:
         "warehouse.version_retention_days": ("FP_VERSION_RETENTION_DAYS", 30),
         "warehouse.iceberg_catalog": ("FP_ICEBERG_CATALOG", None),
         "warehouse.iceberg_namespace": ("FP_ICEBERG_NAMESPACE", "faithfulness"),
+        "warehouse.postgres_url": ("FP_POSTGRES_URL", None),
+        "warehouse.postgres_schema": ("FP_POSTGRES_SCHEMA", "faithfulness"),
         # defs.partitions keeps its own copy of the first day (its daily_partitions default): they must agree
         "partitions_start": ("FP_PARTITIONS_START", DEFAULT_START),
     }

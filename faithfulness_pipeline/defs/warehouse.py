@@ -59,6 +59,13 @@ class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ig
     """Where tables are written (see the module docstring). The fields are the ``WarehouseSettings`` fields
     (described there, and in docs/settings.md)."""
 
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Opens the tables once when a step starts: a format that cannot work here (the postgres format without
+        FP_POSTGRES_URL, or with a database that cannot be reached) stops the step before any work, in one line."""
+        check = getattr(self.tables(), "check", None)
+        if callable(check):
+            check()
+
     def place(self) -> Place:
         return Place.of(self.root)
 

@@ -105,9 +105,22 @@ class WarehouseSettings(BaseModel):
 
     table_format: str = Field(
         default="parquet",
-        description="the warehouse's table format: parquet (folders of day-partitioned Parquet files; "
-        "docs/table-formats.md lists the others)",
+        description="the warehouse's table format: parquet (folders of day-partitioned Parquet files), iceberg "
+        "(Apache Iceberg tables in the SQL catalog FP_ICEBERG_CATALOG), postgres (tables in the database "
+        "FP_POSTGRES_URL); docs/table-formats.md",
         json_schema_extra=variable("FP_TABLE_FORMAT"),
+    )
+    postgres_url: str | None = Field(
+        default=None,
+        description="the database of the postgres table format: postgresql://user:password@host:5432/db (a Unix "
+        "socket folder as ?host=/folder); required when table_format is postgres; shown without its password",
+        json_schema_extra=variable("FP_POSTGRES_URL"),
+    )
+    postgres_schema: str = Field(
+        default="faithfulness",
+        description="the PostgreSQL schema the postgres table format keeps the tables, their loads and the BI "
+        "views in (created when absent)",
+        json_schema_extra=variable("FP_POSTGRES_SCHEMA"),
     )
     version_retention_days: int = Field(
         default=30, ge=1, le=3650,

@@ -86,3 +86,9 @@ class FormatSettings(Protocol):
 
     @property
     def iceberg_namespace(self) -> str: ...
+
+    @property
+    def postgres_url(self) -> str | None: ...
+
+    @property
+    def postgres_schema(self) -> str: ...

@@ -41,6 +41,12 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("docs/table-formats.md", "python", "snapshot_id=int(version)"): (
         "tests/defs/test_iceberg_materialize.py::test_the_day_in_iceberg_versions_per_judge_and_a_failed_write",
     ),
+    ("docs/table-formats.md", "python", "as_of=table_version"): (
+        "tests/defs/test_postgres_materialize.py::test_a_day_in_postgres_reads_back_by_sql_and_as_of_each_judge",
+    ),
+    ("docs/table-formats.md", "sql", "faithfulness._loads"): (
+        "tests/defs/test_postgres_materialize.py::test_a_day_in_postgres_reads_back_by_sql_and_as_of_each_judge",
+    ),
     ("README.md", "bash", "faithfulness-pipeline demo"): (
         "tests/defs/test_demo.py::test_demo_scores_every_sample_row_and_says_where_the_tables_are",
         f"{THIS}::test_ci_runs_the_readme_test_command",
