@@ -85,7 +85,7 @@ class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ig
 
     def tables(self) -> TableFormat:
         """The warehouse's tables, in its table format."""
-        return table_format(self.format_name(), self.place())
+        return table_format(self.format_name(), self.place(), self)
 
     def partition(self, table: str, partition_key: str | None) -> Place:
         """The file of one partition in the Parquet layout (tests and tools that open files)."""

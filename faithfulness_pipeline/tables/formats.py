@@ -7,20 +7,37 @@ library is heavy to import imports it inside its own methods, so naming the form
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.tables.delta_tables import DeltaTables
 from faithfulness_pipeline.tables.parquet_tables import ParquetTables
 from faithfulness_pipeline.tables.storage import Place
 from faithfulness_pipeline.tables.table_format import TableFormat
 
+if TYPE_CHECKING:
+    from faithfulness_pipeline.settings.landing import WarehouseSettings
+
+#: How a format is built: the warehouse root and the warehouse's settings (a format takes what it needs).
+FormatBuilder = Callable[[Place, "WarehouseSettings | None"], TableFormat]
+
+
+def _parquet(root: Place, settings: WarehouseSettings | None) -> TableFormat:
+    return ParquetTables(root)
+
+
+def _delta(root: Place, settings: WarehouseSettings | None) -> TableFormat:
+    return DeltaTables(root) if settings is None else DeltaTables(root, settings.version_retention_days)
+
+
 #: Table formats by name.
-TABLE_FORMATS: Final[dict[str, Callable[[Place], TableFormat]]] = {
-    ParquetTables.name: ParquetTables,
+TABLE_FORMATS: Final[dict[str, FormatBuilder]] = {
+    ParquetTables.name: _parquet,
+    DeltaTables.name: _delta,
 }
 
 
-def known_table_format(name: str) -> Callable[[Place], TableFormat]:
+def known_table_format(name: str) -> FormatBuilder:
     """How the format ``name`` is built; an unknown name is one line naming the setting and the choices."""
     try:
         return TABLE_FORMATS[name]
@@ -31,6 +48,7 @@ def known_table_format(name: str) -> Callable[[Place], TableFormat]:
         ) from None
 
 
-def table_format(name: str, root: Place) -> TableFormat:
-    """The tables of the warehouse at ``root`` in the format ``name``."""
-    return known_table_format(name)(root)
+def table_format(name: str, root: Place, settings: WarehouseSettings | None = None) -> TableFormat:
+    """The tables of the warehouse at ``root`` in the format ``name`` (``settings``: the warehouse's, for a
+    format's own settings such as the retention of versions; None: their defaults)."""
+    return known_table_format(name)(root, settings)
