@@ -46,6 +46,8 @@ from faithfulness_pipeline.tables.write import ParquetChunkWriter
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
+#: The folder of a Delta table's transaction log.
+DELTA_LOG: Final = "_delta_log"
 #: The partition column of a day, as the Parquet layout names its folders.
 DAY_COLUMN: Final = "ds"
 #: The commit metadata key that marks a write as this writer's own (its version is found by it).
@@ -82,20 +84,7 @@ class DeltaTables:
         return self.place(table).uri
 
     def storage_options(self) -> dict[str, str]:
-        """What delta-rs needs beyond its own reading of the environment: an S3-compatible endpoint over plain
-        HTTP must be allowed as such, and the region given when only the SDK's other spelling sets it."""
-        if self.root.scheme != "s3":
-            return {}
-        options: dict[str, str] = {}
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        if endpoint:
-            options["AWS_ENDPOINT_URL"] = endpoint
-            if endpoint.startswith("http://"):
-                options["AWS_ALLOW_HTTP"] = "true"
-        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        if region:
-            options["AWS_REGION"] = region
-        return options
+        return storage_options(self.root)
 
     def configuration(self) -> dict[str, str | None]:
         """The table properties the retention setting maps to."""
@@ -305,6 +294,37 @@ class DeltaTables:
 
     def location(self, table: str, partition: str | None) -> str:
         return self.uri(table)
+
+
+def storage_options(place: Place) -> dict[str, str]:
+    """What delta-rs needs beyond its own reading of the environment (credentials, profile): an S3-compatible
+    endpoint over plain HTTP must be allowed as such, and the region given when only the SDK's other spelling
+    sets it."""
+    if place.scheme != "s3":
+        return {}
+    options: dict[str, str] = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        options["AWS_ENDPOINT_URL"] = endpoint
+        if endpoint.startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        options["AWS_REGION"] = region
+    return options
+
+
+def live_files(table: Place) -> list[Place] | None:
+    """The data files of the Delta table at ``table`` in its latest version (a Delta table keeps the files of
+    replaced versions beside them: a reader of the folder would read those too); None when no Delta table is
+    there. For readers that take files (the report, the DuckDB views)."""
+    if not table.child(DELTA_LOG).is_dir():
+        return None
+    from deltalake import DeltaTable
+
+    current = DeltaTable(table.uri, storage_options=storage_options(table))
+    paths = pa.table(current.get_add_actions(flatten=True)).column("path").to_pylist()
+    return [table.child(path) for path in sorted(paths)]
 
 
 class DeltaChunkSink:

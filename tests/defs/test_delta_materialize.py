@@ -16,6 +16,7 @@ from polars.testing import assert_frame_equal
 
 from faithfulness_pipeline.defs import DefsSettings, build_defs
 from faithfulness_pipeline.defs.resources import LabelsResource, LandingResource, ScoringResource, WarehouseResource
+from faithfulness_pipeline.report.data import scored_chunks
 from tests.defs.conftest import SAMPLE, TABLES, Lake
 
 DAY = "2026-11-25"
@@ -85,6 +86,18 @@ def test_a_day_in_delta_tables_is_read_by_every_engine_and_each_version_is_what_
         assert set(frame.get_column("scoring_run_id")) == {result.run_id}
     for table in TABLES:
         assert warehouse.exists(table, DAY), table
+    # the BI views and the report read the latest version's files only (the replaced version's are still there)
+    assert len(list((delta_lake.warehouse / "scored_conversations").rglob("*.parquet"))) == 2
+    bi = duckdb.connect(str(delta_lake.warehouse / "answer_quality.duckdb"), read_only=True,
+                        config={"file_search_path": str(delta_lake.warehouse)})
+    try:
+        assert bi.execute("SELECT count(*), count(DISTINCT row_key), CAST(min(day) AS VARCHAR), "
+                          "max(hallucination_score) > 1 FROM scored_conversations").fetchone() == (9, 9, DAY, True)
+        assert bi.execute("SELECT sum(answers) FROM daily_answer_quality").fetchone() == (9,)
+        assert bi.execute("SELECT count(*) FROM claim_table WHERE evidence IS NOT NULL").fetchone() != (0,)
+    finally:
+        bi.close()
+    assert sum(chunk.height for chunk in scored_chunks(str(delta_lake.warehouse))) == 9
 
 
 def test_a_failed_write_leaves_the_table_version_as_it_was(delta_lake: Lake, monkeypatch: pytest.MonkeyPatch) -> None:
