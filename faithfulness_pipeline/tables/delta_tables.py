@@ -24,6 +24,8 @@ lists the whole table and would race the readers of an old version a person stil
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import re
 import tempfile
@@ -118,11 +120,14 @@ class DeltaTables:
 
     def _commit(self, table: str, partition: str | None, staged: Path) -> int:
         """Replaces the partition with the staged rows in one commit; the version that commit created."""
-        from deltalake import CommitProperties, write_deltalake
+        from deltalake import CommitProperties, Transaction, write_deltalake
         from deltalake.exceptions import CommitFailedError, DeltaError
 
         marker = uuid.uuid4().hex
         metadata = {WRITE_MARKER: marker, PARTITION_MARKER: partition or ""}
+        # The partition's application transaction: the snapshot of every later version says the partition was
+        # written, even with no row (an empty day has no file), without a read of the history.
+        written = Transaction(app_id=_app_id(partition), version=time.time_ns())
         predicate = None if partition is None else f"{DAY_COLUMN} = '{partition}'"
         for attempt in range(COMMIT_ATTEMPTS):
             current = self._open(table)
@@ -142,7 +147,7 @@ class DeltaTables:
                     partition_by=None if partition is None else [DAY_COLUMN],
                     configuration=self.configuration() if current is None else None,
                     storage_options=None if current is not None else self.storage_options(),
-                    commit_properties=CommitProperties(custom_metadata=metadata),
+                    commit_properties=CommitProperties(custom_metadata=metadata, app_transactions=[written]),
                 )
             except CommitFailedError:
                 # Another writer committed what this one's commit depended on (most often: both made the table
@@ -157,18 +162,18 @@ class DeltaTables:
         raise AssertionError("unreachable")
 
     def _version_of(self, table: str, written: DeltaTable | None, marker: str) -> int:
-        """The version whose commit carries ``marker``: the table object's own after its write, checked; else
-        looked up in the history (a table this write created, or a version another writer moved past)."""
-        if written is not None:
-            version = written.version()
-            if any(c.get(WRITE_MARKER) == marker and c.get("version") == version for c in written.history(1)):
-                return int(version)
-        latest = self._open(table)
-        assert latest is not None, "a committed table is there"
-        for commit in latest.history():
-            if commit.get(WRITE_MARKER) == marker:
-                return int(commit["version"])
-        raise RuntimeError(f"{table}: the commit of this write is not in {self.uri(table)}'s history")
+        """The version whose commit carries ``marker``: the table object's own after its write (checked against
+        its commit), else the first from version 0 on (a table this write made, maybe after another writer's
+        commits). The commit files are read directly: delta-rs's history listing never ends on some S3 servers."""
+        version = int(written.version()) if written is not None else 0
+        log = self.place(table).child(DELTA_LOG)
+        for candidate in itertools.chain([version], itertools.count(version + 1)):
+            commit = log.child(f"{candidate:020d}.json")
+            if not commit.is_file():
+                break
+            if _commit_marker(commit.read_text()) == marker:
+                return candidate
+        raise RuntimeError(f"{table}: the commit of this write is not in {self.uri(table)}'s log")
 
     def _check_schema(self, table: str, partition: str | None, current: DeltaTable, incoming: pa.Schema) -> None:
         """Refuses rows that would change a column's type, or put days into a table without them (or back)."""
@@ -214,28 +219,22 @@ class DeltaTables:
         days = actions.column(f"partition.{DAY_COLUMN}").to_pylist()
         return actions.filter(pa.array([d == partition for d in days], pa.bool_()))
 
-    def _written(self, table: str, current: DeltaTable, partition: str | None) -> bool:
-        """Whether ``partition`` is in the table at ``current``'s version: it has files, or a commit up to that
-        version replaced it with no row. (The history is the latest table's: delta-rs numbers the commits of a
-        table opened at an old version wrongly.)"""
-        if self._files(current, partition).num_rows:
-            return True
-        latest = self._open(table)
-        key, version = partition or "", current.version()
-        return latest is not None and any(
-            c.get(PARTITION_MARKER) == key and c.get(WRITE_MARKER) and int(c.get("version", -1)) <= version
-            for c in latest.history())
+    def _written(self, current: DeltaTable, partition: str | None) -> bool:
+        """Whether ``partition`` is in the table at ``current``'s version: it has files, or a write of it left its
+        application transaction (a day written with no row has no file)."""
+        return current.transaction_version(_app_id(partition)) is not None or bool(
+            self._files(current, partition).num_rows)
 
     def _present(self, table: str, partition: str | None, version: int | None = None) -> DeltaTable:
         current = self._table(table, version)
-        if not self._written(table, current, partition):
+        if not self._written(current, partition):
             raise FileNotFoundError(f"{table} has no data for partition {partition or '(unpartitioned)'} in "
                                     f"{self.uri(table)}: materialise it first")
         return current
 
     def exists(self, table: str, partition: str | None) -> bool:
         current = self._open(table)
-        return current is not None and self._written(table, current, partition)
+        return current is not None and self._written(current, partition)
 
     def rows(self, table: str, partition: str | None) -> int:
         files = self._files(self._present(table, partition), partition)
@@ -267,7 +266,7 @@ class DeltaTables:
         version = None if as_of is None else self._version(table, as_of)
         current = self._table(table, version)
         for key in partitions:
-            if not self._written(table, current, key):
+            if not self._written(current, key):
                 when = "" if version is None else f" as of version {version}"
                 raise FileNotFoundError(f"{table} has no data for partition {key or '(unpartitioned)'}{when} in "
                                         f"{self.uri(table)}: materialise it first")
@@ -355,6 +354,22 @@ class DeltaChunkSink:
         if not self.staged.exists():
             raise ConfigError(f"{self.table}: nothing was written and no schema given for an empty partition: "
                               f"pass the schema of an empty day")
+
+
+def _app_id(partition: str | None) -> str:
+    """The application transaction id of a partition's writes."""
+    return f"{PARTITION_MARKER}:{partition or ''}"
+
+
+def _commit_marker(log_entry: str) -> str | None:
+    """The write marker of a commit file (newline-delimited JSON actions), from its commitInfo."""
+    for line in log_entry.splitlines():
+        action = json.loads(line) if line.strip() else {}
+        info = action.get("commitInfo")
+        if isinstance(info, dict):
+            value = info.get(WRITE_MARKER)
+            return str(value) if value is not None else None
+    return None
 
 
 def _type_text(dtype: Any) -> str:
