@@ -18,6 +18,7 @@ from faithfulness_pipeline.defs import DefsSettings, build_defs
 from faithfulness_pipeline.defs.resources import LabelsResource, LandingResource, ScoringResource, WarehouseResource
 from faithfulness_pipeline.report.data import scored_chunks
 from tests.defs.conftest import SAMPLE, TABLES, Lake
+from tests.doc_blocks import block
 
 DAY = "2026-11-25"
 #: The tables whose materialisation records the version it committed.
@@ -98,6 +99,13 @@ def test_a_day_in_delta_tables_is_read_by_every_engine_and_each_version_is_what_
     finally:
         bi.close()
     assert sum(chunk.height for chunk in scored_chunks(str(delta_lake.warehouse))) == 9
+    # the page's recipe, as printed, reads the first materialisation back
+    recipe: dict[str, Any] = {"root": str(delta_lake.warehouse), "day": DAY,
+                              "table_version": published["scored_conversations"]["table_version"]}
+    exec(block("docs/table-formats.md", "python", "DeltaTable(uri, version=int(table_version))"), recipe)
+    assert_frame_equal(recipe["rows"].sort("row_key"), old.collect().sort("row_key"))
+    assert recipe["published"].num_rows == recipe["same"].height == 9
+    assert len(recipe["history"]) >= 2
 
 
 def test_a_failed_write_leaves_the_table_version_as_it_was(delta_lake: Lake, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -38,6 +38,9 @@ THIS = "tests/docs/test_commands.py"
 
 #: (page, language, a text only that block of the page holds) -> the tests that run it.
 RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
+    ("docs/table-formats.md", "python", "DeltaTable(uri, version=int(table_version))"): (
+        "tests/defs/test_delta_materialize.py::test_a_day_in_delta_tables_is_read_by_every_engine_and_each_version_is_what_it_published",
+    ),
     ("README.md", "bash", "faithfulness-pipeline demo"): (
         "tests/defs/test_demo.py::test_demo_scores_every_sample_row_and_says_where_the_tables_are",
         f"{THIS}::test_ci_runs_the_readme_test_command",
