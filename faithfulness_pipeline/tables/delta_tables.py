@@ -132,7 +132,9 @@ class DeltaTables:
         for attempt in range(COMMIT_ATTEMPTS):
             current = self._open(table)
             source = pq.ParquetFile(staged)
-            if current is not None:
+            if current is None:
+                self._check_empty(table)
+            else:
                 self._check_schema(table, partition, current, source.schema_arrow)
                 self._keep_retention(current)
             reader = pa.RecordBatchReader.from_batches(
@@ -174,6 +176,13 @@ class DeltaTables:
             if _commit_marker(commit.read_text()) == marker:
                 return candidate
         raise RuntimeError(f"{table}: the commit of this write is not in {self.uri(table)}'s log")
+
+    def _check_empty(self, table: str) -> None:
+        """Refuses to make a Delta table where files of another layout are (the Parquet format's days): the
+        table would ignore them, and a folder's readers would take them for its data."""
+        if self.place(table).files(".parquet"):
+            raise ConfigError(f"{table}: {self.uri(table)} holds Parquet files but no Delta table (another table "
+                              f"format wrote it): move the folder away, or keep FP_TABLE_FORMAT at that format")
 
     def _check_schema(self, table: str, partition: str | None, current: DeltaTable, incoming: pa.Schema) -> None:
         """Refuses rows that would change a column's type, or put days into a table without them (or back)."""

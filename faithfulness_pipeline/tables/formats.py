@@ -6,8 +6,9 @@ library is heavy to import imports it inside its own methods, so naming the form
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.tables.delta_tables import DeltaTables
@@ -15,11 +16,19 @@ from faithfulness_pipeline.tables.parquet_tables import ParquetTables
 from faithfulness_pipeline.tables.storage import Place
 from faithfulness_pipeline.tables.table_format import TableFormat
 
-if TYPE_CHECKING:
-    from faithfulness_pipeline.settings.landing import WarehouseSettings
+
+class WarehouseSettings(Protocol):
+    """What the formats read of the warehouse's settings (``settings.landing.WarehouseSettings`` has it; the
+    tables layer cannot import the settings layer)."""
+
+    @property
+    def version_retention_days(self) -> int: ...
+
 
 #: How a format is built: the warehouse root and the warehouse's settings (a format takes what it needs).
-FormatBuilder = Callable[[Place, "WarehouseSettings | None"], TableFormat]
+FormatBuilder = Callable[[Place, WarehouseSettings | None], TableFormat]
+#: The library a format needs beyond the package's own, and the extra that installs it.
+FORMAT_LIBRARIES: Final[dict[str, tuple[str, str]]] = {DeltaTables.name: ("deltalake", "delta")}
 
 
 def _parquet(root: Place, settings: WarehouseSettings | None) -> TableFormat:
@@ -40,12 +49,17 @@ TABLE_FORMATS: Final[dict[str, FormatBuilder]] = {
 def known_table_format(name: str) -> FormatBuilder:
     """How the format ``name`` is built; an unknown name is one line naming the setting and the choices."""
     try:
-        return TABLE_FORMATS[name]
+        builder = TABLE_FORMATS[name]
     except KeyError:
         raise ConfigError(
             f"FP_TABLE_FORMAT / warehouse.table_format {name!r} is unknown: "
             f"use one of {', '.join(sorted(TABLE_FORMATS))}"
         ) from None
+    library, extra = FORMAT_LIBRARIES.get(name, ("", ""))
+    if library and importlib.util.find_spec(library) is None:
+        raise ConfigError(f"FP_TABLE_FORMAT / warehouse.table_format {name!r} needs the {library} library, which is "
+                          f"not installed: pip install 'faithfulness-pipeline[{extra}]'")
+    return builder
 
 
 def table_format(name: str, root: Place, settings: WarehouseSettings | None = None) -> TableFormat:

@@ -14,6 +14,7 @@ from deltalake import DeltaTable
 from polars.testing import assert_frame_equal
 
 from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.settings.landing import WarehouseSettings
 from faithfulness_pipeline.tables.delta_tables import DeltaTables
 from faithfulness_pipeline.tables.formats import table_format
 from faithfulness_pipeline.tables.storage import Place
@@ -180,3 +181,24 @@ def test_two_processes_writing_other_days_at_once_both_land(tmp_path: Path) -> N
             assert seen.get_column("round").unique().to_list() == [round_] and seen.height == 50
     for day in days:
         assert tables.scan("t", [day]).collect().get_column("round").unique().to_list() == [2]
+
+
+def test_a_folder_of_another_format_and_a_missing_library_are_refused_up_front(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parquet = table_format("parquet", Place.of(tmp_path))
+    with parquet.writer("t", "2026-11-24") as sink:
+        sink.write(_frame(1, "a"))
+    with pytest.raises(ConfigError, match=r"^t: .* holds Parquet files but no Delta table \(another table format "
+                                          r"wrote it\): move the folder away"), \
+            DeltaTables(Place.of(tmp_path)).writer("t", "2026-11-25") as delta:
+        delta.write(_frame(1, "b"))
+    assert not (tmp_path / "t" / "_delta_log").exists()
+
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deltalake" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"^FP_TABLE_FORMAT / warehouse.table_format 'delta' needs the deltalake "
+                                          r"library, which is not installed: pip install "
+                                          r"'faithfulness-pipeline\[delta\]'$"):
+        WarehouseSettings(table_format="delta")
