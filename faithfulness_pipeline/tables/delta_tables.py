@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import ConfigError
-from faithfulness_pipeline.tables.parquet_tables import one_component
+from faithfulness_pipeline.tables.parquet_tables import DATA_FILE, one_component
 from faithfulness_pipeline.tables.storage import Place, describe
 from faithfulness_pipeline.tables.write import ParquetChunkWriter
 
@@ -179,8 +179,9 @@ class DeltaTables:
 
     def _check_empty(self, table: str) -> None:
         """Refuses to make a Delta table where files of another layout are (the Parquet format's days): the
-        table would ignore them, and a folder's readers would take them for its data."""
-        if self.place(table).files(".parquet"):
+        table would ignore them, and a folder's readers would take them for its data. Only that format's file
+        name counts: the data files of another writer making the same table at this moment are no reason."""
+        if any(f.name == DATA_FILE for f in self.place(table).files(".parquet")):
             raise ConfigError(f"{table}: {self.uri(table)} holds Parquet files but no Delta table (another table "
                               f"format wrote it): move the folder away, or keep FP_TABLE_FORMAT at that format")
 
