@@ -5,6 +5,7 @@ a conditional put, which the server honours)."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import polars as pl
 from deltalake import DeltaTable
@@ -66,3 +67,25 @@ def test_two_writers_of_other_days_on_s3_both_land(s3: S3Bucket) -> None:
     for day, versions in committed.items():
         assert tables.scan("t", [day], as_of=versions[0]).collect().get_column("round").to_list() == [0] * 5
         assert tables.scan("t", [day]).collect().get_column("round").to_list() == [1] * 5
+
+
+def test_the_bi_views_of_a_delta_warehouse_on_s3_read_the_latest_version(s3: S3Bucket, tmp_path: Path) -> None:
+    import duckdb
+
+    from faithfulness_pipeline.defs.duckdb_views import build_database, store_filesystem
+
+    root = Place.of(s3.uri("warehouse"))
+    tables = DeltaTables(root)
+    for tag in ("old", "new"):  # the replaced version's file stays in the bucket
+        with tables.writer("scored_conversations", "2026-11-24") as sink:
+            sink.write(_frame(3, tag))
+    assert len([k for k in s3.objects() if k.endswith(".parquet")]) == 2
+    target = tmp_path / "bi.duckdb"
+    assert build_database(target, root) == {"scored_conversations": 3}
+    con = duckdb.connect(str(target), read_only=True)
+    try:
+        con.register_filesystem(store_filesystem(root))
+        rows = con.execute("SELECT row_key, CAST(day AS VARCHAR) FROM scored_conversations ORDER BY row_key").fetchall()
+    finally:
+        con.close()
+    assert rows == [(f"new-{i}", "2026-11-24") for i in range(3)]
