@@ -247,8 +247,11 @@ class DeltaTables:
         return current is not None and self._written(current, partition)
 
     def rows(self, table: str, partition: str | None) -> int:
-        files = self._files(self._present(table, partition), partition)
-        return int(sum(n or 0 for n in files.column("num_records").to_pylist()))
+        current = self._present(table, partition)
+        counts = self._files(current, partition).column("num_records").to_pylist()
+        if any(n is None for n in counts):  # a writer that kept no statistics: the files' footers say
+            return int(self._dataset(current, partition).count_rows())
+        return int(sum(counts))
 
     def schema(self, table: str, partition: str | None) -> pl.Schema:
         current = self._present(table, partition)
