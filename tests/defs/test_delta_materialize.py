@@ -125,3 +125,44 @@ def test_a_failed_write_leaves_the_table_version_as_it_was(delta_lake: Lake, mon
     scored.update_incremental()
     assert scored.version() == before
     assert DeltaTable(str(delta_lake.warehouse / "scored_conversations")).to_pyarrow_table().num_rows == 9
+
+
+WORKER = """
+import json, sys
+from pathlib import Path
+import dagster as dg
+from faithfulness_pipeline.defs import DefsSettings, build_defs
+from faithfulness_pipeline.defs.resources import LabelsResource, LandingResource, WarehouseResource
+from tests.defs.conftest import Lake
+landing, warehouse, day = sys.argv[1:4]
+settings = DefsSettings(landing=LandingResource(path=landing),
+                        warehouse=WarehouseResource(root=warehouse, table_format="delta"), labels=LabelsResource())
+lake = Lake(Path(landing), Path(warehouse), build_defs(settings))
+with dg.instance_for_test() as instance:
+    result = lake.materialize(day, instance)
+    print(json.dumps({"success": result.success, "versions": {
+        e.asset_key.to_user_string(): e.materialization.metadata["table_version"].value
+        for e in result.get_asset_materialization_events() if "table_version" in e.materialization.metadata}}))
+"""
+
+
+def test_two_workers_materialising_other_days_at_once_both_land(delta_lake: Lake) -> None:
+    import json
+    import subprocess
+    import sys
+
+    days = ("2026-11-24", "2026-11-26")
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(delta_lake.landing), str(delta_lake.warehouse), day],
+                                cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for day in days]
+    outputs = [w.communicate(timeout=300) for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], [err[-2000:] for _, err in outputs]
+    reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    assert all(r["success"] for r in reports)
+    warehouse = WarehouseResource(root=str(delta_lake.warehouse), table_format="delta")
+    for table in VERSIONED:
+        versions = [int(r["versions"][table]) for r in reports]
+        assert sorted(versions) == [0, 1], table  # both commits landed, each its own version
+        for day, version in zip(days, versions, strict=True):
+            assert warehouse.scan(table, [day], as_of=str(version)).collect().height > 0, (table, day)
+            assert warehouse.rows(table, day) > 0
