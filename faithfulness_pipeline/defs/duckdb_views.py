@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from faithfulness_pipeline.outputs import describe, table_descriptions, tables
 from faithfulness_pipeline.outputs.catalog import RAW_TABLE
 from faithfulness_pipeline.outputs.claim_table import CLAIM_TABLE
+from faithfulness_pipeline.tables.delta_tables import live_files
 from faithfulness_pipeline.tables.parquet_tables import DATA_FILE, PARTITION_PREFIX
 from faithfulness_pipeline.tables.storage import Place
 
@@ -80,14 +81,21 @@ Listed = Mapping[str, Sequence[Place]]
 
 def _read(table: str, root: Place | None, listed: Listed | None = None) -> str:
     """``read_parquet`` of ``table``'s partitions, by a path relative to the warehouse root, or below the URI
-    of ``root`` when that is in an object store; ``listed``: of those files (they carry the day as ``ds``)."""
+    of ``root`` when that is in an object store; ``listed``: of those files (they carry the day as ``ds``). A
+    Delta table's are the files of its latest version, listed (its folder keeps those of replaced versions too):
+    the view is rewritten at each materialisation of the file."""
     if listed is not None:
         local = root is not None and not root.remote
         names = [_quote(os.path.relpath(f.path, root.path) if local and root is not None else f.uri)
                  for f in listed[table]]
         return f"read_parquet([{', '.join(names)}], hive_partitioning = false, union_by_name = true)"
     prefix = f"{root.uri}/" if root is not None and root.remote else ""
-    pattern = _quote(f"{prefix}{table}/{PARTITION_PREFIX}*/{DATA_FILE}")
+    live = None if root is None else live_files(root.child(table))
+    if live:
+        base = root.child(table).path if root is not None else ""
+        pattern = "[" + ", ".join(_quote(f"{prefix}{table}/{f.path[len(base):].lstrip('/')}") for f in live) + "]"
+    else:
+        pattern = _quote(f"{prefix}{table}/{PARTITION_PREFIX}*/{DATA_FILE}")
     if table in _DAY_IN_FILE:
         return f"read_parquet({pattern}, hive_partitioning = false, union_by_name = true)"
     return f"read_parquet({pattern}, hive_partitioning = true, hive_types = {{'ds': DATE}}, union_by_name = true)"
@@ -130,6 +138,9 @@ def comment_sql(con: DuckDBPyConnection, table: str) -> list[str]:
 
 def _partitions(root: Place, table: str) -> bool:
     folder = root.child(table)
+    live = live_files(folder)
+    if live is not None:
+        return bool(live)
     return any(f.name == DATA_FILE and f.parent().name.startswith(PARTITION_PREFIX) for f in folder.files(".parquet"))
 
 

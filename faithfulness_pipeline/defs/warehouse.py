@@ -97,7 +97,8 @@ class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ig
 
     def listed_files(self, tables: Sequence[str]) -> dict[str, list[Place]] | None:
         """The data files of ``tables`` where the format lists them for other readers (the DuckDB views); None
-        for the Parquet layout, which they read by its folders."""
+        for the Parquet layout, which they read by its folders, and for Delta tables, whose files those readers
+        list from the table's log themselves."""
         formatted = self.tables()
         if not isinstance(formatted, IcebergTables):
             return None

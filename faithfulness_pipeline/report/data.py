@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.claimless import answer_words
 from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.tables.delta_tables import live_files
 from faithfulness_pipeline.tables.inputs import PARQUET, input_format, resolve_inputs
 from faithfulness_pipeline.tables.read import READ_ERRORS, parquet_batches, parquet_schema, read_error
 from faithfulness_pipeline.tables.storage import Place
@@ -39,10 +40,14 @@ Listed = Mapping[str, Sequence[Place]]
 
 
 def _warehouse_files(root: Place, table: str, listed: Listed | None = None) -> list[Place]:
-    """``<root>/<table>/ds=*/*.parquet``: the table's daily partitions (``listed``: the listed files)."""
+    """``<root>/<table>/ds=*/*.parquet``: the table's daily partitions (``listed``: the listed files); a Delta
+    table's files of its latest version (the folder holds those of replaced versions too)."""
     if listed is not None:
         return list(listed.get(table, ()))
     folder = root.child(table)
+    live = live_files(folder)
+    if live is not None:
+        return live
     return [f for f in folder.files(".parquet")
             if f.parent().name.startswith("ds=") and f.parent().parent().path == folder.path]
 

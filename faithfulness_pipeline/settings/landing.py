@@ -105,9 +105,9 @@ class WarehouseSettings(BaseModel):
 
     table_format: str = Field(
         default="parquet",
-        description="the warehouse's table format: parquet (folders of day-partitioned Parquet files), iceberg "
-        "(Apache Iceberg tables in the SQL catalog FP_ICEBERG_CATALOG), postgres (tables in the database "
-        "FP_POSTGRES_URL); docs/table-formats.md",
+        description="the warehouse's table format: parquet (folders of day-partitioned Parquet files), delta "
+        "(Delta Lake tables), iceberg (Apache Iceberg tables in the SQL catalog FP_ICEBERG_CATALOG), postgres "
+        "(tables in the database FP_POSTGRES_URL); docs/table-formats.md",
         json_schema_extra=variable("FP_TABLE_FORMAT"),
     )
     postgres_url: str | None = Field(

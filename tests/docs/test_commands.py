@@ -47,6 +47,9 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("docs/table-formats.md", "sql", "faithfulness._loads"): (
         "tests/defs/test_postgres_materialize.py::test_a_day_in_postgres_reads_back_by_sql_and_as_of_each_judge",
     ),
+    ("docs/table-formats.md", "python", "DeltaTable(uri, version=int(table_version))"): (
+        "tests/defs/test_delta_materialize.py::test_a_day_in_delta_tables_is_read_by_every_engine_and_each_version_is_what_it_published",
+    ),
     ("README.md", "bash", "faithfulness-pipeline demo"): (
         "tests/defs/test_demo.py::test_demo_scores_every_sample_row_and_says_where_the_tables_are",
         f"{THIS}::test_ci_runs_the_readme_test_command",
