@@ -104,7 +104,7 @@ def test_a_day_in_postgres_reads_back_by_sql_and_as_of_each_judge(
                      (int(scripted["scored_conversations"]), None)]
     # The page's Python reads the first judge's day back, and its SQL runs, as printed.
     names: dict[str, object] = {"url": database, "table_version": offline["scored_conversations"]}
-    exec(block(PAGE, "python", "as_of=table_version"), names)  # the docs' own snippet, as printed
+    exec(block(PAGE, "python", "table_format=\"postgres\", postgres_url=url"), names)  # the docs' own snippet, as printed
     assert isinstance(names["published"], pl.DataFrame) and names["published"].equals(before)
     statements = [q for q in block(PAGE, "sql", "faithfulness._loads").split(";\n") if q.strip()]
     trend, day_loads, first_load = (_sql(database, q) for q in statements)

@@ -41,7 +41,7 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("docs/table-formats.md", "python", "snapshot_id=int(version)"): (
         "tests/defs/test_iceberg_materialize.py::test_the_day_in_iceberg_versions_per_judge_and_a_failed_write",
     ),
-    ("docs/table-formats.md", "python", "as_of=table_version"): (
+    ("docs/table-formats.md", "python", "table_format=\"postgres\", postgres_url=url"): (
         "tests/defs/test_postgres_materialize.py::test_a_day_in_postgres_reads_back_by_sql_and_as_of_each_judge",
     ),
     ("docs/table-formats.md", "sql", "faithfulness._loads"): (
