@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.tables.parquet_tables import DATA_FILE, one_component
+from faithfulness_pipeline.tables.read import parquet_batches
 from faithfulness_pipeline.tables.storage import Place, describe
 from faithfulness_pipeline.tables.write import ParquetChunkWriter
 
@@ -138,7 +139,7 @@ class DeltaTables:
                 self._check_schema(table, partition, current, source.schema_arrow)
                 self._keep_retention(current)
             reader = pa.RecordBatchReader.from_batches(
-                source.schema_arrow, source.iter_batches(batch_size=STAGED_BATCH_ROWS))
+                source.schema_arrow, parquet_batches(source, STAGED_BATCH_ROWS))
             try:
                 write_deltalake(
                     current if current is not None else self.uri(table),
