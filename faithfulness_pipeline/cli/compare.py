@@ -72,7 +72,9 @@ def render(result: Comparison | pl.DataFrame) -> str:
     larger = table.filter(pl.col("verdict") == LARGER).height
     lines.append(f"{larger} difference(s) larger than their noise (95 % intervals that exclude 0)")
     if isinstance(result, Comparison) and result.flips.height:
-        lines.append(f"{result.flips.height} row(s) crossed the hallucination threshold, worst first:")
+        shown = ("worst first" if result.flips.height <= _SHOWN_FLIPS
+                 else f"the worst {_SHOWN_FLIPS} shown (--flips-out writes them all)")
+        lines.append(f"{result.flips.height} row(s) crossed the hallucination threshold, {shown}:")
         for row in result.flips.head(_SHOWN_FLIPS).iter_rows(named=True):
             lines.append(f"  {row[result.key]}: {_num(row['hallucination_score_baseline_table'])} -> "
                          f"{_num(row['hallucination_score_candidate_table'])}")

@@ -51,6 +51,12 @@ def test_two_scorings_pair_by_row_key_and_the_english_change_is_larger_than_nois
     assert verdict("zh-CN") == "too few rows"  # 9 pairs
     crossed = pl.read_parquet(flips)
     assert crossed.height and set(crossed.get_column("row_key")) <= set(pl.read_parquet(baseline).get_column("row_key"))
+    # the line says how many it lists of how many crossed (issue 54: "8 rows crossed" listed 5 without a word)
+    flips_at = result.stdout.index("crossed the hallucination threshold")
+    listed = [line for line in result.stdout[flips_at:].splitlines()[1:] if line.startswith("  ") and " -> " in line]
+    assert crossed.height > len(listed) == 5
+    assert (f"{crossed.height} row(s) crossed the hallucination threshold, the worst 5 shown (--flips-out writes "
+            "them all):") in result.stdout
     # the claims and verdicts of both sides, read for the flipped rows only (the comparison itself never reads them)
     for side, path in (("baseline", baseline), ("candidate", candidate)):
         source = pl.read_parquet(path).select("row_key", "claims", "verdicts")
