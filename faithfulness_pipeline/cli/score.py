@@ -212,6 +212,13 @@ def score(input_spec: str, static_texts: tuple[str, ...], context_file: str | No
     table. Files may differ in shape (flat and chat) and columns: each is normalised on its own.
 
     Every setting can also be given by its environment variable; a flag beats the variable.
+
+    \b
+    Examples:
+      faithfulness-pipeline score sample_data -o out/scored.parquet        # offline judge, no key
+      faithfulness-pipeline score rows.parquet -o scored.parquet --model openai/gpt-4o-mini --dry-run
+      faithfulness-pipeline score rows.parquet -o scored.parquet --model openai/gpt-4o-mini \\
+          --claims-out claims.parquet --max-cost-usd 5
     """
     started = time.monotonic()
     outputs = chosen_outputs(options)
