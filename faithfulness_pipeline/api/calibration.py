@@ -8,6 +8,7 @@ calibration table holds every judge, and the rows where the judges' predictions 
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -161,6 +162,10 @@ def run(
     )
 
 
+#: Characters a line of prose in ``calibrate``'s output holds at most.
+_PROSE_WIDTH = 100
+
+
 def report(result: CalibrationRun) -> str:
     """What ``calibrate`` prints: the calibration table, the judges' disagreements and the floor."""
     lines = [f"calibration on {result.labelled_rows} labelled rows (key {', '.join(result.keys)}), "
@@ -197,7 +202,9 @@ def report(result: CalibrationRun) -> str:
                 lines.append(f"  {' / '.join(str(k) for k in key)}: label {'hallucinated' if label else 'faithful'}"
                              f"; {views}")
     for name, note in result.judge_notes.items():
-        lines += ["", f"note: {name}: {note}"]
+        # prose, wrapped for a terminal (the table above is markdown, to be pasted as it is)
+        lines += ["", textwrap.fill(f"note: {name}: {note}", _PROSE_WIDTH, subsequent_indent="  ",
+                                    break_on_hyphens=False, break_long_words=False)]
     lines += [""] + ([f"below the agreement floor: {p}" for p in result.problems] or
                      [f"every judge is at or above the agreement floor {result.floor:g}"])
     return "\n".join(lines)

@@ -44,6 +44,8 @@ def test_calibrate_scores_the_labelled_rows_and_agrees_with_scikit_learn_on_the_
     assert result.returncode == 0, result.stderr
     assert "| offline-lexical-v1 | offline-lexical-2 | **all** | 21 |" in result.stdout
     assert "note: offline-lexical-v1: scored by the offline baseline judge" in result.stdout
+    # prose fits a terminal; only the markdown table (to be pasted as it is) is wider (issue 54: 330 characters)
+    assert max(len(line) for line in result.stdout.splitlines() if not line.startswith("|")) <= 120
     table = pl.read_parquet(out)
     groups = set(table.select("group_by", "group").rows())
     assert {("all", "all"), ("language", "en"), ("language", "zh"), ("language", "ko"), ("source", "support"),
