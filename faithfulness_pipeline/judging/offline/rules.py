@@ -245,8 +245,8 @@ def _judge_one(claim: str, ctx: _Context) -> ClaimVerdict:
 
 
 def _swapped(claim: str, feats: Features, total: float, passage: _Passage, ctx: _Context) -> str | None:
-    """The reason of a contradiction when the claim is the passage's closest sentence with one name, place,
-    date or number swapped for one the context never names (``text.substitution``), else None."""
+    """The reason of a contradiction when the claim is the passage's closest sentence with one name, place or
+    date swapped for one the context never names (``text.substitution``), else None."""
     si, sentence_cov = _closest_sentence(feats, total, passage)
     if si is None or sentence_cov < CONFLICT_COVERAGE:
         return None

@@ -1,4 +1,4 @@
-"""Substitutions: a claim that is a context sentence with one name, place, date or number swapped for another.
+"""Substitutions: a claim that is a context sentence with one name, place or date swapped for another.
 
 "The Eiffel Tower is in Berlin." against "The Eiffel Tower is in Paris." shares most of its content with the
 sentence, and in Chinese and Korean (whose units are characters, pairs and stems) it shares enough to pass for
@@ -122,8 +122,8 @@ def _short(span: list[_Token]) -> bool:
 
 
 def _factual(span: list[_Token], *, first: bool) -> bool:
-    """Whether the span may be a name, place, date or number rather than a word that rules of their own judge
-    (negation, hedges) or a paraphrase's choice of words."""
+    """Whether the span may be a name, place or date rather than what rules of their own judge (numbers,
+    negation, hedges) or a paraphrase's choice of words."""
     text = " ".join(t.text for t in span)
     # "May" the month is a name; "may" the hedge is not
     if any(c.isdigit() for c in text) or any(
