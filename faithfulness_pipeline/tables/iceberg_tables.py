@@ -271,7 +271,7 @@ class IcebergTables:
             if schema is None:
                 raise ValueError(f"{table}: nothing was written and the table does not exist yet: give the writer "
                                  f"an empty schema") from None
-            catalog.create_namespace_if_not_exists(self.namespace)
+            _ensure_namespace(catalog, self.namespace)
             first = schema.append(pa.field(DAY_COLUMN, pa.string())) if partition else schema
             transaction = catalog.create_table_transaction(identifier, schema=first)
             if partition:
@@ -526,3 +526,14 @@ def _conformed(rows: pa.Table, target: pa.Schema, partition: str | None) -> pa.T
         else:
             columns.append(pa.nulls(rows.num_rows, field.type))
     return pa.Table.from_arrays(columns, schema=target)
+
+
+def _ensure_namespace(catalog: Any, namespace: str) -> None:
+    """The namespace, made where it is missing. The SQL catalog checks, then inserts: two processes making it at
+    once both pass the check and the later insert breaks the catalog's unique key (sqlalchemy's IntegrityError,
+    not pyiceberg's NamespaceAlreadyExistsError). Made by the other process is made."""
+    try:
+        catalog.create_namespace_if_not_exists(namespace)
+    except Exception:
+        if not catalog.namespace_exists(namespace):
+            raise

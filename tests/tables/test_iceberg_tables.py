@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -240,3 +241,36 @@ def test_bad_settings_are_one_line_naming_the_setting(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="'ds' cannot be written"):
         write_ds()
     assert not _tables(tmp_path).exists("t", DAY)
+
+
+def test_a_namespace_made_by_another_process_between_the_check_and_the_insert_is_taken_as_made(
+        tmp_path: Path) -> None:
+    """The SQL catalog checks, then inserts: a namespace another process inserted in between breaks the unique
+    key (sqlalchemy's IntegrityError, seen in CI with two writer processes); it exists, so the write goes on."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from faithfulness_pipeline.tables.iceberg_tables import _ensure_namespace
+
+    class Racing(SqlCatalog):
+        """The other process's insert lands after this one's check: the first check does not see it."""
+
+        checked = False
+
+        def namespace_exists(self, namespace: Any) -> bool:
+            if not Racing.checked:
+                Racing.checked = True
+                return False
+            return bool(super().namespace_exists(namespace))
+
+    uri = f"sqlite:///{tmp_path / 'catalog.sqlite'}"
+    SqlCatalog("faithfulness", uri=uri, warehouse=tmp_path.as_uri()).create_namespace("ns")  # the other process
+    _ensure_namespace(Racing("faithfulness", uri=uri, warehouse=tmp_path.as_uri()), "ns")
+    assert Racing.checked
+
+    class Broken(SqlCatalog):
+        def create_namespace_if_not_exists(self, namespace: Any, properties: Any = None) -> None:
+            raise RuntimeError("nope")
+
+    broken = Broken("faithfulness", uri=uri, warehouse=tmp_path.as_uri())
+    with pytest.raises(RuntimeError, match="nope"):  # a failure with no namespace behind it is still raised
+        _ensure_namespace(broken, "other")
