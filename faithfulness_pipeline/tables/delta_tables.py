@@ -44,6 +44,7 @@ from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.tables.parquet_tables import DATA_FILE, one_component
 from faithfulness_pipeline.tables.read import parquet_batches
 from faithfulness_pipeline.tables.storage import Place, describe
+from faithfulness_pipeline.tables.table_format import DAY_COLUMN
 from faithfulness_pipeline.tables.write import ParquetChunkWriter
 
 if TYPE_CHECKING:
@@ -51,8 +52,6 @@ if TYPE_CHECKING:
 
 #: The folder of a Delta table's transaction log.
 DELTA_LOG: Final = "_delta_log"
-#: The partition column of a day, as the Parquet layout names its folders.
-DAY_COLUMN: Final = "ds"
 #: The commit metadata key that marks a write as this writer's own (its version is found by it).
 WRITE_MARKER: Final = "faithfulness_pipeline.write"
 #: The commit metadata key naming the partition a write replaced (a day written with no rows has no file).

@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.tables.read import parquet_batches
 from faithfulness_pipeline.tables.storage import Place, describe, is_remote, scrub
-from faithfulness_pipeline.tables.table_format import FormatSettings
+from faithfulness_pipeline.tables.table_format import DAY_COLUMN, FormatSettings
 from faithfulness_pipeline.tables.write import ParquetChunkWriter
 
 if TYPE_CHECKING:
@@ -52,8 +52,6 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table, Transaction
     from pyiceberg.table.metadata import TableMetadata
 
-#: The partition column of a day-partitioned table.
-DAY_COLUMN: Final = "ds"
 #: The catalog's name: the SQL catalog stores it with every table (a JDBC catalog of Spark or Trino must use it).
 CATALOG_NAME: Final = "faithfulness"
 #: The SQLite catalog's file in a local warehouse root, unless ``iceberg_catalog`` names one.

@@ -20,12 +20,13 @@ import pyarrow.parquet as pq
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.tables.read import parquet_batches
 from faithfulness_pipeline.tables.storage import Place
+from faithfulness_pipeline.tables.table_format import DAY_COLUMN
 from faithfulness_pipeline.tables.write import ParquetChunkWriter
 
 #: The file of one table partition.
 DATA_FILE: Final = "data.parquet"
 #: The folder name of a day's partition: ``ds=`` and the day.
-PARTITION_PREFIX: Final = "ds="
+PARTITION_PREFIX: Final = f"{DAY_COLUMN}="
 
 
 def one_component(value: str, what: str) -> None:

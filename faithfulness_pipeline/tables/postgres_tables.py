@@ -33,6 +33,7 @@ import polars as pl
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.tables.postgres_connect import checked_url, connect, shown
 from faithfulness_pipeline.tables.postgres_types import is_nested, pg_type, schema_bytes, schema_of, to_json
+from faithfulness_pipeline.tables.table_format import DAY_COLUMN
 
 if TYPE_CHECKING:
     import psycopg
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 #: Columns the format adds to every table's rows: a table's own columns may not take these names.
 LOAD_ID: Final = "_load_id"
 ROW: Final = "_row"
-DAY: Final = "ds"
+DAY: Final = DAY_COLUMN
 RESERVED: Final = (LOAD_ID, ROW, DAY)
 #: The suffix of a table's rows (its bare name is left for a view over its current rows: ``defs.postgres_views``).
 ROWS_SUFFIX: Final = "__versions"

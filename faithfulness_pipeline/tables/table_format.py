@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Final, Protocol
 
 import polars as pl
 
 from faithfulness_pipeline.tables.storage import Place
+
+#: The column every format partitions a table's days by (``YYYY-MM-DD`` text): the Parquet layout's folder
+#: name (``ds=2026-11-24``), the partition column of a Delta or Iceberg table, a PostgreSQL table's day column.
+DAY_COLUMN: Final = "ds"
 
 
 class ChunkSink(Protocol):
