@@ -1,6 +1,6 @@
 """What installing with bytecode saves each process the suite starts (issue 30 item 2).
 
-    python3 -m uv run --frozen python bench/bytecode.py [--runs 3]
+    uv run --frozen --group dev python bench/bytecode.py [--runs 3]
 
 A CLI run, a ``dg launch`` and every step process of a Dagster run import litellm and dagster. With the
 dependencies' bytecode written at install (uv's ``compile-bytecode`` setting in pyproject.toml, as the README's commands and
@@ -43,7 +43,7 @@ def main() -> None:
             from_source.append(_cpu_of_import({**base, "PYTHONPYCACHEPREFIX": empty}))
     kept, compiled = statistics.median(with_bytecode), statistics.median(from_source)
     print("## Bytecode at install: CPU of one process's `import litellm, dagster`\n")
-    print(f"`python3 -m uv run --frozen python bench/bytecode.py --runs {args.runs}` (medians of {args.runs})\n")
+    print(f"`uv run --frozen --group dev python bench/bytecode.py --runs {args.runs}` (medians of {args.runs})\n")
     print("| dependencies | CPU s per process |")
     print("|---|---:|")
     print(f"| with bytecode (installed with uv's compile-bytecode) | {kept:.2f} |")

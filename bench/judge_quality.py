@@ -1,6 +1,6 @@
 """Does packing cost agreement with people on a real model? (issue 38 item 2)
 
-    python3 -m uv run --frozen python bench/judge_quality.py [--rows 36] [--api-base URL --model M]
+    uv run --frozen --group dev python bench/judge_quality.py [--rows 36] [--api-base URL --model M]
 
 Human-labelled rows from ``../shared/datasets/dev`` (a subset stratified by language, then source and label)
 judged by a real model in every request shape of ``faithfulness_pipeline.api.packing_study``: one answer per

@@ -1,6 +1,6 @@
 """Runs the whole benchmark suite and rewrites BENCHMARKS.md.
 
-    python3 -m uv run --frozen python bench/run_all.py
+    uv run --frozen --group dev python bench/run_all.py
 
 Each benchmark runs in its own process (clean memory and CPU accounting) and prints a markdown section;
 this script stitches them together under a header with the machine, the date and the commands. It exits
@@ -156,7 +156,7 @@ def main() -> int:
     total = time.monotonic() - started
     header = (
         "# Benchmarks\n\n"
-        "Rewritten by `python3 -m uv run --frozen python bench/run_all.py` (the whole suite, one command; "
+        "Rewritten by `uv run --frozen --group dev python bench/run_all.py` (the whole suite, one command; "
         f"this run took {total:.0f} s).\n\n"
         f"- machine: {_machine()}\n"
         f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC\n"

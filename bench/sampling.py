@@ -6,7 +6,7 @@ each rate into a fresh run (no store), so every request is paid. The census (rat
 mean hallucination score per model; each sample's interval is compared with it. Also timed: drawing the
 sample for a million row keys (the only work a sample adds; CPU of this process).
 
-    python3 -m uv run --frozen python bench/sampling.py [--rows 2000]
+    uv run --frozen --group dev python bench/sampling.py [--rows 2000]
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def main() -> None:
 
     full_requests, full_tokens = results[0][1], results[0][2]
     print("## Sampling: what a sample costs and what it tells\n")
-    print(f"`python3 -m uv run --frozen python bench/sampling.py --rows {args.rows}` — {machine()}\n")
+    print(f"`uv run --frozen --group dev python bench/sampling.py --rows {args.rows}` — {machine()}\n")
     print(f"{args.rows} typical RAG rows of two models, the litellm judge against the fake server, a fresh run "
           "per rate (no store). Interval: the 95 % interval of each model's mean hallucination score; the "
           "census mean is the rate-1 run's.\n")

@@ -1,6 +1,6 @@
 """The judge against a real self-hosted server (issue 28): llama.cpp's server (xllamacpp) with Gemma 3 270M.
 
-    python3 -m uv run --frozen python bench/self_hosted.py [--rows 200]
+    uv run --frozen --group dev python bench/self_hosted.py [--rows 200]
 
 Starts the server as the docs' recipe does (``-c 8192 -np 4``: 2,048 tokens a request), and scores through
 the CLI, as a user would, with no schema or window flag: the sample data (``sample_data/flat``) and typical

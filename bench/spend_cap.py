@@ -5,7 +5,7 @@ in batch mode, first without a cap (the full bill), then with caps at a share of
 fresh store; then every capped run is resumed without a cap on its store, which pays for the rest. Every
 figure is a count or a ratio of money, not a time.
 
-    python3 -m uv run --frozen python bench/spend_cap.py [--rows 1000]
+    uv run --frozen --group dev python bench/spend_cap.py [--rows 1000]
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def main() -> None:
                     f"| {spent / cap:.3f} | {paid_for_skipped / spent:.1%} | {(spent + rest) / full:.3f} |"
                 )
     print("## Spend caps: what a capped run judges and spends\n")
-    print(f"`python3 -m uv run --frozen python bench/spend_cap.py --rows {args.rows}` — {machine()}\n")
+    print(f"`uv run --frozen --group dev python bench/spend_cap.py --rows {args.rows}` — {machine()}\n")
     print(f"{args.rows} typical RAG rows, the litellm judge against the fake server at default settings (16 "
           "requests in flight, 16,000-token packs), prices set by hand. The cap is a share of the same rows' "
           "uncapped bill in the same mode; each capped run starts from an empty store and is then resumed "

@@ -36,7 +36,7 @@ def block(page: str, lang: str, needle: str) -> str:
 
 
 def shell_env(**extra: str) -> dict[str, str]:
-    """A user's shell (:func:`tests.user_shell.user_env`) whose ``python3 -m uv run`` finds this project from
+    """A user's shell (:func:`tests.user_shell.user_env`) whose ``uv run`` finds this project from
     any folder (``UV_PROJECT``), as it would from the repository root."""
     return {**user_env(), "UV_PROJECT": str(REPO), **extra}
 

@@ -19,7 +19,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,9 +78,12 @@ def _ensure_instance_config(home: Path) -> None:
 
 
 def run_demo(
-    warehouse: Path | None = None, landing: Path | None = None, dagster_home: Path | None = None
+    warehouse: Path | None = None, landing: Path | None = None, dagster_home: Path | None = None,
+    progress: Callable[[str], None] = lambda line: None,
 ) -> DemoResult:
-    """Materialise every asset for every day of the landing data; returns what was written."""
+    """Materialise every asset for every day of the landing data; returns what was written. ``progress`` hears
+    a line before each slow step (loading Dagster, each run), so a terminal is never silent for long."""
+    progress("Loading Dagster and the pipeline's definitions ...")
     home = (dagster_home or Path(os.environ.get("DAGSTER_HOME") or _default_home())).resolve()
     home.mkdir(parents=True, exist_ok=True)
     _ensure_instance_config(home)
@@ -120,7 +123,9 @@ def run_demo(
         every_day = sorted(job.asset_layer.executable_asset_keys)
         daily_only = [key for key in every_day if key.to_user_string() not in (DUCKDB, REPORT)]
         runs += [(day, job, day, None if day == days[-1] else daily_only) for day in days]
-        for name, to_run, partition, selection in runs:
+        for n, (name, to_run, partition, selection) in enumerate(runs, start=1):
+            what = "calibrating the judge on the labelled sample" if partition is None else f"scoring day {name}"
+            progress(f"Run {n} of {len(runs)}: {what} ...")
             result = to_run.execute_in_process(partition_key=partition, instance=instance, run_config=quiet,
                                                asset_selection=selection)  # fmt: skip
             for e in result.get_asset_check_evaluations():
@@ -248,15 +253,15 @@ def hints(result: DemoResult) -> list[tuple[str, str]]:
     )
     home = shlex.quote(str(result.dagster_home))
     return [
-        ("Query:", f'cd {repo} && python3 -m uv run --frozen python -c "{query}"'),
-        ("UI:", f"cd {repo} && DAGSTER_HOME={home} python3 -m uv run --frozen dg dev -h 127.0.0.1 -p 3000"),
+        ("Query:", f'cd {repo} && uv run --frozen python -c "{query}"'),
+        ("UI:", f"cd {repo} && DAGSTER_HOME={home} uv run --frozen dg dev -h 127.0.0.1 -p 3000"),
     ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo and print the summary; exit status 1 when a check failed."""
     del argv  # no options: configuration is by environment variable (see the module docstring)
-    result = run_demo()
+    result = run_demo(progress=lambda line: click.echo(line, err=True))
     print(_summary(result))
     return 1 if result.failed_checks else 0
 

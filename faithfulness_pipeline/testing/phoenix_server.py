@@ -10,6 +10,7 @@ resources, and stops it."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -84,12 +85,15 @@ def prepare() -> None:
     if marker.exists():
         return
     python = str(VENV / "bin" / "python")
-    # The interpreter under our virtual environment: the one `.ci/run` installed uv into.
+    # The uv that runs us (`uv run` names itself in UV) or the one on PATH (the README puts .uv/bin there),
+    # making Phoenix's environment from the interpreter under ours.
+    uv = os.environ.get("UV") or shutil.which("uv")
+    if uv is None:
+        sys.exit("uv not found: run the README's install line first (it puts .uv/bin on PATH)")
     base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "uv", "venv", "--quiet", "--allow-existing", str(VENV), "--python", base],
+    subprocess.run([uv, "venv", "--quiet", "--allow-existing", str(VENV), "--python", base], check=True)
+    subprocess.run([uv, "pip", "install", "--quiet", "--python", python, f"arize-phoenix=={PHOENIX_VERSION}"],
                    check=True)  # fmt: skip
-    subprocess.run([base, "-m", "uv", "pip", "install", "--quiet", "--python", python,
-                    f"arize-phoenix=={PHOENIX_VERSION}"], check=True)  # fmt: skip
     marker.touch()
 
 

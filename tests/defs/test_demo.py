@@ -56,6 +56,10 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
 
 def test_demo_scores_every_sample_row_and_says_where_the_tables_are(demo: Demo, monkeypatch: pytest.MonkeyPatch) -> None:
     assert demo.code == 0, demo.log[-3000:]
+    # Each slow step is announced on stderr (calibration, then one run per sample day), not left silent.
+    steps = [line for line in demo.log.splitlines() if line.startswith("Run ")]
+    assert steps == ["Run 1 of 4: calibrating the judge on the labelled sample ...",
+                     *(f"Run {n} of 4: scoring day 2026-11-{22 + n:02d} ..." for n in (2, 3, 4))], demo.log[-2000:]
     assert (demo.home / "dagster.yaml").read_text(encoding="utf-8") == instance_yaml()
     out = demo.out
     assert ("Scored 26 rows (23 answers judged, 3 with no answer to judge) over 3 day(s) (2026-11-24 .. 2026-11-26) "

@@ -167,20 +167,24 @@ def test_every_block_is_run_by_a_named_test_that_reads_its_page() -> None:
             )
 
 
+INSTALL = 'python3 -m pip install -qq --target .uv uv && export PATH="$PWD/.uv/bin:$PATH" && '
+
+
 def test_ci_runs_the_readme_test_command() -> None:
     """The quickstart's second command is the suite itself: .ci/run runs it (pytest cannot run itself)."""
     quickstart = block("README.md", "bash", "faithfulness-pipeline demo")
-    command = quickstart.strip().splitlines()[-1]
-    assert command == "python3 -m pip install -q uv && python3 -m uv run --frozen pytest"
+    demo, suite = (line for line in quickstart.strip().splitlines() if line.startswith("python3"))
+    assert demo == INSTALL + "uv run --frozen faithfulness-pipeline demo"
+    assert suite == INSTALL + "uv run --frozen --group dev --compile-bytecode pytest"
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    # Both install with bytecode and the machine's Python, from uv's settings in pyproject.toml, not from
-    # variables a reader of the README would have to copy: where a machine sets PYTHONDONTWRITEBYTECODE,
-    # every CLI and dg subprocess of the suite would otherwise compile litellm and dagster from source again.
+    assert ci[-1] == suite
+    # The demo installs no dependency group (no test tooling, no model weights) and compiles nothing ahead;
+    # the suite asks for the dev group and for bytecode, where a machine sets PYTHONDONTWRITEBYTECODE every
+    # CLI and dg subprocess would otherwise compile litellm and dagster from source again. Both from the
+    # commands and pyproject.toml, not from variables a reader of the README would have to copy.
     uv = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["uv"]
-    assert uv["compile-bytecode"] is True and uv["python-downloads"] == "never"
+    assert uv == {"python-downloads": "never", "default-groups": []}
     assert not [line for line in ci if "UV_COMPILE_BYTECODE" in line or "UV_PYTHON_DOWNLOADS" in line]
-    assert any(line.startswith("python3 -m pip install") and line.endswith(" uv") for line in ci)
-    assert ci[-1] == "python3 -m uv run --frozen pytest"
 
 
 # ------------------------------------------------------------------------------------- run as printed

@@ -36,7 +36,7 @@ def _nav_pages(nav: list[object]) -> list[str]:
 
 
 def _build_command() -> str:
-    found = re.findall(r"`(python3 -m uv run --frozen mkdocs build[^`]*)`", README)
+    found = re.findall(r"`(uv run --frozen --group dev mkdocs build[^`]*)`", README)
     assert len(found) == 1, found
     return found[0]
 
