@@ -18,6 +18,7 @@ from faithfulness_pipeline.judging.offline.judge import OfflineJudge
 from faithfulness_pipeline.testing.fakellm import FakeLLMServer
 from faithfulness_pipeline.testing.marker_judge import MarkerJudge
 from faithfulness_pipeline.testing.scripted import ScriptedJudge
+from tests.doc_blocks import run_shell, shell_env
 from tests.user_shell import user_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,8 +154,19 @@ def test_the_readme_snippet_builds_the_litellm_judge_and_scores(
     assert "c1" in capsys.readouterr().out
 
 
+def test_the_readme_snippet_runs_with_no_key_under_the_fake_server_as_printed(tmp_path: Path) -> None:
+    """The snippet saved as the README says and run by its command: the wrapper's FP_JUDGE_* variables reach
+    the snippet's settings (JudgeSettings.from_env), so no address or key is passed by hand."""
+    (tmp_path / "try_judge.py").write_text(_readme_block("python", "make_judge("), encoding="utf-8")
+    command = _readme_block("bash", "try_judge.py")
+    done = run_shell(command, tmp_path, shell_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"the command sent [1-9]\d* request", done.stderr), done.stderr[-2000:]
+    assert "c1" in done.stdout and "c2" in done.stdout
+
+
 def test_the_readme_command_tries_the_llm_path_without_a_key(tmp_path: Path) -> None:
-    command = _readme_block("bash", "faithfulness_pipeline.testing.fakellm")
+    command = _readme_block("bash", "out/fake.parquet")
     out = tmp_path / "fake.parquet"
     assert command.count("out/fake.parquet") == 1
     done = subprocess.run(["bash", "-c", command.replace("out/fake.parquet", str(out))], cwd=ROOT, env=user_env(),

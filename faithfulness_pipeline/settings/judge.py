@@ -8,7 +8,8 @@ A field's description is what the CLI's ``--help``, the Dagster UI and docs/sett
 
 from __future__ import annotations
 
-from typing import Final, Literal
+import os
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, Field
 
@@ -171,3 +172,13 @@ class JudgeSettings(BaseModel):
         default="batch", description="how items whose batch lines failed or did not validate are asked again: in a "
         "follow-up batch, or interactively",
     )
+
+    @classmethod
+    def from_env(cls, **given: Any) -> JudgeSettings:
+        """The fields ``given``, then the ``FP_JUDGE_*`` variables set in this process's environment (as the CLI
+        reads them), then the defaults: a notebook or script that names its model still takes the server
+        address and key variable its shell or a wrapper sets (``FP_JUDGE_API_BASE``, ``FP_JUDGE_API_KEY_ENV``).
+        A bad value is a ConfigError naming its variable."""
+        from faithfulness_pipeline.settings.derive import from_env  # derive imports this module
+
+        return from_env(cls, os.environ, given)

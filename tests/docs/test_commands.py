@@ -57,8 +57,11 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("README.md", "bash", "--mastra-out out/mastra.jsonl"): (
         "tests/defs/test_demo.py::test_the_tour_score_command_and_the_report_commands_run_as_printed",
     ),
-    ("README.md", "bash", "faithfulness_pipeline.testing.fakellm"): (
+    ("README.md", "bash", "out/fake.parquet"): (
         "tests/test_api.py::test_the_readme_command_tries_the_llm_path_without_a_key",
+    ),
+    ("README.md", "bash", "try_judge.py"): (
+        "tests/test_api.py::test_the_readme_snippet_runs_with_no_key_under_the_fake_server_as_printed",
     ),
     ("README.md", "python", "make_judge("): (
         "tests/test_api.py::test_the_readme_snippet_builds_the_litellm_judge_and_scores",
