@@ -1,7 +1,9 @@
 """The code blocks of the README and the docs pages, for the tests that run them as printed.
 
 A block is read where it is written (an ``--8<--`` include of the docs site is not expanded), so each block
-has one home and one test that runs it; tests/docs/test_commands.py holds the list of which test that is.
+has one home and one test that runs it; tests/docs/test_commands.py holds the list of which test that is. A
+docs page's copy of a README section (between :data:`COPY` and its end marker, held equal to the README's by
+tests/docs/test_copies.py) is the README's block, not another home.
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ VENV_BIN = REPO / ".venv" / "bin"
 #: Languages of blocks that are commands or code a reader runs; ``text`` marks diagrams and synopses.
 RUNNABLE = ("bash", "python", "sql")
 
+#: A docs page's copy of the README section ``name``: copied rather than included, so that the page read as a
+#: file (on a code host) shows the commands, not an include line.
+COPY = re.compile(r"^<!-- copied from README\.md:(?P<name>[\w-]+);[^\n]*-->\n(?P<text>.*?)^<!-- end of the copy -->$",
+                  re.DOTALL | re.MULTILINE)
 _FENCE = re.compile(r"^```(?P<lang>[^\n`]*)\n(?P<code>.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 
 
 def code_blocks(page: str) -> list[tuple[str, str]]:
     """``(language, code)`` of every fenced block of ``page`` (a path from the repository root)."""
-    text = (REPO / page).read_text(encoding="utf-8")
+    text = COPY.sub("", (REPO / page).read_text(encoding="utf-8"))
     return [(m["lang"].strip(), m["code"]) for m in _FENCE.finditer(text)]
 
 

@@ -70,7 +70,7 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("docs/calibration.md", "bash", "-o out/calibration.parquet"): (
         f"{THIS}::test_the_calibration_commands_run_as_printed",
     ),
-    ("docs/calibration.md", "bash", "--scored out/offline.parquet"): (
+    ("docs/calibration.md", "bash", "--scored out/labelled-offline.parquet"): (
         f"{THIS}::test_the_calibration_commands_run_as_printed",
     ),
     ("docs/judges.md", "bash", "export OPENAI_API_KEY"): (f"{THIS}::test_a_real_models_commands_run_as_printed",),
@@ -173,6 +173,23 @@ def test_every_block_is_run_by_a_named_test_that_reads_its_page() -> None:
 INSTALL = 'python3 -m pip install -qq --target .uv uv && export PATH="$PWD/.uv/bin:$PATH" && '
 
 
+_WRITTEN = re.compile(r"(?:-o|--[a-z-]+-out) (out/[\w./-]+)")
+
+
+def test_no_page_overwrites_what_another_pages_commands_wrote() -> None:
+    """A reader who follows two pages in one folder keeps both pages' results: a file under out/ is written
+    by the commands of one page only (the README's tour copied into docs pages counts as the README's; a result
+    store, --store, is meant to be shared)."""
+    writers: dict[str, set[str]] = {}
+    for page in PAGES:
+        for lang, code in code_blocks(page):
+            if lang == "bash":
+                for target in _WRITTEN.findall(code):
+                    writers.setdefault(target, set()).add(page)
+    shared = {target: sorted(pages) for target, pages in writers.items() if len(pages) > 1}
+    assert not shared, f"written by the commands of several pages: {shared}"
+
+
 def test_ci_runs_the_readme_test_command() -> None:
     """The quickstart's second command is the suite itself: .ci/run runs it (pytest cannot run itself)."""
     quickstart = block("README.md", "bash", "faithfulness-pipeline demo")
@@ -213,7 +230,7 @@ def test_a_real_models_commands_run_as_printed(root: Path, server: FakeLLMServer
     done = run_shell(commands, root, shell_env(FP_JUDGE_API_BASE=server.base_url))
     assert done.returncode == 0, done.stderr[-3000:]
     assert server.stats().requests > 0
-    scored = pl.read_parquet(root / "out" / "scored.parquet")
+    scored = pl.read_parquet(root / "out" / "gpt-4o-mini.parquet")
     assert set(scored.get_column("status")) == {"ok"}
     assert set(scored.get_column("judge_model")) == {"openai/gpt-4o-mini"}
     assert (root / "out" / "judge.sqlite").is_file()
@@ -236,7 +253,7 @@ def test_the_batch_command_runs_as_printed(root: Path, server: FakeLLMServer) ->
     done = run_shell(command, root, env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "batch" in done.stderr
-    scored = pl.read_parquet(root / "out" / "scored.parquet")
+    scored = pl.read_parquet(root / "out" / "batch.parquet")
     assert scored.height > 0 and set(scored.get_column("status")) == {"ok"}
     assert server.stats().requests == 0  # every request went through the Batch API, none interactively
 
@@ -253,7 +270,7 @@ def test_the_self_hosted_try_runs_as_printed(root: Path) -> None:
 
 
 def test_the_calibration_commands_run_as_printed(root: Path) -> None:
-    for needle in ("-o out/calibration.parquet", "--scored out/offline.parquet"):
+    for needle in ("-o out/calibration.parquet", "--scored out/labelled-offline.parquet"):
         done = run_shell(block("docs/calibration.md", "bash", needle), root, shell_env())
         assert done.returncode == 0, done.stderr[-3000:]
     one = pl.read_parquet(root / "out" / "calibration.parquet")
