@@ -5,15 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import polars as pl
+
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.core.flow import row_frame
 from faithfulness_pipeline.core.money import dollars
-from faithfulness_pipeline.core.pipeline import prepared_chunks, sample_of
+from faithfulness_pipeline.core.pipeline import SLICE_ROWS, prepared_chunks, sample_of
 from faithfulness_pipeline.core.port import CostEstimate, ExtractItem, VerdictItem
 from faithfulness_pipeline.judging.llm.packing import rough_sentences
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.sources.source import Part, Source
+
+_REPEATED = " items repeat an identical item of the run: each content is asked once"
 
 
 def estimate_cost(judge: JudgeStack, source: Source[Part], config: ScoringConfig, *, batch: bool = False,
@@ -21,24 +25,34 @@ def estimate_cost(judge: JudgeStack, source: Source[Part], config: ScoringConfig
     """The dry-run report: what scoring ``source`` would send, without sending anything; the cost both
     interactively and as provider batches, ``batch`` marking the mode of this run, and whether the run's
     spend cap (``max_cost_usd``) is enough for it."""
-    answers: list[ExtractItem] = []
-    verdicts: list[VerdictItem] = []
+    answers = 0
+    estimates: list[CostEstimate] = []
+    seen: set[bytes] = set()  # contents priced in an earlier call: the run's memory answers them again
     rows = sampled = 0
+    overlap = judge.capabilities.overlap_rows
     sample = sample_of(config, prepared_chunks(source.chunks(), config))
     for prepared in prepared_chunks(source.chunks(), config):
         rows += prepared.height
         judged = row_frame(prepared, sample)  # only the sample is judged, so only it is priced
         sampled += judged.height
-        for key, answer, question, context in judged.select(
-            S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT
-        ).iter_rows():
-            if answer is not None and answer.strip():
-                answers.append(ExtractItem(id=key, answer=answer, question=question))
-                # Claims not extracted yet are estimated as the answer's sentences.
-                verdicts.append(VerdictItem(key, tuple(rough_sentences(answer)), tuple(context or ()), question))
-    estimate = estimate_items(judge, answers, verdicts)
+        # The calls the run makes (core.pipeline, core.flow.judge_rows): a chunk at a time, or with calls that
+        # overlap in slices of SLICE_ROWS rows, each slice's answers in calls of `overlap`; each call is packed
+        # on its own, so its last packs are partly filled and its instructions are paid again.
+        for piece in _slices(judged, SLICE_ROWS if overlap else max(1, judged.height)):
+            items = [(ExtractItem(id=key, answer=answer, question=question),
+                      # Claims not extracted yet are estimated as the answer's sentences.
+                      VerdictItem(key, tuple(rough_sentences(answer)), tuple(context or ()), question))
+                     for key, answer, question, context in piece.select(
+                         S.ROW_KEY, S.ANSWER, S.QUESTION, S.CONTEXT).iter_rows()
+                     if answer is not None and answer.strip()]  # fmt: skip
+            answers += len(items)
+            size = max(1, overlap or len(items))
+            for start in range(0, len(items), size):
+                call = items[start : start + size]
+                estimates.append(estimate_items(judge, [x for x, _ in call], [v for _, v in call], seen))
+    estimate = _sum(estimates)
     lines = [
-        f"dry run with {judge.model_name} (prompt {judge.prompt_version}): {rows} rows, {len(answers)} answers"
+        f"dry run with {judge.model_name} (prompt {judge.prompt_version}): {rows} rows, {answers} answers"
         + (f" ({sampled} rows in the sample)" if sampled < rows else ""),
         f"  requests: {estimate.requests}",
         f"  already in the result store: {estimate.cached_items} step results (free)",
@@ -66,17 +80,20 @@ def cap_line(cap_usd: float, estimate_usd: float | None) -> str:
                    "judged, and the rows left would get status skipped (exit 3)")
 
 
-def estimate_items(judge: JudgeStack, extract: Sequence[ExtractItem], verdict: Sequence[VerdictItem]) -> CostEstimate:
+def estimate_items(judge: JudgeStack, extract: Sequence[ExtractItem], verdict: Sequence[VerdictItem],
+                   seen: set[bytes] | None = None) -> CostEstimate:
     """The inner judge's estimate for each distinct content the store lacks, once. A verdict item whose
-    id is that of an extraction item with stored claims is estimated with those claims."""
+    id is that of an extraction item with stored claims is estimated with those claims. ``seen`` holds the
+    content keys of earlier calls of the run (free here: the run's memory has them); this call's are added."""
+    seen = set() if seen is None else seen
     x_keys = {} if judge.keys is None else judge.keys.extract(extract)
     claims = {item_id: r.claims for item_id, r in judge.found("extract", x_keys).items()}
     verdict = [VerdictItem(it.id, claims[it.id] or (), it.context, it.question) if it.id in claims else it
                for it in verdict]
     v_keys = {} if judge.keys is None else judge.keys.verdict(verdict)
     v_found = judge.found("verdict", v_keys)
-    x_rest = _distinct([it for it in extract if it.id not in claims], x_keys)
-    v_rest = _distinct([it for it in verdict if it.id not in v_found], v_keys)
+    x_rest = _distinct([it for it in extract if it.id not in claims], x_keys, seen)
+    v_rest = _distinct([it for it in verdict if it.id not in v_found], v_keys, seen)
     cached = len(claims) + len(v_found)
     estimating = judge.capabilities.estimating
     if estimating is None:
@@ -85,14 +102,14 @@ def estimate_items(judge: JudgeStack, extract: Sequence[ExtractItem], verdict: S
     repeated = len(extract) - len(claims) - len(x_rest) + len(verdict) - len(v_found) - len(v_rest)
     notes = list(inner.notes)
     if repeated:
-        notes.append(f"{repeated} items repeat an identical item of the run: each content is asked once")
+        notes.append(f"{repeated}{_REPEATED}")
     return CostEstimate(inner.requests, inner.prompt_tokens, inner.completion_tokens, inner.cost_usd, notes, cached,
                         inner.batch_cost_usd)
 
 
-def _distinct(items: list[Any], keys: dict[str, bytes]) -> list[Any]:
-    """The first item of each content key (items without a key are all kept)."""
-    seen: set[bytes] = set()
+def _distinct(items: list[Any], keys: dict[str, bytes], seen: set[bytes]) -> list[Any]:
+    """The first item of each content key not in ``seen`` (items without a key are all kept); ``seen``
+    gains the keys kept."""
     out = []
     for it in items:
         key = keys.get(it.id)
@@ -101,3 +118,30 @@ def _distinct(items: list[Any], keys: dict[str, bytes]) -> list[Any]:
             if key is not None:
                 seen.add(key)
     return out
+
+
+def _slices(frame: pl.DataFrame, rows: int) -> list[pl.DataFrame]:
+    return [frame.slice(start, rows) for start in range(0, frame.height, rows)] or [frame]
+
+
+def _sum(estimates: Sequence[CostEstimate]) -> CostEstimate:
+    """The estimates of a run's calls as one: the costs unknown where any call's is."""
+
+    def total(values: list[float | None]) -> float | None:
+        return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+    notes: dict[str, None] = {}
+    repeats = 0
+    for e in estimates:
+        for note in e.notes:
+            if note.endswith(_REPEATED):
+                repeats += int(note.split(" ", 1)[0])
+            else:
+                notes.setdefault(note)
+    if repeats:
+        notes.setdefault(f"{repeats}{_REPEATED}")
+    return CostEstimate(sum(e.requests for e in estimates), sum(e.prompt_tokens for e in estimates),
+                        sum(e.completion_tokens for e in estimates),
+                        total([e.cost_usd for e in estimates]) if estimates else 0.0, list(notes),
+                        sum(e.cached_items for e in estimates),
+                        total([e.batch_cost_usd for e in estimates]) if estimates else None)  # fmt: skip

@@ -156,6 +156,21 @@ def test_dry_run_estimates_within_15_percent_and_calls_nothing(server: FakeLLMSe
     assert abs(estimate["completion tokens"] - stats.completion_tokens) <= 0.15 * stats.completion_tokens
 
 
+def test_on_the_sample_data_the_dry_run_counts_the_requests_the_run_sends(server: FakeLLMServer,
+                                                                          tmp_path: Path) -> None:  # fmt: skip
+    """Two files (flat and chat), each a chunk judged on its own: the dry run prices the calls the run makes,
+    each packed on its own (it once priced the run as one call: 2 requests where 4 were sent)."""
+    dry = _run(_cli(server, ROOT / "sample_data", tmp_path / "o.parquet", "--dry-run"))
+    assert dry.returncode == 0, dry.stderr
+    estimate = {k: int(v) for k, v in re.findall(r"(requests|prompt tokens): (\d+)", dry.stdout)}
+    real = _run(_cli(server, ROOT / "sample_data", tmp_path / "o.parquet", "--quiet"))
+    assert real.returncode == 0, real.stderr
+    stats = server.stats()
+    assert estimate["requests"] == stats.requests == 4
+    assert abs(estimate["prompt tokens"] - stats.prompt_tokens) <= 0.10 * stats.prompt_tokens
+    assert "replies are longer where most claims are unsupported or contradicted" in dry.stdout
+
+
 def test_a_spend_cap_that_is_reached_writes_every_row_and_exits_3(server: FakeLLMServer, tmp_path: Path) -> None:
     src = tmp_path / "in.parquet"
     _rows(60, seed=4).write_parquet(src)

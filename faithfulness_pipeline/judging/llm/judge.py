@@ -311,6 +311,8 @@ class LiteLLMJudge:
             prompt_tokens=prompt,
             completion_tokens=completion,
             cost_usd=None if priced is None else priced[0] + priced[1],
-            notes=[*self.card.notes, "claims not yet extracted are estimated as the answer's sentences"],
+            notes=[*self.card.notes, "claims not yet extracted are estimated as the answer's sentences",
+                   "completion tokens assume a reason for about one claim in five; replies are longer where most "
+                   "claims are unsupported or contradicted, each with its reason"],
             batch_cost_usd=None if batch is None else batch[0] + batch[1],
         )
