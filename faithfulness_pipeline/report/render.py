@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import jinja2
 import polars as pl
@@ -27,6 +27,11 @@ from faithfulness_pipeline.tables.storage import Place, describe
 TEXT_LIMIT = 1200
 #: Calibration rows shown at most.
 CALIBRATION_ROWS = 60
+#: The calibration table's columns the page shows, in this order (each with its 95 % interval where the table
+#: has one); the others (confusion counts, thresholds, claim-level measures, bootstrap settings) stay in the
+#: table, which the section names.
+CALIBRATION_SHOWN: Final = ("judge", "prompt_version", "group_by", "group", "n", "hallucinated", "balanced_accuracy",
+                            "kappa", "precision", "recall", "f1", "roc_auc_hallucination")
 
 _DAILY = (
     ("answers", "answers"),
@@ -130,11 +135,18 @@ def headline(data: ReportData) -> Headline:
 
 
 def _calibration(data: ReportData) -> dict[str, Any] | None:
+    """The calibration table as the page shows it: the headline measures of the calibrate command's table,
+    each with its interval, the rest left to the table itself (it has some 45 columns); a table of another
+    shape (no judge, group_by, group and balanced_accuracy) as it is."""
     table = data.calibration
     if table is None:
         return None
-    rows = [[num(cell) for cell in row] for row in table.head(CALIBRATION_ROWS).iter_rows()]
-    return {"columns": table.columns, "rows": rows}
+    ours = {"judge", "group_by", "group", "balanced_accuracy"} <= set(table.columns)
+    shown = [c for c in CALIBRATION_SHOWN if c in table.columns] if ours else table.columns
+    intervals = {f"{c}_{end}" for c in shown for end in ("low", "high")}
+    left = [c for c in table.columns if c not in shown and c not in intervals]
+    rows = [[_cell(row, c) for c in shown] for row in table.head(CALIBRATION_ROWS).iter_rows(named=True)]
+    return {"columns": [c.replace("_", " ") for c in shown], "rows": rows, "left": len(left)}
 
 
 def _corrected(data: ReportData) -> list[dict[str, Any]] | None:

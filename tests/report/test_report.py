@@ -18,6 +18,7 @@ from faithfulness_pipeline import score_frame
 from faithfulness_pipeline.core.config import ScoringConfig
 from faithfulness_pipeline.report import build_report
 from faithfulness_pipeline.report.data import load_scored
+from faithfulness_pipeline.report.render import num
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "offline_sample" / "scored.parquet"
@@ -127,6 +128,28 @@ def test_no_warning_for_an_llm_judge_and_calibration_shown(tmp_path: Path) -> No
     html = path.read_text(encoding="utf-8")
     assert "baseline-warning" not in html and "openai/gpt-4o-mini" in html
     assert 'id="calibration"' in html and "0.871" in html and "&lt;i&gt;zh&lt;/i&gt;" in html
+
+
+def test_the_calibrate_commands_table_shows_its_headline_measures_with_intervals(tmp_path: Path) -> None:
+    """The calibrate command's table has ~45 columns, which ran off the page: the section shows the headline
+    measures, each with its interval, and says the rest are in the table."""
+    done = subprocess.run([sys.executable, "-m", "faithfulness_pipeline.cli", "calibrate", "--labelled",
+                           str(ROOT / "sample_labelled"), "-o", str(tmp_path / "calibration.parquet")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = pl.read_parquet(tmp_path / "calibration.parquet")
+    assert table.width > 30
+    path, _ = build_report(str(GOLDEN), tmp_path / "r.html", baseline_judges=OFFLINE,
+                           calibration=str(tmp_path / "calibration.parquet"))
+    html = path.read_text(encoding="utf-8")
+    section = html[html.index('id="calibration"'):html.index("</table>", html.index('id="calibration"'))]
+    headers = re.findall(r"<th>([^<]*)</th>", section)
+    assert headers[:4] == ["judge", "prompt version", "group by", "group"] and "balanced accuracy" in headers
+    assert len(headers) <= 12 and "tp" not in headers and "bootstrap seed" not in headers
+    overall = table.filter(pl.col("group_by") == "all").row(0, named=True)
+    low, high = overall["balanced_accuracy_low"], overall["balanced_accuracy_high"]
+    assert f"{num(overall['balanced_accuracy'])} ({num(low)} – {num(high)})" in section, section[:2000]
+    assert "more columns" in html
 
 
 def test_a_scored_tables_day_follows_the_time_zone(tmp_path: Path) -> None:
