@@ -19,11 +19,10 @@ import pyarrow.parquet as pq
 
 from faithfulness_pipeline.settings.landing import WarehouseSettings
 from faithfulness_pipeline.tables.formats import table_format
-from faithfulness_pipeline.tables.iceberg_tables import IcebergTables
 from faithfulness_pipeline.tables.parquet_tables import ParquetTables, one_component
 from faithfulness_pipeline.tables.read import parquet_batches
 from faithfulness_pipeline.tables.storage import Place
-from faithfulness_pipeline.tables.table_format import ChunkSink, TableFormat
+from faithfulness_pipeline.tables.table_format import CheckedUpFront, ChunkSink, ListsDataFiles, TableFormat
 from faithfulness_pipeline.tables.write import ParquetChunkWriter
 
 
@@ -62,9 +61,9 @@ class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ig
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Opens the tables once when a step starts: a format that cannot work here (the postgres format without
         FP_POSTGRES_URL, or with a database that cannot be reached) stops the step before any work, in one line."""
-        check = getattr(self.tables(), "check", None)
-        if callable(check):
-            check()
+        tables = self.tables()
+        if isinstance(tables, CheckedUpFront):
+            tables.check()
 
     def place(self) -> Place:
         return Place.of(self.root)
@@ -100,7 +99,7 @@ class WarehouseResource(dg.ConfigurableResource, WarehouseSettings):  # type: ig
         for the Parquet layout, which they read by its folders, and for Delta tables, whose files those readers
         list from the table's log themselves."""
         formatted = self.tables()
-        if not isinstance(formatted, IcebergTables):
+        if not isinstance(formatted, ListsDataFiles):
             return None
         return {table: formatted.data_files(table) for table in tables}
 

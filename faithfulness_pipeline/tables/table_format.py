@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Final, Protocol
+from typing import Final, Protocol, runtime_checkable
 
 import polars as pl
 
@@ -71,6 +71,26 @@ class TableFormat(Protocol):
     def location(self, table: str, partition: str | None) -> str:
         """Where the partition is, as a path or URI a person can open (materialisation metadata)."""
         ...
+
+
+# What some formats can do beyond the port, each checked where it is used (``isinstance`` on the protocol,
+# never on a format's class), so that a new format that can do it needs no change there.
+
+
+@runtime_checkable
+class CheckedUpFront(Protocol):
+    """A format that can say before any work whether it works here (a database that cannot be reached, a
+    setting it lacks), in one line (a ConfigError)."""
+
+    def check(self) -> None: ...
+
+
+@runtime_checkable
+class ListsDataFiles(Protocol):
+    """A format whose tables' current data files other readers (the DuckDB views, the report) are handed,
+    because they cannot find them themselves (an Iceberg table's files are listed by its catalog)."""
+
+    def data_files(self, table: str) -> list[Place]: ...
 
 
 class FormatSettings(Protocol):
