@@ -24,7 +24,7 @@ from faithfulness_pipeline.sources.phoenix import is_phoenix
 from faithfulness_pipeline.sources.source import Source
 from faithfulness_pipeline.tables.day_window import DayWindow, Stamp, column_stamp, day_window
 from faithfulness_pipeline.tables.delta_landing import DeltaLanding, is_delta_table
-from faithfulness_pipeline.tables.iceberg_landing import CATALOG_SETTING, IcebergLanding, identifier, is_iceberg
+from faithfulness_pipeline.tables.iceberg_landing import IcebergLanding, identifier, is_iceberg, required_catalog
 from faithfulness_pipeline.tables.postgres_connect import is_postgres_url
 from faithfulness_pipeline.tables.postgres_landing import QUERY_SETTING, PostgresLanding, relation
 from faithfulness_pipeline.tables.storage import REMOTE_SCHEMES
@@ -74,9 +74,7 @@ def _check_postgres(settings: TableSettings) -> None:
 
 def _check_iceberg(settings: TableSettings) -> None:
     identifier(settings.location)
-    if not settings.iceberg_catalog:
-        raise ConfigError(f"FP_LANDING {settings.location} is an Iceberg table, and {CATALOG_SETTING} is unset: set "
-                          f"it to the SQL catalog holding it (sqlite:////path/catalog.sqlite or postgresql://user@host/db)")
+    required_catalog(settings.location, settings.iceberg_catalog)
 
 
 #: Every kind of landing table, told apart in this order (the schemes before the Delta log, which is looked for).

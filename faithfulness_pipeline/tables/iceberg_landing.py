@@ -50,6 +50,14 @@ def identifier(spec: str) -> tuple[str, tuple[str, ...]]:
     return catalog, names
 
 
+def required_catalog(spec: str, catalog: str | None) -> str:
+    """The landing's catalog setting, or one line saying it is needed."""
+    if not catalog:
+        raise ConfigError(f"FP_LANDING {spec} is an Iceberg table, and {CATALOG_SETTING} is unset: set it to the SQL "
+                          f"catalog holding it (sqlite:////path/catalog.sqlite or postgresql://user@host/db)")
+    return catalog
+
+
 def _between(column: str, low: object, high: object, undated: bool) -> BooleanExpression:
     from pyiceberg.expressions import And, GreaterThanOrEqual, IsNull, LessThan, Or
 
@@ -75,10 +83,7 @@ class IcebergLanding:
         from sqlalchemy.exc import SQLAlchemyError
 
         name, names = identifier(spec)
-        if not catalog:
-            raise ConfigError(f"FP_LANDING {spec} is an Iceberg table, and {CATALOG_SETTING} is unset: set it to "
-                              f"the SQL catalog holding it (sqlite:////path/catalog.sqlite or postgresql://user@host/db)")
-        uri = catalog_uri("", catalog)
+        uri = catalog_uri("", required_catalog(spec, catalog))
         try:
             self._table: Table = SqlCatalog(name, uri=uri, **dict(s3_properties())).load_table(names)
         except NoSuchTableError:
