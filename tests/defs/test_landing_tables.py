@@ -145,3 +145,26 @@ def test_a_day_of_a_postgres_landing_query_is_loaded(
     raw = lake.read("raw_conversations", DAY)
     assert set(raw.get_column("id")) == OF_DAY
     assert raw.schema["context"] == pl.List(pl.String)  # text[] arrives as the list of passages it is
+
+
+def test_the_sensor_skips_a_table_landing_and_leaves_its_days_to_the_schedule(tmp_path: Path) -> None:
+    landing = delta_landing(tmp_path)
+    defs = build_defs()
+    sensor = defs.resolve_sensor_def("new_landing_files")
+    with dg.instance_for_test() as instance, dg.build_sensor_context(
+        instance=instance, definitions=defs, resources={"landing": LandingResource(**landing.fields)},  # type: ignore[arg-type]
+    ) as context:
+        data = sensor.evaluate_tick(context)
+    assert not data.run_requests and "delta table" in (data.skip_message or "")
+    assert "daily_scoring" in (data.skip_message or "")
+
+
+def test_a_landing_url_with_a_password_enters_dagster_as_its_variable(
+    postgres: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = postgres.url()
+    monkeypatch.setenv("FP_LANDING", url)
+    monkeypatch.setenv("FP_LANDING_QUERY", "app.conversations")
+    landing = DefsSettings.from_env().landing
+    # Dagster keeps the resource's config in every run's snapshot: only the variable's name goes there
+    assert PASSWORD not in str(landing.model_dump()) and isinstance(landing.path, dg.EnvVar)

@@ -31,6 +31,7 @@ from faithfulness_pipeline.tables.day_window import day_window
 from faithfulness_pipeline.tables.delta_landing import DeltaLanding
 from faithfulness_pipeline.tables.iceberg_landing import IcebergLanding, _between
 from tests.defs.test_landing_tables import ROWS, Landing, delta_landing, iceberg_landing, postgres_table
+from tests.doc_blocks import block
 from tests.postgres_cluster import PASSWORD, Cluster
 
 DAY = date(2026, 11, 25)
@@ -165,3 +166,12 @@ def test_an_unreachable_database_or_catalog_is_one_line_without_its_password(pos
     with pytest.raises(ConfigError, match="FP_LANDING_ICEBERG_CATALOG") as refused:
         landing_days(TableSettings("iceberg://logs.conversations", None, catalog), "created_at", "UTC", None)
     assert "catalog-secret-77" not in str(refused.value)
+
+
+def test_the_docs_snippet_lists_the_days_of_a_postgres_landing_table(postgres: Cluster) -> None:
+    """docs/table-formats.md's block, run as printed with ``url`` the test table's database."""
+    code = block("docs/table-formats.md", "python", "landing_days(TableSettings(url")
+    namespace: dict[str, Any] = {"url": postgres_table(postgres).fields["path"]}
+    exec(compile(code, "docs/table-formats.md", "exec"), namespace)
+    # in Seoul, en-24 (23:59:59 UTC on the 24th) is the morning of the 25th: no row is on the 24th there
+    assert namespace["days"] == {date(2026, 11, 25), date(2026, 11, 26)}
