@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
 
-from faithfulness_pipeline.core.errors import ConfigError
+from faithfulness_pipeline.core.errors import ConfigError, InputError
 from faithfulness_pipeline.tables.day_window import DayWindow, Stamp
 from faithfulness_pipeline.tables.postgres_connect import CONNECT_TIMEOUT_S, one_line, shown
 
@@ -118,7 +118,15 @@ class PostgresLanding:
             sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(n)) for n in names), self._relation,
             sql.Literal(JSON_SAMPLE))
         sample = pl.DataFrame(conn.execute(query).fetchall(), schema=dict.fromkeys(names, pl.String()), orient="row")
-        return {n: sample.get_column(n).str.json_decode(infer_schema_length=None).dtype for n in names}
+        types = {}
+        for name in names:
+            try:
+                types[name] = sample.get_column(name).str.json_decode(infer_schema_length=None).dtype
+            except pl.exceptions.ComputeError as exc:
+                raise _shape_error(f"column {name!r}", exc, "holds JSON values of more than one shape") from None
+        # A part the sample never saw a value of (all null, an empty list) has no type to decode later rows'
+        # values with: such a column stays the JSON text it is, rather than losing what the sample lacked.
+        return {n: pl.String() if _unknown(t) else t for n, t in types.items()}
 
     def schema(self) -> pl.Schema:
         return pl.Schema({c: t for c, (_, t) in self._columns.items()})
@@ -165,7 +173,8 @@ class PostgresLanding:
     def _fetched(self, query: sql.Composed, params: dict[str, object], rows: int) -> Iterator[pl.DataFrame]:
         names = list(self._columns)
         read_as = {c: pl.String() if name in _JSON else t for c, (name, t) in self._columns.items()}
-        decoded = [pl.col(c).str.json_decode(t) for c, (name, t) in self._columns.items() if name in _JSON]
+        decoded = [pl.col(c).str.json_decode(t) for c, (name, t) in self._columns.items()
+                   if name in _JSON and t != pl.String()]
         fetch = min(rows, FETCH_ROWS)
         with self._connect() as conn, conn.transaction(), conn.cursor(name="fp_landing_day") as cursor:
             cursor.itersize = fetch
@@ -174,7 +183,7 @@ class PostgresLanding:
             held = 0
             while chunk := cursor.fetchmany(min(fetch, rows - held)):  # never more than ``rows`` a chunk
                 frame = pl.DataFrame(chunk, schema=read_as, orient="row")
-                gathered.append(frame.with_columns(decoded) if decoded else frame)
+                gathered.append(_decoded(frame, decoded) if decoded else frame)
                 held += frame.height
                 if held >= rows:
                     yield pl.concat(gathered, rechunk=True).select(names)
@@ -191,3 +200,28 @@ class PostgresLanding:
             found = conn.execute(query, (low,)).fetchone()
         return int(found[0]) if found else 0
 
+
+def _unknown(dtype: object) -> bool:
+    """Whether ``dtype`` (a polars type, or a nested one's part) is or holds ``Null``: a JSON part whose type
+    the sample could not tell."""
+    if dtype == pl.Null:
+        return True
+    if isinstance(dtype, pl.List | pl.Array):
+        return _unknown(dtype.inner)
+    if isinstance(dtype, pl.Struct):
+        return any(_unknown(field.dtype) for field in dtype.fields)
+    return False
+
+
+def _decoded(frame: pl.DataFrame, decoded: list[pl.Expr]) -> pl.DataFrame:
+    """``frame`` with its JSON columns decoded; a value of another shape than the sample's is one line."""
+    try:
+        return frame.with_columns(decoded)
+    except pl.exceptions.ComputeError as exc:
+        raise _shape_error("a json/jsonb column", exc,
+                           f"holds a value whose shape differs from the first {JSON_SAMPLE:,} rows'") from None
+
+
+def _shape_error(what: str, exc: Exception, problem: str) -> InputError:
+    return InputError(f"{what} of {QUERY_SETTING} {problem} ({' '.join(str(exc).split())[:200]}): select it as "
+                      f"text (column::text) or in one shape")

@@ -27,6 +27,7 @@ from faithfulness_pipeline.sources.table_landing import (
     landing_kind,
     open_table,
 )
+from faithfulness_pipeline.tables import postgres_landing
 from faithfulness_pipeline.tables.day_window import day_window
 from faithfulness_pipeline.tables.delta_landing import DeltaLanding
 from faithfulness_pipeline.tables.iceberg_landing import IcebergLanding, _between
@@ -175,3 +176,28 @@ def test_the_docs_snippet_lists_the_days_of_a_postgres_landing_table(postgres: C
     exec(compile(code, "docs/table-formats.md", "exec"), namespace)
     # in Seoul, en-24 (23:59:59 UTC on the 24th) is the morning of the 25th: no row is on the 24th there
     assert namespace["days"] == {date(2026, 11, 25), date(2026, 11, 26)}
+
+
+def test_postgres_jsonb_chat_messages_arrive_as_the_list_of_structs_a_chat_row_is(
+    postgres: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = postgres_table(postgres).fields["path"]
+    chat = [{"role": "user", "content": "에펠탑은 어디에 있나요?"}, {"role": "assistant", "content": "파리에 있습니다."}]
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE TABLE app.chats (conversation_id text, created_at timestamptz, messages jsonb, "
+                     "extra jsonb)")
+        conn.execute("INSERT INTO app.chats VALUES ('chat-ko', '2026-11-25T08:00:00Z', %s, NULL)",
+                     (psycopg.types.json.Jsonb(chat),))
+    day = LandingDay(url, DAY, "created_at", query="app.chats")
+    [rows] = list(open_source(day, rows=10).chunks())
+    assert rows.schema["messages"] == pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
+    assert rows.get_column("messages").to_list() == [chat]
+    assert rows.schema["extra"] == pl.String  # never a value to learn its type from: kept as its JSON text
+    with psycopg.connect(url) as conn:  # a later row of another shape than the sample's is one line, not a panic
+        conn.execute("INSERT INTO app.chats VALUES ('chat-2', '2026-11-25T09:00:00Z', '\"just text\"', NULL)")
+    in_order = LandingDay(url, DAY, "created_at", query="SELECT * FROM app.chats ORDER BY created_at")
+    with pytest.raises(InputError, match=r"more than one shape.*column::text"):
+        open_source(in_order, rows=10)  # the sample holds both shapes
+    monkeypatch.setattr(postgres_landing, "JSON_SAMPLE", 1)  # the sample sees the chat only; a later chunk differs
+    with pytest.raises(InputError, match=r"differs from the first 1 rows'.*column::text"):
+        list(open_source(in_order, rows=10).chunks())
