@@ -30,7 +30,10 @@ from faithfulness_pipeline.sources.table_landing import (
 from faithfulness_pipeline.tables import postgres_landing
 from faithfulness_pipeline.tables.day_window import day_window
 from faithfulness_pipeline.tables.delta_landing import DeltaLanding
+from faithfulness_pipeline.tables.delta_tables import storage_options
 from faithfulness_pipeline.tables.iceberg_landing import IcebergLanding, _between
+from faithfulness_pipeline.tables.storage import Place
+from tests.conftest import S3Bucket
 from tests.defs.test_landing_tables import ROWS, Landing, delta_landing, iceberg_landing, postgres_table
 from tests.doc_blocks import block
 from tests.postgres_cluster import PASSWORD, Cluster
@@ -201,3 +204,16 @@ def test_postgres_jsonb_chat_messages_arrive_as_the_list_of_structs_a_chat_row_i
     monkeypatch.setattr(postgres_landing, "JSON_SAMPLE", 1)  # the sample sees the chat only; a later chunk differs
     with pytest.raises(InputError, match=r"differs from the first 1 rows'.*column::text"):
         list(open_source(in_order, rows=10).chunks())
+
+
+def test_a_delta_landing_in_an_object_store_gives_its_day(s3: S3Bucket) -> None:
+    """The moto server of the tests: a Delta table written to a bucket is found by its log and read by the day."""
+    uri = s3.uri("logs/conversations")
+    for day in (24, 25, 26):
+        write_deltalake(uri, ROWS.filter(pl.col("created_at").dt.day() == day).to_arrow(), mode="append",
+                        storage_options=storage_options(Place.of(uri)))
+    kind = landing_kind(uri)
+    assert kind is not None and kind.name == "delta"
+    rows = pl.concat(list(open_source(LandingDay(uri, DAY, "created_at"), rows=2).chunks()))
+    assert set(rows.get_column("conversation_id")) == OF_DAY
+    assert landing_days(TableSettings(uri), "created_at", "UTC", None) == {date(2026, 11, d) for d in (24, 25, 26)}
