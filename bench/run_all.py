@@ -27,6 +27,7 @@ SUITE: list[tuple[str, list[str]]] = [
     ("batch_cost.py", ["--rows", "2000"]),
     ("cached_tokens.py", ["--rows", "1000"]),
     ("store_backends.py", ["--rows", "5000"]),
+    ("landing_tables.py", []),
     ("throughput.py", []),
     ("overhead.py", []),
     ("warm_rerun.py", []),

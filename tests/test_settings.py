@@ -209,6 +209,8 @@ def test_the_dagster_layer_keeps_its_variables_and_defaults() -> None:
     got = {f"{s.resource}.{s.name}" if s.resource else s.name: (s.env, s.default) for s in DAGSTER_LAYER}
     assert got == {
         "landing.path": ("FP_LANDING", "sample_data"),
+        "landing.query": ("FP_LANDING_QUERY", None),
+        "landing.iceberg_catalog": ("FP_LANDING_ICEBERG_CATALOG", None),
         "landing.timestamp_column": ("FP_TIMESTAMP_COLUMN", "created_at"),
         "landing.required_columns": ("FP_REQUIRED_COLUMNS", []),
         "landing.undated_day": ("FP_UNDATED_DAY", None),

@@ -143,18 +143,13 @@ def run_demo(
 def _days_to_run(settings: DefsSettings) -> list[str]:
     """The partitions the landing data has rows for, in order."""
     from faithfulness_pipeline.defs.partitions import daily_partitions
-    from faithfulness_pipeline.sources.landing import file_days, list_landing
+    from faithfulness_pipeline.sources.table_landing import TableSettings, landing_days
 
     keys = set(daily_partitions(settings.partitions_start, settings.landing.zone()).get_partition_keys())
     resource = settings.landing
-    return sorted(
-        {
-            d.isoformat()
-            for f in list_landing(resource.path)
-            for d in file_days(f, resource.timestamp_column, resource.undated(), resource.zone())
-        }
-        & keys
-    )
+    where = TableSettings(resource.path, resource.query, resource.iceberg_catalog)
+    days = landing_days(where, resource.timestamp_column, resource.zone(), resource.undated())
+    return sorted({d.isoformat() for d in days} & keys)
 
 def _calibration_line(instance: DagsterInstance) -> str | None:
     """The judge's agreement with the labelled rows, from the latest calibration's metadata."""

@@ -8,14 +8,14 @@ for flat tables ``core.normalize.with_internals`` rebuilds them, so the passages
 """
 
 # No `from __future__ import annotations`: Dagster reads these annotations at runtime.
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import date
 
 import dagster as dg
 import polars as pl
 
 from faithfulness_pipeline.core import schema as S
-from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.core.errors import ConfigError, InputError
 from faithfulness_pipeline.core.keys import KeyRegistry, key_hashes
 from faithfulness_pipeline.core.normalize import derives_flat, prepare, without_internals
 from faithfulness_pipeline.defs import load_checks as checks
@@ -23,8 +23,9 @@ from faithfulness_pipeline.defs.metadata import table_metadata, version_metadata
 from faithfulness_pipeline.defs.names import GROUP, RAW, RAW_REVISION
 from faithfulness_pipeline.defs.resources import LandingResource, ScoringResource
 from faithfulness_pipeline.defs.warehouse import WarehouseResource
-from faithfulness_pipeline.sources.landing import LandingDay, LandingFile, rows_before
+from faithfulness_pipeline.sources.landing import DayPart, LandingDay, LandingFile
 from faithfulness_pipeline.sources.open import open_source
+from faithfulness_pipeline.sources.table_landing import TablePart
 from faithfulness_pipeline.traces.urls import scrubbed
 
 
@@ -65,9 +66,10 @@ def load_raw(
     # Not in a `with` block: a landing day stages span exports in the shared span cache, which outlives the run.
     try:
         source = open_source(LandingDay(landing.path, day, landing.timestamp_column, landing.undated(),
-                                        landing.zone()), rows=config.chunk_rows)
-    except InputError as exc:  # a refusal may quote the landing URL, a Phoenix one with its password
-        raise InputError(scrubbed(str(exc))) from None
+                                        landing.zone(), landing.query, landing.iceberg_catalog),
+                             rows=config.chunk_rows)
+    except (InputError, ConfigError) as exc:  # a refusal may quote the landing URL, with its password
+        raise type(exc)(scrubbed(str(exc))) from None
     files = [part.file for part in source.parts]
     schemas = [(part, part.schema()) for part in source.parts]
     # The judged columns are kept only where the input cannot rebuild them (a chat file among the day's).
@@ -100,13 +102,14 @@ def load_raw(
                 rows += table.height
             counts.append((part.file, schema, rows))
             hashed.append((part.file, pl.concat(keys) if keys else pl.Series(dtype=pl.UInt64)))
-    early = _rows_before_start(context, landing, files, first)
+    early = _rows_before_start(context, source.parts, first)
     written = sum(n for _, _, n in counts)
     yield dg.MaterializeResult(metadata={
         **table_metadata(union, RAW, written),
         **version_metadata(warehouse.format_name(), out.committed),
         # the event log is shown to everyone who opens the UI: no password or api_key of the URL
         "landing": scrubbed(landing.path), "landing_files": len(files),
+        "landing_kind": next((p.opened.kind for p in source.parts if isinstance(p, TablePart)), "files"),
         "files_with_rows": sum(1 for *_, n in counts if n),
         "rows_before_partitions_start": sum(n for _, n in early),
         "path": dg.MetadataValue.path(warehouse.location(RAW, context.partition_key)),
@@ -120,21 +123,18 @@ def load_raw(
 
 
 def _rows_before_start(
-    context: dg.AssetExecutionContext, landing: LandingResource, files: list[LandingFile], first: str | None
+    context: dg.AssetExecutionContext, parts: Sequence[DayPart | TablePart], first: str | None
 ) -> list[tuple[LandingFile, int]]:
-    """How many rows of each landing file are dated before the first partition (none are counted without
-    one), logged as a warning when there are any: they are never scored."""
-    early = [] if first is None else [
-        (file, rows_before(file, date.fromisoformat(first), landing.timestamp_column, landing.undated(),
-                           landing.timezone))
-        for file in files
-    ]
+    """How many rows of each landing file (or the landing table) are dated before the first partition (none
+    are counted without one), logged as a warning when there are any: they are never scored."""
+    early = [] if first is None else [(part.file, part.rows_before(date.fromisoformat(first))) for part in parts]
     if any(n for _, n in early):
         context.log.warning(
             f"{sum(n for _, n in early)} landing row(s) are dated before the first partition {first} and are "
             f"never scored (see the {checks.BEFORE_START} check)"
         )
     return early
+
 
 def _united(table: pl.DataFrame, union: pl.Schema) -> pl.DataFrame:
     """``table`` with the day's columns, in the day's order, in the day's types."""

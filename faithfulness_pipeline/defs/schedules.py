@@ -11,6 +11,7 @@ import dagster as dg
 from faithfulness_pipeline.defs.names import GROUP
 from faithfulness_pipeline.defs.resources import LandingResource
 from faithfulness_pipeline.sources.landing import LandingFile, file_days, list_landing
+from faithfulness_pipeline.sources.table_landing import landing_kind
 from faithfulness_pipeline.traces.urls import scrubbed
 
 if TYPE_CHECKING:
@@ -80,6 +81,10 @@ def build_sensor(job: "UnresolvedAssetJobDefinition", partitions: dg.PartitionsD
     ) -> dg.SensorResult | dg.SkipReason:
         # The cursor maps every seen file to its mtime and size: exact even when a copy keeps an old mtime.
         cursor = _load_cursor(context.cursor)
+        kind = landing_kind(landing.path)
+        if kind is not None:  # a table has no new files to watch: each day is read from it whole
+            return dg.SkipReason(f"the landing is a {kind.name} table ({scrubbed(landing.path)}), which has no "
+                                 f"files to watch: the {SCHEDULE} schedule scores each day")
         files = list_landing(landing.path)
         fresh = new_files(files, cursor)
         if not fresh:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.settings.fields import flag, variable
 from faithfulness_pipeline.settings.model_config import SETTINGS_CONFIG
+from faithfulness_pipeline.sources.table_landing import TableSettings, check_landing
 from faithfulness_pipeline.tables.formats import known_table_format
 from faithfulness_pipeline.tables.iceberg_tables import catalog_uri
 from faithfulness_pipeline.tables.storage import Place
@@ -36,12 +37,28 @@ class LandingSettings(BaseModel):
         description="landing location: a Parquet, JSON Lines or CSV file, a folder (every such file below it) or a "
         "glob; local or an object-store URI (relative paths resolve from the working directory); span exports "
         "among them are read as conversations, and a Phoenix project (phoenix+http://host:6006/projects/NAME) "
-        "gives each day its spans (docs/traces.md)",
+        "gives each day its spans (docs/traces.md); or a table, each day read with its filter pushed down: a "
+        "Delta table's folder or URI, iceberg://NAMESPACE.TABLE, or postgresql://user:password@host/db "
+        "(docs/table-formats.md)",
         json_schema_extra=variable("FP_LANDING"),
+    )
+    query: str | None = Field(
+        default=None,
+        description="for a PostgreSQL landing: the table holding the conversations (schema.table) or a SELECT "
+        "over them; the day's WHERE on the timestamp column is added around it, with the day's bounds as "
+        "parameters",
+        json_schema_extra=variable("FP_LANDING_QUERY"),
+    )
+    iceberg_catalog: str | None = Field(
+        default=None,
+        description="for an iceberg:// landing: the SQL catalog holding the table, a SQLAlchemy URI "
+        "(sqlite:////path/catalog.sqlite or postgresql://user@host/db); shown without its password",
+        json_schema_extra=variable("FP_LANDING_ICEBERG_CATALOG"),
     )
     timestamp_column: str = Field(
         default="created_at",
-        description="column whose date (in timezone) picks a row's daily partition (datetime, date or ISO-8601 text)",
+        description="column whose date (in timezone) picks a row's daily partition (datetime, date or ISO-8601 text; "
+        "in a landing table a timestamp or a date, which the day's filter is a range on)",
     )
     required_columns: list[str] = Field(
         default_factory=list,
@@ -50,7 +67,7 @@ class LandingSettings(BaseModel):
     undated_day: str | None = Field(
         default=None,
         description="day (YYYY-MM-DD) for rows without a timestamp (unset: the day, in timezone, the file arrived: "
-        "its modification time)",
+        "its modification time; a landing table's rows without one are then read on no day)",
     )
     timezone: str = Field(
         default="UTC",
@@ -61,6 +78,12 @@ class LandingSettings(BaseModel):
         # report declares this flag itself (cli/report.py); naming it here keeps the table true.
         json_schema_extra=flag("--timezone"),
     )
+
+    @model_validator(mode="after")
+    def _known_landing(self) -> LandingSettings:
+        # An unknown kind, or a table kind without its own settings, is refused when the code location loads.
+        check_landing(TableSettings(self.path, self.query, self.iceberg_catalog))
+        return self
 
     def zone(self) -> str:
         """``timezone``, checked: a name that is no time zone is one line naming FP_TIMEZONE."""

@@ -265,6 +265,9 @@ class LandingDay:
     timestamp_column: str
     undated_day: date | None = None
     timezone: str = "UTC"
+    #: A landing table's own settings (``sources.table_landing``): a PostgreSQL table or query, an Iceberg catalog.
+    query: str | None = None
+    iceberg_catalog: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +291,11 @@ class DayPart:
 
     def row_count(self) -> int | None:
         return None  # a file's rows of one day are known by reading its timestamps: nothing needs them ahead
+
+    def rows_before(self, first_day: date) -> int:
+        """Rows of the file dated before ``first_day`` (:func:`rows_before`)."""
+        day = self.of
+        return rows_before(self.file, first_day, day.timestamp_column, day.undated_day, day.timezone)
 
 
 def day_source(day: LandingDay, rows: int) -> Source[DayPart]:

@@ -1,6 +1,8 @@
 """The one place an entry point asks for a source: by what the user named, told apart by what it is.
 
-- a :class:`~faithfulness_pipeline.sources.landing.LandingDay`: the landing location's rows of one day;
+- a :class:`~faithfulness_pipeline.sources.landing.LandingDay`: the landing location's rows of one day, from its
+  files, or from a Delta, Iceberg or PostgreSQL table with the day's filter pushed down
+  (``sources.table_landing``);
 - text or a path: a Phoenix project when it starts with ``phoenix+http://`` or ``phoenix+https://``, else
   files (a file, a folder, a glob, local or an object-store URI), span exports among them staged;
 - anything else: a table in memory (polars, pandas, arrow), a table of spans as its conversation rows.
@@ -18,6 +20,7 @@ from faithfulness_pipeline.sources.frames import Table, frame_source
 from faithfulness_pipeline.sources.landing import DayPart, LandingDay, day_source
 from faithfulness_pipeline.sources.phoenix import is_phoenix, phoenix_source
 from faithfulness_pipeline.sources.source import Part, Source
+from faithfulness_pipeline.sources.table_landing import TablePart, landing_kind, table_day_source
 
 #: What a source can be asked for by: a spec or path, a landing day, or a table in memory (``Table``, which
 #: is any object: a table type that is not recognised is refused when it is opened).
@@ -26,7 +29,7 @@ Named: TypeAlias = "str | os.PathLike[str] | LandingDay | Table"
 
 @overload
 def open_source(named: LandingDay, *, rows: int, text: frozenset[str] = ..., workdir: str | None = ...,
-                phoenix_api_key: str | None = ...) -> Source[DayPart]: ...
+                phoenix_api_key: str | None = ...) -> Source[DayPart | TablePart]: ...
 
 
 @overload
@@ -42,7 +45,8 @@ def open_source(named: Named, *, rows: int, text: frozenset[str] = frozenset(), 
     Everything that can be refused before a row is read is refused here (a file that does not exist, a
     damaged span export, a Phoenix project that cannot be reached)."""
     if isinstance(named, LandingDay):
-        return day_source(named, rows)
+        kind = landing_kind(named.location)  # a Delta, Iceberg or PostgreSQL table, else files
+        return day_source(named, rows) if kind is None else table_day_source(named, kind, rows)
     if isinstance(named, str | os.PathLike):
         spec = os.fspath(named)
         if is_phoenix(spec):

@@ -99,8 +99,12 @@ def _shown(text: str) -> str:
 def _file_io_properties(root: Place) -> tuple[tuple[str, str], ...]:
     """pyiceberg's FileIO properties for an S3 root, from the standard AWS variables (never from settings, never
     stored: the catalog keeps only metadata locations)."""
-    if root.scheme != "s3":
-        return ()
+    return s3_properties() if root.scheme == "s3" else ()
+
+
+def s3_properties() -> tuple[tuple[str, str], ...]:
+    """pyiceberg's S3 FileIO properties from the standard AWS variables (also for a landing table, whose data
+    may be anywhere its metadata says)."""
     env = os.environ
     pairs = {
         "s3.endpoint": env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
