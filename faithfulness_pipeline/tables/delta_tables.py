@@ -246,6 +246,17 @@ class DeltaTables:
         current = self._open(table)
         return current is not None and self._written(current, partition)
 
+    def partitions(self, table: str, as_of: str | None = None) -> list[str | None]:
+        """The days with files at the version (a day written with no rows has none, and no rows to read)."""
+        current = self._open(table) if as_of is None else self._table(table, self._version(table, as_of))
+        if current is None:
+            return []
+        actions = self._files(current, None)
+        if f"partition.{DAY_COLUMN}" not in actions.column_names:
+            return [None] if self._written(current, None) else []
+        found = {str(d) for d in actions.column(f"partition.{DAY_COLUMN}").to_pylist() if d is not None}
+        return list(sorted(found))
+
     def rows(self, table: str, partition: str | None) -> int:
         current = self._present(table, partition)
         counts = self._files(current, partition).column("num_records").to_pylist()

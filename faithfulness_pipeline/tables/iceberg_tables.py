@@ -86,6 +86,14 @@ def iceberg_tables(settings: FormatSettings) -> IcebergTables:
                          settings.version_retention_days)
 
 
+def _unmade_sqlite(uri: str) -> bool:
+    """Whether ``uri`` is a SQLite catalog whose file does not exist yet (the first write makes it)."""
+    if not uri.startswith("sqlite:///"):
+        return False
+    path = uri.removeprefix("sqlite:///").split("?", 1)[0]
+    return bool(path) and path != ":memory:" and not os.path.exists(path)
+
+
 #: ``scheme://user:password@``: what a message shows of a URL with credentials is ``scheme://***@``.
 _USER_INFO: Final = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s?#'\"]*@")
 
@@ -190,6 +198,8 @@ class IcebergTables:
     def _load(self, table: str) -> Table | None:
         from pyiceberg.exceptions import NoSuchTableError
 
+        if _unmade_sqlite(self.uri):  # no catalog, no table: a reader does not make the file (nor its folder)
+            return None
         try:
             return self.catalog().load_table(self.identifier(table))
         except NoSuchTableError:
@@ -446,6 +456,16 @@ class IcebergTables:
     def exists(self, table: str, partition: str | None) -> bool:
         loaded = self._load(table)
         return loaded is not None and bool(self._data_files(loaded.metadata, loaded.io, partition))
+
+    def partitions(self, table: str, as_of: str | None = None) -> list[str | None]:
+        """The days with data files in the snapshot (the current one, or ``as_of``)."""
+        loaded = self._load(table)
+        if loaded is None:
+            return []
+        files = self._data_files(loaded.metadata, loaded.io, None, self._snapshot_id(loaded, table, as_of))
+        if not loaded.metadata.spec().fields:
+            return [None] if files else []
+        return list(sorted({str(f.partition[0]) for f in files}))
 
     def rows(self, table: str, partition: str | None) -> int:
         return sum(f.record_count for f in self._files(table, partition)[1])

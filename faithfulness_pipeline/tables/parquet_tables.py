@@ -78,6 +78,17 @@ class ParquetTables:
     def exists(self, table: str, partition: str | None) -> bool:
         return self.file(table, partition).is_file()
 
+    def partitions(self, table: str, as_of: str | None = None) -> list[str | None]:
+        if as_of is not None:
+            raise ConfigError(_no_versions(table, as_of))
+        folder = self.folder(table)
+        days: list[str | None] = [None] if folder.child(DATA_FILE).is_file() else []
+        for file in folder.files(DATA_FILE):
+            day = file.parent()
+            if day.name.startswith(PARTITION_PREFIX) and day.parent().path == folder.path:
+                days.append(day.name.removeprefix(PARTITION_PREFIX))
+        return days
+
     def _open(self, table: str, partition: str | None) -> pq.ParquetFile:
         place = self.file(table, partition)
         if not place.is_file():
@@ -99,8 +110,7 @@ class ParquetTables:
 
     def scan(self, table: str, partitions: Sequence[str | None], as_of: str | None = None) -> pl.LazyFrame:
         if as_of is not None:
-            raise ConfigError(f"{table} is in the parquet table format, which keeps no versions to read as of "
-                              f"{as_of!r}: set FP_TABLE_FORMAT to a format with versions (docs/table-formats.md)")
+            raise ConfigError(_no_versions(table, as_of))
         places = [self.file(table, key) for key in partitions]
         for key, place in zip(partitions, places, strict=True):
             if not place.is_file():
@@ -114,6 +124,11 @@ class ParquetTables:
 
     def location(self, table: str, partition: str | None) -> str:
         return self.file(table, partition).uri
+
+
+def _no_versions(table: str, as_of: str) -> str:
+    return (f"{table} is in the parquet table format, which keeps no versions to read as of {as_of!r}: set "
+            "FP_TABLE_FORMAT to a format with versions (docs/table-formats.md)")
 
 
 def _missing(table: str, partition: str | None, place: Place) -> str:

@@ -295,16 +295,22 @@ class PostgresTables:
                 f"{self.location(table, partition)}{f' as of load {as_of}' if as_of else ''}: materialise it first")
         return load
 
-    def partitions(self, table: str) -> list[str | None]:
-        """The partitions of ``table`` that have a current load, by day (None: the table has no partitions)."""
+    def partitions(self, table: str, as_of: str | None = None) -> list[str | None]:
+        """The partitions of ``table`` that have a current load (``as_of``: a load committed up to that one), by
+        day (None: the table has no partitions)."""
         from psycopg import sql
 
         with self._reading() as conn:
             if not self._has_loads(conn):
                 return []
-            found = conn.execute(sql.SQL("SELECT DISTINCT ds FROM {} WHERE table_name = %s AND replaced_by IS NULL "
-                                         "AND version IS NOT NULL ORDER BY ds").format(self.qualified(LOADS)),
-                                 (table,)).fetchall()
+            if as_of is None:
+                query = sql.SQL("SELECT DISTINCT ds FROM {} WHERE table_name = %s AND replaced_by IS NULL AND "
+                                "version IS NOT NULL ORDER BY ds").format(self.qualified(LOADS))
+                found = conn.execute(query, (table,)).fetchall()
+            else:
+                query = sql.SQL("SELECT DISTINCT ds FROM {} WHERE table_name = %s AND version <= %s ORDER BY ds"
+                                ).format(self.qualified(LOADS))
+                found = conn.execute(query, (table, self._version(conn, table, as_of))).fetchall()
         return [None if r[0] is None else r[0].isoformat() for r in found]
 
     def exists(self, table: str, partition: str | None) -> bool:

@@ -52,6 +52,13 @@ class TableFormat(Protocol):
 
     def exists(self, table: str, partition: str | None) -> bool: ...
 
+    def partitions(self, table: str, as_of: str | None = None) -> list[str | None]:
+        """The partitions the table has (``as_of``: had at that table version), by day; ``[None]`` for a table
+        without partitions, ``[]`` for a table never written. What a reader of every day (the ``report``,
+        ``compare`` and ``estimate`` commands) hands :meth:`scan`. A version that is not one is refused as
+        :meth:`scan` refuses it."""
+        ...
+
     def rows(self, table: str, partition: str | None) -> int:
         """The partition's rows, read from what the format keeps about them (no row is read)."""
         ...
