@@ -2,7 +2,8 @@
 Dagster resource field; bad values are one clear error wherever they come from; the docs' settings table is the
 one derived from the settings models. A field added to any registered settings model is checked here without
 touching this file (the calibration settings are flags of ``calibrate`` only; the Dagster layer's landing,
-warehouse and partition settings are no flags, and the first partition is no resource field)."""
+warehouse and partition settings are no flags, but for the report's time zone and the warehouse's table format
+and place, which the commands that read a warehouse take; the first partition is no resource field)."""
 
 from __future__ import annotations
 
@@ -269,13 +270,39 @@ def test_the_table_shows_no_flag_of_the_dagster_layer_that_no_command_has(settin
             _ = setting.flag
         assert "--" + setting.name.replace("_", "-") not in options
         assert row.startswith(f"| {setting.name} | none | ")
-    else:  # a flag the report command declares itself
+    else:  # a flag of the report command (its own --timezone; the warehouse's, derived: cli/warehouse.py)
         assert setting.cli_flag in {o for p in report_command.params for o in p.opts}
         assert row.startswith(f"| {setting.name} | `{setting.cli_flag}` | ")
 
 
-def test_only_the_report_s_time_zone_is_a_flag_of_the_dagster_layer() -> None:
-    assert {s.name: s.cli_flag for s in DAGSTER_LAYER if s.cli_flag} == {"timezone": "--timezone"}
+#: The warehouse settings that are flags of the commands that read a warehouse (report, compare, estimate).
+WAREHOUSE_FLAGS = {"table_format": "--table-format", "postgres_url": "--postgres-url",
+                   "postgres_schema": "--postgres-schema", "iceberg_catalog": "--iceberg-catalog",
+                   "iceberg_namespace": "--iceberg-namespace"}
+
+
+def test_only_the_report_s_time_zone_and_the_warehouse_s_format_are_flags_of_the_dagster_layer() -> None:
+    assert {s.name: s.cli_flag for s in DAGSTER_LAYER if s.cli_flag} == {"timezone": "--timezone", **WAREHOUSE_FLAGS}
+
+
+@pytest.mark.parametrize("setting", [s for s in DAGSTER_LAYER if s.name in WAREHOUSE_FLAGS], ids=lambda s: s.name)
+def test_the_warehouse_s_format_is_a_flag_of_every_command_that_reads_a_warehouse(setting: Setting) -> None:
+    """One declaration (settings.landing.WarehouseSettings): the flag of report, compare and estimate, the variable
+    and the resource field; the flag beats the variable."""
+    from faithfulness_pipeline.cli.compare import compare_command
+    from faithfulness_pipeline.cli.estimate import estimate
+    from faithfulness_pipeline.cli.options import resolved
+    from faithfulness_pipeline.settings.landing import WarehouseSettings
+
+    raw, value = _other_value(setting)
+    if setting.name == "iceberg_catalog":
+        raw = value = "sqlite:////tmp/catalog.sqlite"
+    for command, args in ((report_command, ["wh", "-o", "r.html"]), (compare_command, ["wh", "--by", "model"]),
+                          (estimate, ["wh"])):
+        params = command.make_context(command.name, [*args, setting.flag, raw]).params
+        built = resolved(WarehouseSettings, params, {setting.env: "ignored"})
+        assert getattr(built, setting.name) == value, command.name
+    assert not {o for c in (score, calibrate) for p in c.params for o in p.opts} & set(WAREHOUSE_FLAGS.values())
 
 
 def test_the_first_partition_is_no_resource_field() -> None:

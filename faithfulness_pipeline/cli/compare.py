@@ -12,6 +12,7 @@ import polars as pl
 
 from faithfulness_pipeline.cli.compare_corrected import corrected_segments, corrected_tables
 from faithfulness_pipeline.cli.streams import unfailing_streams
+from faithfulness_pipeline.cli.warehouse import as_of_option, open_warehouse, scored_scan, warehouse_options
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.compare import (
     LARGER,
@@ -23,6 +24,7 @@ from faithfulness_pipeline.core.compare import (
     compare_segments,
 )
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
+from faithfulness_pipeline.report.data import WarehouseTables
 from faithfulness_pipeline.review.labels import read_labels
 from faithfulness_pipeline.review.store import is_store, shown
 from faithfulness_pipeline.settings.calibration import CalibrationSettings
@@ -31,6 +33,7 @@ from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.command_outputs import check_command_outputs, write_frames
 from faithfulness_pipeline.tables.inputs import resolve_inputs
 from faithfulness_pipeline.tables.read import read_all, scan_input
+from faithfulness_pipeline.traces.urls import scrubbed
 
 _SHOWN_FLIPS = 5
 #: What the flips table shows of each side besides its scores.
@@ -96,11 +99,18 @@ def render(result: Comparison | pl.DataFrame) -> str:
 @click.option("--labelled", default=None, help="Rows labelled by people (as for calibrate --labelled, or a label "
               "store: docs/review.md): with two tables, each one's calibration against them is printed beside the "
               "comparison; with two tables or --by, the differences corrected by them (docs/corrected.md).")
+@as_of_option("--as-of", help_text="Read BASELINE, a warehouse, as of this table_version a materialisation "
+              "recorded (a Delta version, an Iceberg snapshot id, a PostgreSQL load id): a day as it was published "
+              "against the same warehouse now.")
+@as_of_option("--candidate-as-of", help_text="Read CANDIDATE, a warehouse, as of this table_version.")
+@warehouse_options
 def compare_command(baseline: str, candidate: str | None, output: str | None, flips_out: str | None,
                     pair_on: str | None, by: str | None, baseline_group: str | None, groups: str,
-                    min_rows: int, labelled: str | None) -> None:
-    """Compare two scored tables (files, folders, globs, s3:// URIs): BASELINE and CANDIDATE, or with --by the
-    groups of one. The hallucination threshold is FP_HALLUCINATION_THRESHOLD's (default 0.5)."""
+                    min_rows: int, labelled: str | None, as_of: str | None, candidate_as_of: str | None,
+                    **options: Any) -> None:
+    """Compare two scored tables (files, folders, globs, s3:// URIs, or warehouses in any table format:
+    --table-format): BASELINE and CANDIDATE, or with --by the groups of one. The hallucination threshold is
+    FP_HALLUCINATION_THRESHOLD's (default 0.5)."""
     with unfailing_streams():
         try:
             scoring = from_env(ScoringSettings, os.environ)
@@ -111,11 +121,17 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
             result: Comparison | pl.DataFrame
             flips = pl.DataFrame()
             calibration = corrected = ""
+            if candidate is None and candidate_as_of is not None:
+                raise click.UsageError("--candidate-as-of reads CANDIDATE: give BASELINE and CANDIDATE")
+            sides = [open_warehouse(baseline, options, os.environ, as_of)]
+            if candidate is not None:
+                sides.append(open_warehouse(candidate, options, os.environ, candidate_as_of))
             check_command_outputs({"-o": output, "--flips-out": flips_out},
-                                [baseline, candidate, None if labelled is None or is_store(labelled) else labelled])
+                                [*(spec for spec, tables in sides if tables is None),
+                                 None if labelled is None or is_store(labelled) else labelled])
             wanted, few = _columns(scoring, pair_on, by, columns, labelled is not None)
             if by is not None:
-                whole = read_all(baseline, columns=wanted, categorical=few)
+                whole = _read(*sides[0], wanted, few)
                 result = compare_segments(whole, by, baseline=baseline_group, pair_on=pair_on,
                                           groups=columns, config=config)
                 table = result
@@ -123,18 +139,17 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
                     corrected = corrected_segments(whole, by, baseline_group, read_labels(labelled), scoring)
             else:
                 assert candidate is not None
-                tables = (read_all(baseline, columns=wanted, categorical=few),
-                          read_all(candidate, columns=wanted, categorical=few))
+                tables = (_read(*sides[0], wanted, few), _read(*sides[1], wanted, few))
                 result = compare(*tables, pair_on=pair_on, groups=columns, config=config)
                 if labelled:
                     calibration = _calibration(labelled, [(baseline, tables[0]), (candidate, tables[1])], scoring)
                     corrected = corrected_tables(tables, read_labels(labelled), scoring)
                 table = result.table
                 if flips_out:
-                    flips = with_claims(result.flips, result.key, (baseline, candidate))
+                    flips = with_claims(result.flips, result.key, (sides[0], sides[1]))
             write_frames({"-o": (output, table), "--flips-out": (flips_out, flips)})
         except FaithfulnessPipelineError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {scrubbed(str(exc))}", err=True)
             sys.exit(2)
         click.echo(render(result))
         for text in (corrected, calibration):
@@ -142,16 +157,35 @@ def compare_command(baseline: str, candidate: str | None, output: str | None, fl
                 click.echo("\n" + text)
 
 
-def with_claims(flips: pl.DataFrame, key: str, specs: tuple[str, str]) -> pl.DataFrame:
+def _read(spec: str, warehouse: WarehouseTables | None, wanted: frozenset[str],
+          few: frozenset[str]) -> pl.DataFrame:
+    """The ``wanted`` columns of a scored table, or of a warehouse's scored rows (every day, in its table format),
+    the text columns of ``few`` as categoricals."""
+    if warehouse is None:
+        return read_all(spec, columns=wanted, categorical=few)
+    scan = scored_scan(spec, warehouse)
+    schema = scan.collect_schema()
+    kept = [c for c in schema.names() if c in wanted]
+    return scan.select([pl.col(c).cast(pl.Categorical()) if c in few and schema[c] == pl.String else pl.col(c)
+                        for c in kept]).collect(engine="streaming")
+
+
+def _scans(spec: str, warehouse: WarehouseTables | None) -> list[pl.LazyFrame]:
+    if warehouse is not None:
+        return [scored_scan(spec, warehouse)]
+    return [scan_input(path) for path in resolve_inputs(spec)]
+
+
+def with_claims(flips: pl.DataFrame, key: str,
+                sides: tuple[tuple[str, WarehouseTables | None], tuple[str, WarehouseTables | None]]) -> pl.DataFrame:
     """The flipped rows with each side's claims and verdicts, read for those rows only: a scored table's claims
     and verdicts weigh more than its scores many times over, and a comparison needs them for the flips alone."""
     if flips.is_empty():
         return flips
     wanted = flips.select(pl.col(key).cast(pl.String))
-    for spec, suffix in zip(specs, ("_baseline_table", "_candidate_table"), strict=True):
+    for (spec, warehouse), suffix in zip(sides, ("_baseline_table", "_candidate_table"), strict=True):
         parts = []
-        for path in resolve_inputs(spec):
-            lazy = scan_input(path)
+        for lazy in _scans(spec, warehouse):
             present = [c for c in _CLAIMS if c in lazy.collect_schema().names()]
             if present:
                 parts.append(lazy.select(pl.col(key).cast(pl.String), *present)

@@ -12,6 +12,7 @@ import polars as pl
 
 from faithfulness_pipeline.cli.options import resolved, setting_options
 from faithfulness_pipeline.cli.streams import unfailing_streams
+from faithfulness_pipeline.cli.warehouse import open_warehouse, scored_scan, warehouse_options
 from faithfulness_pipeline.core import schema as S
 from faithfulness_pipeline.core.corrected import (
     FIGURES,
@@ -23,6 +24,7 @@ from faithfulness_pipeline.core.corrected import (
 )
 from faithfulness_pipeline.core.corrected import labelled_scores as join_labels
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError, InputError
+from faithfulness_pipeline.report.data import WarehouseTables
 from faithfulness_pipeline.review.labels import read_labels
 from faithfulness_pipeline.review.store import is_store
 from faithfulness_pipeline.settings.derive import from_env
@@ -31,19 +33,22 @@ from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.command_outputs import check_command_outputs, write_frames
 from faithfulness_pipeline.tables.inputs import resolve_inputs
 from faithfulness_pipeline.tables.read import scan_input
+from faithfulness_pipeline.traces.urls import scrubbed
 
 #: What the estimate reads of a scored table besides the groups: the key, the status and the two scores.
 _SCORED = (S.ROW_KEY, "status", "hallucination_score", "faithfulness_score")
 _POOL = ("judge_model", "prompt_version", "language")
 
 
-def _scored(specs: tuple[str, ...], by: list[str], id_columns: list[str]) -> pl.LazyFrame:
-    """The light columns of every scored table, lazily: the estimate folds them group by group with the
-    streaming engine and collects only the labelled rows (a month of rows never sits in memory)."""
+def _scored(specs: list[tuple[str, WarehouseTables | None]], by: list[str], id_columns: list[str]) -> pl.LazyFrame:
+    """The light columns of every scored table (or warehouse, in its table format), lazily: the estimate folds
+    them group by group with the streaming engine and collects only the labelled rows (a month of rows never
+    sits in memory)."""
     frames = []
-    for spec in specs:
-        for path in resolve_inputs(spec):
-            scan = scan_input(path)
+    for spec, warehouse in specs:
+        scans = ([(f"{spec} ({warehouse.describe()})", scored_scan(spec, warehouse))] if warehouse is not None
+                 else [(path, scan_input(path)) for path in resolve_inputs(spec)])
+        for path, scan in scans:
             present = scan.collect_schema().names()
             missing = [c for c in _SCORED if c not in present]
             if missing:
@@ -95,11 +100,12 @@ def render(table: pl.DataFrame, by: list[str]) -> str:
 @click.option("--level", default=0.95, show_default=True, type=click.FloatRange(0.5, 0.999),
               help="Confidence level of the intervals.")
 @setting_options(LabelSettings)
+@warehouse_options
 def estimate(scored_specs: tuple[str, ...], output: str | None, by: str, level: float, **options: Any) -> None:
-    """The judge's figures of SCORED tables corrected for its measured error by people's labels on a random
-    sample of the rows (prediction-powered inference): per group, the share over the hallucination threshold
-    and both mean scores, raw and corrected, with intervals. The threshold and scale are
-    FP_HALLUCINATION_THRESHOLD's and FP_SCALE's."""
+    """The judge's figures of SCORED tables (or warehouses, in any table format: --table-format) corrected for
+    its measured error by people's labels on a random sample of the rows (prediction-powered inference): per
+    group, the share over the hallucination threshold and both mean scores, raw and corrected, with intervals.
+    The threshold and scale are FP_HALLUCINATION_THRESHOLD's and FP_SCALE's."""
     with unfailing_streams():
         try:
             scoring = from_env(ScoringSettings, os.environ)
@@ -108,16 +114,18 @@ def estimate(scored_specs: tuple[str, ...], output: str | None, by: str, level: 
                 raise InputError("estimate needs people's labels: give --labels PATH (or set FP_LABELS)")
             label_specs = (settings.labels,)
             columns = [c.strip() for c in by.split(",") if c.strip()]
-            check_command_outputs({"-o": output}, [s for s in (*scored_specs, *label_specs) if not is_store(s)])
+            sides = [open_warehouse(spec, options, os.environ) for spec in scored_specs]
+            files = [spec for spec, warehouse in sides if warehouse is None]
+            check_command_outputs({"-o": output}, [s for s in (*files, *label_specs) if not is_store(s)])
             ids = [c for c in (scoring.id_column, scoring.turn_column, scoring.key_column) if c]
-            scored = _scored(scored_specs, columns, ids)
+            scored = _scored(sides, columns, ids)
             config = EstimateConfig(threshold=scoring.hallucination_threshold, scale=scoring.scale, level=level,
                                     min_labels=settings.min_labels)
             values, count = join_labels(scored, _labels(label_specs, scored, scoring), config)
             table = estimate_groups(values, columns, config)
             write_frames({"-o": (output, table)})
         except FaithfulnessPipelineError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {scrubbed(str(exc))}", err=True)
             sys.exit(2)
         for line in count.lines():
             click.echo(line, err=True)

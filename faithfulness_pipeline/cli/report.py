@@ -16,11 +16,13 @@ from typing import Any
 import click
 
 from faithfulness_pipeline.cli.streams import unfailing_streams
+from faithfulness_pipeline.cli.warehouse import as_of_option, open_warehouse, warehouse_options
 from faithfulness_pipeline.core.errors import FaithfulnessPipelineError
 from faithfulness_pipeline.settings.derive import from_env, settings
 from faithfulness_pipeline.settings.scoring import ScoringSettings
 from faithfulness_pipeline.tables.command_outputs import check_command_outputs
 from faithfulness_pipeline.tables.storage import StorageError, describe
+from faithfulness_pipeline.traces.urls import scrubbed
 
 #: The scoring settings the report uses (which columns hold what; the threshold and scale of the scores).
 REPORT_SETTINGS = ("model_column", "output_column", "input_column", "hallucination_threshold", "scale",
@@ -38,7 +40,7 @@ def _options(command: Callable[..., None]) -> Callable[..., None]:
 
 
 @click.command("report")
-@click.argument("source", metavar="WAREHOUSE_OR_SCORED_TABLE")
+@click.argument("source", metavar="[WAREHOUSE_OR_SCORED_TABLE]", required=False)
 @click.option("-o", "--output", required=True,
               help="HTML file to write, a path or an s3:// (gs://, abfs://) URI (self-contained: mail it, open it "
               "offline).")
@@ -50,23 +52,29 @@ def _options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--timezone", default=None, help=f"Time zone of the day boundary [default: UTC] [env {TIMEZONE_ENV}].")
 @click.option("--worst", default=20, show_default=True, type=click.IntRange(0, 1000),
               help="How many of the worst answers to show with their claims.")
+@as_of_option("--as-of")
 @_options
+@warehouse_options
 @unfailing_streams()
-def report(source: str, output: str, calibration: str | None, timestamp_col: str | None, timezone: str | None,
-           worst: int, **options: Any) -> None:
-    """Write the answer-quality report of a warehouse folder or a scored table (Parquet file, folder or glob),
-    local or in an object store (s3://bucket/warehouse)."""
+def report(source: str | None, output: str, calibration: str | None, timestamp_col: str | None,
+           timezone: str | None, worst: int, as_of: str | None, **options: Any) -> None:
+    """Write the answer-quality report of a warehouse or a scored table (Parquet file, folder or glob), local or
+    in an object store (s3://bucket/warehouse). A warehouse is read in its table format (--table-format: parquet,
+    delta, iceberg, postgres); without an argument, the warehouse FP_WAREHOUSE names. --as-of reports the scored
+    table as a past materialisation published it (then without the corrected figures and the warehouse's
+    calibration, which have versions of their own)."""
     from faithfulness_pipeline.judging.catalog import baseline_judges
     from faithfulness_pipeline.report import build_report_to, headline
 
     started = time.monotonic()
     try:
-        given = {k: v for k, v in options.items() if v is not None}
+        given = {k: v for k, v in options.items() if v is not None and k in REPORT_SETTINGS}
         scoring = from_env(ScoringSettings, os.environ, given)
         zone = timezone or os.environ.get(TIMEZONE_ENV) or "UTC"
-        check_command_outputs({"-o": output}, [source, calibration])
+        where, tables = open_warehouse(source, options, os.environ, as_of)
+        check_command_outputs({"-o": output}, [where, calibration] if tables is None else [calibration])
         place, data = build_report_to(
-            source,
+            where,
             output,
             baseline_judges=baseline_judges(),
             calibration=calibration,
@@ -75,12 +83,13 @@ def report(source: str, output: str, calibration: str | None, timestamp_col: str
             timezone=checked_zone(zone),
             scoring=scoring,
             worst=worst,
+            tables=tables,
         )
     except StorageError as exc:  # a URI that names no place (a scheme, credentials in it): the command's fault
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {scrubbed(str(exc))}", err=True)
         sys.exit(2)
     except (FaithfulnessPipelineError, OSError) as exc:
-        click.echo(f"error: {describe(exc)}", err=True)
+        click.echo(f"error: {scrubbed(describe(exc))}", err=True)
         sys.exit(2)
     top = headline(data)
     click.echo(

@@ -17,6 +17,7 @@ from pathlib import Path
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.report.data import (
     Listed,
+    WarehouseTables,
     is_warehouse,
     load_calibration,
     load_corrected,
@@ -44,26 +45,29 @@ def build_report_to(
     scoring: ScoringSettings = _DEFAULT_SCORING,
     worst: int = 20,
     listed: Listed | None = None,
+    tables: WarehouseTables | None = None,
 ) -> tuple[Place, ReportData]:
     """Write the report of ``source`` (a warehouse folder, or a scored Parquet file / folder / glob; local or
     a URI) to ``target`` (a local path or a URI). ``scoring`` names the table's model, answer and question
     columns, the hallucination threshold and the scale, as they were when the table was scored. ``listed``: the
-    warehouse's data files by table, where its table format lists them (``report.data.Listed``)."""
+    warehouse's data files by table, where its table format lists them (``report.data.Listed``). ``tables``: ``source``
+    is a warehouse read through its table format (``report.data.WarehouseTables``), in any format."""
     chunks = scored_chunks(source, timestamp_column=timestamp_column, timestamp_required=timestamp_required,
                            timezone=timezone,
                            columns=(scoring.model_column, "language"), answer_column=scoring.output_column,
-                           listed=listed)
+                           listed=listed, warehouse=tables)
     first = next(chunks)
     if scoring.model_column != _DEFAULT_SCORING.model_column and scoring.model_column not in first.columns:
         # A column named on purpose that is not there: the report would draw every row as one unnamed model.
         flag = next(s.flag for s in registered(ScoringSettings) if s.name == "model_column")
         raise InputError(f"{source!r} has no column {scoring.model_column!r} ({flag}): name one of its columns, "
                          f"or leave {flag} out for {_DEFAULT_SCORING.model_column!r}")
-    warehouse = Place.of(source) if listed is not None or is_warehouse(source) else None
+    warehouse = None if tables is not None else (
+        Place.of(source) if listed is not None or is_warehouse(source) else None)
     data = summarise_chunks(itertools.chain([first], chunks), source=source, scoring=scoring, worst=worst,
-                            calibration=load_calibration(calibration, warehouse, listed),
-                            full_rows=lambda keys, columns: rows_of(source, keys, columns, listed))
-    data = replace(data, corrected=load_corrected(warehouse, listed))
+                            calibration=load_calibration(calibration, warehouse, listed, tables),
+                            full_rows=lambda keys, columns: rows_of(source, keys, columns, listed, tables))
+    data = replace(data, corrected=load_corrected(warehouse, listed, tables))
     return write_report(data, target, baseline_judges=baseline_judges), data
 
 
@@ -87,5 +91,5 @@ def build_report(
     return place.local_path(), data
 
 
-__all__ = ["Headline", "ReportData", "build_report", "build_report_to", "headline", "render_html", "summarise",
-           "write_report"]
+__all__ = ["Headline", "ReportData", "WarehouseTables", "build_report", "build_report_to", "headline", "render_html",
+           "summarise", "write_report"]

@@ -2,7 +2,8 @@
 folds them into what the page shows).
 
 The report reads either a warehouse (``<root>/scored_conversations/ds=*/data.parquet``; the day is the
-partition; local or in an object store, ``tables.storage``) or a scored table written by
+partition; local or in an object store, ``tables.storage``; or a warehouse in any table format, read through
+the table-format port: :class:`WarehouseTables`, the command line's) or a scored table written by
 ``faithfulness-pipeline score`` (a file, folder or glob, local or a URI; the day is the date of
 ``timestamp_column`` in ``timezone``, else of ``scored_at``). Everything else — the per day × model table,
 the distributions, the verdict mix, the worst answers — is derived from the scored rows themselves, so a
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -25,6 +27,7 @@ from faithfulness_pipeline.tables.delta_tables import live_files
 from faithfulness_pipeline.tables.inputs import PARQUET, input_format, resolve_inputs
 from faithfulness_pipeline.tables.read import READ_ERRORS, parquet_batches, parquet_schema, read_error
 from faithfulness_pipeline.tables.storage import Place
+from faithfulness_pipeline.tables.table_format import TableFormat
 
 #: Folder names a calibration table may have in a warehouse (issue 16 builds it; the report only shows it).
 CALIBRATION_TABLES = ("judge_calibration", "calibration")
@@ -50,6 +53,56 @@ def _warehouse_files(root: Place, table: str, listed: Listed | None = None) -> l
         return live
     return [f for f in folder.files(".parquet")
             if f.parent().name.startswith("ds=") and f.parent().parent().path == folder.path]
+
+
+#: The warehouse's table of scored rows.
+SCORED_TABLE = "scored_conversations"
+
+
+@dataclass(frozen=True)
+class WarehouseTables:
+    """A warehouse read through its table format (``tables.table_format``), whatever the format: every day of its
+    scored table that the format lists, now or as of ``as_of`` (a ``table_version`` of the scored table). As of a
+    version, the tables of other versions (the corrected figures, the calibration) are left out: their versions
+    are not the scored table's."""
+
+    tables: TableFormat
+    as_of: str | None = None
+
+    def describe(self) -> str:
+        when = f" as of version {self.as_of}" if self.as_of is not None else ""
+        return f"in the {self.tables.name} table format{when}"
+
+    def days(self, where: str) -> list[str | None]:
+        """The scored table's days; a warehouse without them is one line saying what to do."""
+        days = self.tables.partitions(SCORED_TABLE, self.as_of)
+        if not days:
+            raise InputError(f"warehouse {where!r} has no {SCORED_TABLE} table {self.describe()}: materialise it "
+                             f"first, or name the format it was written in (--table-format, FP_TABLE_FORMAT)")
+        return days
+
+    def schema(self, table: str, day: str | None) -> pl.Schema:
+        if self.as_of is None:
+            return self.tables.schema(table, day)
+        return self.tables.scan(table, [day], self.as_of).collect_schema()
+
+    def batches(self, table: str, day: str | None, rows: int, columns: Sequence[str]) -> Iterator[pl.DataFrame]:
+        """A day's ``columns`` in chunks of at most ``rows`` rows: the format's own bounded reader now; a past
+        version through its scan (``as_of``)."""
+        if self.as_of is None:
+            yield from self.tables.batches(table, day, rows, columns)
+            return
+        scan = self.tables.scan(table, [day], self.as_of).select(columns)
+        for batch in scan.collect_batches(chunk_size=rows, lazy=True):
+            yield from batch.iter_slices(rows)
+
+    def whole(self, table: str) -> pl.DataFrame | None:
+        """A small table (the corrected figures, a calibration) read whole, every day; None where it has none, and
+        as of a version of the scored table."""
+        if self.as_of is not None:
+            return None
+        days = self.tables.partitions(table)
+        return self.tables.scan(table, days).collect() if days else None
 
 
 def is_warehouse(spec: str | os.PathLike[str] | Place) -> bool:
@@ -98,11 +151,14 @@ def _scored_file(file: str) -> pl.Schema:
             f"{file!r} is {fmt}, not a scored table: the report reads the Parquet table `faithfulness-pipeline score "
             f"-o` writes (or a warehouse folder). Score the file first, then report on its output."
         )
-    schema = pl.Schema(parquet_schema(file))
+    return _checked_kinds(pl.Schema(parquet_schema(file)), file)
+
+
+def _checked_kinds(schema: pl.Schema, where: str) -> pl.Schema:
     for name, kind in _SCORED_KINDS.items():
         if name in schema and not kind(schema[name]):
             raise InputError(
-                f"column {name!r} of {file!r} has type {schema[name]}, not the type of a scored table's "
+                f"column {name!r} of {where!r} has type {schema[name]}, not the type of a scored table's "
                 f"{name!r}: give the output of `faithfulness-pipeline score` (or a warehouse folder)."
             )
     return schema
@@ -178,6 +234,24 @@ def _file_chunks(file: str, wanted: set[str], answer_column: str | None, rows: i
         raise read_error(file, exc) from exc
 
 
+def _table_chunks(spec: str, warehouse: WarehouseTables, wanted: set[str], answer_column: str | None,
+                  rows: int) -> Iterator[pl.DataFrame]:
+    """The scored rows of every day of a warehouse read through its table format, as :func:`scored_chunks`
+    gives them: the day is the partition."""
+    for day in warehouse.days(spec):
+        where = f"{spec} ({SCORED_TABLE} {day or ''})"
+        schema = _checked_kinds(warehouse.schema(SCORED_TABLE, day), where)
+        _check_scored(spec, where, schema.names())
+        columns = [c for c in schema.names() if c in wanted or c in ("verdicts", answer_column)]
+        date = (pl.lit(day).str.to_date("%Y-%m-%d", strict=False) if day else pl.lit(None, pl.Date)).alias(DAY)
+        empty = True
+        for frame in warehouse.batches(SCORED_TABLE, day, rows, columns):
+            empty = False
+            yield light(frame, answer_column).with_columns(date)
+        if empty:
+            yield light(pl.DataFrame(schema={c: schema[c] for c in columns}), answer_column).with_columns(date)
+
+
 def _check_scored(spec: str, file: str, names: Sequence[str]) -> None:
     missing = [c for c in ("row_key", "status", "hallucination_score", "faithfulness_score") if c not in names]
     if "verdicts" not in names:
@@ -191,13 +265,18 @@ def _check_scored(spec: str, file: str, names: Sequence[str]) -> None:
 
 def scored_chunks(spec: str, *, timestamp_column: str = "created_at", timestamp_required: bool = False,
                   timezone: str = "UTC", columns: tuple[str, ...] = (), answer_column: str | None = None,
-                  rows: int = CHUNK_ROWS, listed: Listed | None = None) -> Iterator[pl.DataFrame]:
+                  rows: int = CHUNK_ROWS, listed: Listed | None = None,
+                  warehouse: WarehouseTables | None = None) -> Iterator[pl.DataFrame]:
     """The scored rows of a warehouse or a scored table in chunks of at most ``rows`` rows, each with a
     ``day`` (Date) column: the report's own columns, ``columns``, and the ``answer_column`` as its script and
     word count (the texts of a month are gigabytes; the page shows a few). A table without
     ``timestamp_column`` is dated by ``scored_at``, unless the column was named on purpose
-    (``timestamp_required``): then it is refused, as a model column named on purpose is."""
+    (``timestamp_required``): then it is refused, as a model column named on purpose is. ``warehouse``: ``spec``
+    is a warehouse read through its table format."""
     wanted = {*SCORED_NEEDS, *columns, timestamp_column}
+    if warehouse is not None:
+        yield from _table_chunks(spec, warehouse, wanted, answer_column, rows)
+        return
     if listed is not None or is_warehouse(spec):
         files = _warehouse_files(Place.of(spec), "scored_conversations", listed)
         if not files:
@@ -230,14 +309,32 @@ def _read_table(file: str) -> pl.DataFrame:
         raise read_error(file, exc) from exc
 
 
+def _table_rows(warehouse: WarehouseTables, row_keys: list[str], columns: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """:func:`rows_of` of a warehouse read through its table format: each day's rows of these keys (the format
+    reads the keys and, where its scan pushes the filter down, the heavy columns of those rows only)."""
+    found: dict[str, dict[str, Any]] = {}
+    for day in warehouse.tables.partitions(SCORED_TABLE, warehouse.as_of):
+        missing = [k for k in row_keys if k not in found]
+        if not missing:
+            break
+        scan = warehouse.tables.scan(SCORED_TABLE, [day], warehouse.as_of)
+        names = scan.collect_schema().names()
+        wanted = ["row_key", *dict.fromkeys(c for c in columns if c in names and c != "row_key")]
+        for row in scan.filter(pl.col("row_key").is_in(missing)).select(wanted).collect().iter_rows(named=True):
+            found.setdefault(row.pop("row_key"), row)
+    return found
+
+
 def rows_of(spec: str, row_keys: list[str], columns: Sequence[str] = ("verdicts",),
-            listed: Listed | None = None) -> dict[str, dict[str, Any]]:
+            listed: Listed | None = None, warehouse: WarehouseTables | None = None) -> dict[str, dict[str, Any]]:
     """These rows of a warehouse or scored table by row key, with the ``columns`` they have (the full
     verdicts: claim, reason, evidence; the answer and question texts). Each file's row keys are read first,
     a row group at a time; the heavy columns only of the row groups that hold a wanted key, a chunk at a
     time (a row group's claims and texts decoded at once are hundreds of megabytes)."""
     if not row_keys:
         return {}
+    if warehouse is not None:
+        return _table_rows(warehouse, row_keys, columns)
     files = ([f.uri for f in _warehouse_files(Place.of(spec), "scored_conversations", listed)]
              if listed is not None or is_warehouse(spec) else resolve_inputs(spec))
     found: dict[str, dict[str, Any]] = {}
@@ -290,10 +387,14 @@ def day_of(frame: pl.DataFrame, column: str, timezone: str,
     raise InputError(f"column {column!r} holds {dtype}, not a timestamp: {fix}")
 
 
-def load_calibration(spec: str | None, warehouse: Place | None, listed: Listed | None = None) -> pl.DataFrame | None:
-    """The judge's calibration table when one is given or the warehouse has one; None otherwise."""
+def load_calibration(spec: str | None, warehouse: Place | None, listed: Listed | None = None,
+                     tables: WarehouseTables | None = None) -> pl.DataFrame | None:
+    """The judge's calibration table when one is given or the warehouse has one; None otherwise (``tables``: the
+    warehouse read through its table format)."""
     if spec:
         return pl.concat([_read_table(f) for f in resolve_inputs(spec)], how="diagonal_relaxed")
+    if tables is not None:
+        return next((t for t in map(tables.whole, CALIBRATION_TABLES) if t is not None), None)
     if warehouse is None:
         return None
     for table in CALIBRATION_TABLES:
@@ -310,15 +411,22 @@ def load_calibration(spec: str | None, warehouse: Place | None, listed: Listed |
 CORRECTED_TABLE = "daily_corrected_quality"
 
 
-def load_corrected(warehouse: Place | None, listed: Listed | None = None) -> pl.DataFrame | None:
+def load_corrected(warehouse: Place | None, listed: Listed | None = None,
+                   tables: WarehouseTables | None = None) -> pl.DataFrame | None:
     """The warehouse's corrected figures of the groups that have them (a few rows a day), day by day; None
-    where there are none."""
-    if warehouse is None:
-        return None
-    files = _warehouse_files(warehouse, CORRECTED_TABLE, listed)
-    if not files:
-        return None
-    table = pl.concat([_read_table(f.uri) for f in files], how="diagonal_relaxed")
+    where there are none (``tables``: the warehouse read through its table format)."""
+    if tables is not None:
+        found = tables.whole(CORRECTED_TABLE)
+        if found is None:
+            return None
+        table = found
+    else:
+        if warehouse is None:
+            return None
+        files = _warehouse_files(warehouse, CORRECTED_TABLE, listed)
+        if not files:
+            return None
+        table = pl.concat([_read_table(f.uri) for f in files], how="diagonal_relaxed")
     if "over_threshold_share_corrected" not in table.columns:
         return None
     kept = table.filter(pl.col("over_threshold_share_corrected").is_not_null())

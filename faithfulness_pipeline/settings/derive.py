@@ -6,7 +6,9 @@ reach each model's fields. From them come:
 
 - the CLI flags (``faithfulness-pipeline score --timeout ...``), built by ``cli`` from :func:`settings` for
   the models whose settings are flags (``calibrate`` also takes the calibration settings); the landing,
-  warehouse and partition settings are the Dagster layer's and are none (but ``report``'s own ``--timezone``);
+  warehouse and partition settings are the Dagster layer's and are none, but for those that name a flag: the
+  ``report``'s own ``--timezone``, and the warehouse's table format and place (``--table-format``,
+  ``--postgres-url``, ...) that ``report``, ``compare`` and ``estimate`` read a warehouse with;
 - the Dagster resource fields: ``JudgeResource``, ``ScoringResource``, ``CalibrationResource``,
   ``TracesResource``, ``ReviewResource``, ``LandingResource`` and ``WarehouseResource`` inherit the models'
   fields (the first partition is fixed when the code location loads, so no resource has it);
@@ -49,8 +51,9 @@ class Registered(NamedTuple):
     prefix: str  # of its variables (a field may name its own: fields.variable)
     resource: str | None  # the Dagster resource with its fields; None: fixed when the code location loads
     # Whether its fields are CLI flags (``--`` and the name with dashes, unless ``fields.flag`` names one). The
-    # Dagster layer's settings are not; such a field names only a flag a command declares itself
-    # (``report --timezone``), so the table never shows a flag no command has.
+    # Dagster layer's settings are not; such a field names a flag only where commands have it: one a command
+    # declares itself (``report --timezone``), or one built from the field for the commands that take it (the
+    # warehouse's table format: ``cli/warehouse.py``), so the table never shows a flag no command has.
     flags: bool = True
 
 

@@ -1,8 +1,10 @@
 """The Dagster layer's settings: where conversations land, where the warehouse is, the first daily partition.
 
-They are no flags of ``score`` or ``calibrate`` (the registry in ``derive`` says so; ``report`` has its own
-``--timezone``); they are ``FP_*`` variables and, but for the first partition, the Dagster ``landing`` and
-``warehouse`` resource fields. Their variables predate these
+They are no flags of ``score`` or ``calibrate`` (the registry in ``derive`` says so); they are ``FP_*`` variables
+and, but for the first partition, the Dagster ``landing`` and ``warehouse`` resource fields. A few name the flag of
+the commands that read what the Dagster layer writes: ``report``'s own ``--timezone``, and the table format and
+its place (``--table-format``, ``--postgres-url``, ...), which ``report``, ``compare`` and ``estimate`` take to read
+a warehouse (``cli/warehouse.py`` builds those options from these fields). Their variables predate these
 models, so fields whose variable is not ``FP_`` and the field name in capitals name it (``fields.variable``).
 """
 
@@ -131,19 +133,19 @@ class WarehouseSettings(BaseModel):
         description="the warehouse's table format: parquet (folders of day-partitioned Parquet files), delta "
         "(Delta Lake tables), iceberg (Apache Iceberg tables in the SQL catalog FP_ICEBERG_CATALOG), postgres "
         "(tables in the database FP_POSTGRES_URL); docs/table-formats.md",
-        json_schema_extra=variable("FP_TABLE_FORMAT"),
+        json_schema_extra={**variable("FP_TABLE_FORMAT"), **flag("--table-format")},
     )
     postgres_url: str | None = Field(
         default=None,
         description="the database of the postgres table format: postgresql://user:password@host:5432/db (a Unix "
         "socket folder as ?host=/folder); required when table_format is postgres; shown without its password",
-        json_schema_extra=variable("FP_POSTGRES_URL"),
+        json_schema_extra={**variable("FP_POSTGRES_URL"), **flag("--postgres-url")},
     )
     postgres_schema: str = Field(
         default="faithfulness",
         description="the PostgreSQL schema the postgres table format keeps the tables, their loads and the BI "
         "views in (created when absent)",
-        json_schema_extra=variable("FP_POSTGRES_SCHEMA"),
+        json_schema_extra={**variable("FP_POSTGRES_SCHEMA"), **flag("--postgres-schema")},
     )
     version_retention_days: int = Field(
         default=30, ge=1, le=3650,
@@ -155,12 +157,12 @@ class WarehouseSettings(BaseModel):
         default=None,
         description="the iceberg format's SQL catalog, a SQLAlchemy URI: sqlite:////path/catalog.sqlite or "
         "postgresql://user@host/db (unset: <root>/_iceberg_catalog.sqlite; required for a root in an object store)",
-        json_schema_extra=variable("FP_ICEBERG_CATALOG"),
+        json_schema_extra={**variable("FP_ICEBERG_CATALOG"), **flag("--iceberg-catalog")},
     )
     iceberg_namespace: str = Field(
         default="faithfulness",
         description="the iceberg format's namespace (database) in its catalog, holding every table",
-        json_schema_extra=variable("FP_ICEBERG_NAMESPACE"),
+        json_schema_extra={**variable("FP_ICEBERG_NAMESPACE"), **flag("--iceberg-namespace")},
     )
 
     segment_columns: list[str] = Field(

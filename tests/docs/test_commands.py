@@ -50,6 +50,9 @@ RUN_BY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("docs/table-formats.md", "python", "landing_days(TableSettings(url"): (
         "tests/sources/test_table_landing.py::test_the_docs_snippet_lists_the_days_of_a_postgres_landing_table",
     ),
+    ("docs/table-formats.md", "bash", "--table-format delta --as-of 2"): (
+        "tests/cli/test_warehouse_formats.py::test_the_documented_commands_run_as_printed",
+    ),
     ("docs/table-formats.md", "python", "DeltaTable(uri, version=int(table_version))"): (
         "tests/defs/test_delta_materialize.py::test_a_day_in_delta_tables_is_read_by_every_engine_and_each_version_is_what_it_published",
     ),
