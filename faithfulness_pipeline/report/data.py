@@ -25,6 +25,7 @@ from faithfulness_pipeline.core.claimless import answer_words
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.tables.delta_tables import live_files
 from faithfulness_pipeline.tables.inputs import PARQUET, input_format, resolve_inputs
+from faithfulness_pipeline.tables.parquet_tables import ParquetTables
 from faithfulness_pipeline.tables.read import READ_ERRORS, parquet_batches, parquet_schema, read_error
 from faithfulness_pipeline.tables.storage import Place
 from faithfulness_pipeline.tables.table_format import TableFormat
@@ -95,6 +96,13 @@ class WarehouseTables:
         scan = self.tables.scan(table, [day], self.as_of).select(columns)
         for batch in scan.collect_batches(chunk_size=rows, lazy=True):
             yield from batch.iter_slices(rows)
+
+    def parquet_files(self) -> list[str] | None:
+        """The scored table's files where the warehouse is in the Parquet layout (now): read as a scored table's
+        files are, only the columns and row groups wanted; None in another format."""
+        if not isinstance(self.tables, ParquetTables) or self.as_of is not None:
+            return None
+        return [self.tables.file(SCORED_TABLE, day).uri for day in self.tables.partitions(SCORED_TABLE)]
 
     def whole(self, table: str) -> pl.DataFrame | None:
         """A small table (the corrected figures, a calibration) read whole, every day; None where it has none, and
@@ -199,6 +207,8 @@ VERDICT_FIELDS = ("verdicts.list.element.verdict", "verdicts.list.element.specul
 #: Rows read at a time: a chunk (its answers' texts while their script and words are counted) is all the
 #: report holds of the rows; what it keeps of them is merged tallies and counts.
 CHUNK_ROWS = 50_000
+#: A chunk read through a table format is this share of :data:`CHUNK_ROWS` (its verdicts come whole).
+TABLE_CHUNK_SHARE = 5
 
 
 def light(frame: pl.DataFrame, answer_column: str | None) -> pl.DataFrame:
@@ -239,13 +249,20 @@ def _table_chunks(spec: str, warehouse: WarehouseTables, wanted: set[str], answe
     """The scored rows of every day of a warehouse read through its table format, as :func:`scored_chunks`
     gives them: the day is the partition."""
     for day in warehouse.days(spec):
+        date = (pl.lit(day).str.to_date("%Y-%m-%d", strict=False) if day else pl.lit(None, pl.Date)).alias(DAY)
+        if isinstance(warehouse.tables, ParquetTables) and warehouse.as_of is None:
+            # The layout's files, read as a scored table's: the verdicts' two light fields, not every claim's text.
+            for chunk in _file_chunks(warehouse.tables.file(SCORED_TABLE, day).uri, wanted, answer_column, rows):
+                yield chunk.with_columns(date)
+            continue
         where = f"{spec} ({SCORED_TABLE} {day or ''})"
         schema = _checked_kinds(warehouse.schema(SCORED_TABLE, day), where)
         _check_scored(spec, where, schema.names())
         columns = [c for c in schema.names() if c in wanted or c in ("verdicts", answer_column)]
-        date = (pl.lit(day).str.to_date("%Y-%m-%d", strict=False) if day else pl.lit(None, pl.Date)).alias(DAY)
         empty = True
-        for frame in warehouse.batches(SCORED_TABLE, day, rows, columns):
+        # A format reads whole columns: every claim's text, reason and passage of the verdicts comes with the
+        # chunk (the Parquet files give the verdicts' two light fields alone), so its chunks are smaller.
+        for frame in warehouse.batches(SCORED_TABLE, day, max(1, rows // TABLE_CHUNK_SHARE), columns):
             empty = False
             yield light(frame, answer_column).with_columns(date)
         if empty:
@@ -333,9 +350,11 @@ def rows_of(spec: str, row_keys: list[str], columns: Sequence[str] = ("verdicts"
     time (a row group's claims and texts decoded at once are hundreds of megabytes)."""
     if not row_keys:
         return {}
-    if warehouse is not None:
+    layout = warehouse.parquet_files() if warehouse is not None else None
+    if warehouse is not None and layout is None:
         return _table_rows(warehouse, row_keys, columns)
-    files = ([f.uri for f in _warehouse_files(Place.of(spec), "scored_conversations", listed)]
+    files = (layout if layout is not None else
+             [f.uri for f in _warehouse_files(Place.of(spec), "scored_conversations", listed)]
              if listed is not None or is_warehouse(spec) else resolve_inputs(spec))
     found: dict[str, dict[str, Any]] = {}
     for file in files:
