@@ -25,10 +25,9 @@ from faithfulness_pipeline.core.claimless import answer_words
 from faithfulness_pipeline.core.errors import InputError
 from faithfulness_pipeline.tables.delta_tables import live_files
 from faithfulness_pipeline.tables.inputs import PARQUET, input_format, resolve_inputs
-from faithfulness_pipeline.tables.parquet_tables import ParquetTables
 from faithfulness_pipeline.tables.read import READ_ERRORS, parquet_batches, parquet_schema, read_error
 from faithfulness_pipeline.tables.storage import Place
-from faithfulness_pipeline.tables.table_format import TableFormat
+from faithfulness_pipeline.tables.table_format import OneFilePerPartition, TableFormat
 
 #: Folder names a calibration table may have in a warehouse (issue 16 builds it; the report only shows it).
 CALIBRATION_TABLES = ("judge_calibration", "calibration")
@@ -98,9 +97,9 @@ class WarehouseTables:
             yield from batch.iter_slices(rows)
 
     def parquet_files(self) -> list[str] | None:
-        """The scored table's files where the warehouse is in the Parquet layout (now): read as a scored table's
-        files are, only the columns and row groups wanted; None in another format."""
-        if not isinstance(self.tables, ParquetTables) or self.as_of is not None:
+        """The scored table's files where the format keeps a partition in one file (the Parquet layout), now: read
+        as a scored table's files are, only the columns and row groups wanted; None in another format."""
+        if not isinstance(self.tables, OneFilePerPartition) or self.as_of is not None:
             return None
         return [self.tables.file(SCORED_TABLE, day).uri for day in self.tables.partitions(SCORED_TABLE)]
 
@@ -250,7 +249,7 @@ def _table_chunks(spec: str, warehouse: WarehouseTables, wanted: set[str], answe
     gives them: the day is the partition."""
     for day in warehouse.days(spec):
         date = (pl.lit(day).str.to_date("%Y-%m-%d", strict=False) if day else pl.lit(None, pl.Date)).alias(DAY)
-        if isinstance(warehouse.tables, ParquetTables) and warehouse.as_of is None:
+        if isinstance(warehouse.tables, OneFilePerPartition) and warehouse.as_of is None:
             # The layout's files, read as a scored table's: the verdicts' two light fields, not every claim's text.
             for chunk in _file_chunks(warehouse.tables.file(SCORED_TABLE, day).uri, wanted, answer_column, rows):
                 yield chunk.with_columns(date)

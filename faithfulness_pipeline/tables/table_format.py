@@ -100,6 +100,15 @@ class ListsDataFiles(Protocol):
     def data_files(self, table: str) -> list[Place]: ...
 
 
+@runtime_checkable
+class OneFilePerPartition(Protocol):
+    """A format whose every partition is one Parquet file that other readers may open as a file (the Parquet
+    layout): a reader that wants only some fields of a nested column (the report: two fields of every verdict,
+    not its claim's text) reads that file instead of the partition's whole columns."""
+
+    def file(self, table: str, partition: str | None) -> Place: ...
+
+
 class FormatSettings(Protocol):
     """What a format is built from: the warehouse's settings (``settings.landing.WarehouseSettings``, which this
     layer may not import), as far as a format reads them."""
