@@ -86,8 +86,9 @@ class Plan:
 
 
 def run_day(plan: Plan, run_dir: Path, server: ServerProcess | None, warm_store: Path | None,
-            kill_above_gb: float, timeout_s: float) -> dict[str, Any]:
-    """``dg launch`` of the day in a fresh DAGSTER_HOME and warehouse, sampled."""
+            kill_above_gb: float, timeout_s: float, settings: dict[str, str] | None = None) -> dict[str, Any]:
+    """``dg launch`` of the day in a fresh DAGSTER_HOME and warehouse, sampled; ``settings``: more ``FP_*``
+    variables for the code location (a table format and its own settings)."""
     assert plan.landing is not None
     warehouse = run_dir / "warehouse"
     warehouse.mkdir(parents=True)
@@ -95,7 +96,7 @@ def run_day(plan: Plan, run_dir: Path, server: ServerProcess | None, warm_store:
         copy_store(warm_store, warehouse / STORE_NAME)  # where the code location's judge looks for it
     env = {**base_env(), **_judge_env(None if server is None else server.base_url),
            "DAGSTER_HOME": str(home(run_dir / "dagster_home")), "FP_LANDING": str(plan.landing),
-           "FP_WAREHOUSE": str(warehouse), "FP_PARTITIONS_START": DAY}
+           "FP_WAREHOUSE": str(warehouse), "FP_PARTITIONS_START": DAY, **(settings or {})}
     command = [str(Path(sys.executable).parent / "dg"), "launch", "--assets", "group:answer_quality",
                "--partition", DAY]
     before = _requests(server)
@@ -106,7 +107,8 @@ def run_day(plan: Plan, run_dir: Path, server: ServerProcess | None, warm_store:
     result["requests"] = None if server is None else _requests(server) - (before or 0)
     result["ok"] = seen.returncode == 0 and "RUN_SUCCESS" in text and not seen.killed
     result["tables"] = sizes(warehouse)
-    # Every file of the day's partition: a day split into shards may write more than one.
+    # Every file of the day's partition in the Parquet layout (a day split into shards may write more than one);
+    # 0 in a format that keeps its rows elsewhere (the caller counts them through the format).
     result["scored_rows"] = sum(parquet_rows(p) for p in (warehouse / "scored_conversations" / f"ds={DAY}").rglob("*.parquet"))
     if not result["ok"] and not seen.killed:
         raise RuntimeError(f"dg launch failed (exit {seen.returncode}): {text[-3000:]}")
