@@ -16,7 +16,8 @@ wall time, and the bytes of each table (files under the warehouse; for PostgreSQ
 ``pg_total_relation_size``). Each table's rows for the day are read back through the format, in a child process.
 
     .venv/bin/python bench/dagster_day_formats.py [--rows 100000] [--formats parquet delta iceberg postgres]
-        [--work DIR] [--kill-above-gb 15] [--json out.json]
+        [--work DIR] [--kill-above-gb 15] [--json out.json] [--smaller small.json]
+    .venv/bin/python bench/dagster_day_formats.py --report-from out.json [--smaller small.json]
 """
 
 from __future__ import annotations
@@ -186,12 +187,22 @@ def _ratio(value: float, base: float | None) -> str:
     return "" if not base else f" ({value / base:.2f}×)"
 
 
+def _grew(day: dict[str, Any], small: dict[str, Any] | None) -> str:
+    """The smaller day's largest process and what the largest grew by from it."""
+    if small is None or not small["ok"]:
+        return " |"
+    return f" {small['largest_gb']:.2f} (+{day['largest_gb'] - small['largest_gb']:.2f}) |"
+
+
 def _mark(ok: bool) -> str:
     return "MET" if ok else "NOT met"
 
 
-def report(result: dict[str, Any], command: str = "") -> str:
+def report(result: dict[str, Any], command: str, smaller: dict[str, Any] | None = None) -> str:
+    """The section of BENCHMARKS.md; ``smaller``: the figures of a smaller day, to show what grew with the day."""
     days = result["formats"]
+    small = smaller["formats"] if smaller else {}
+    small_head = f" | at {smaller['rows']:,} rows GB (grew)" if smaller else ""
     base = days.get("parquet")
     base_gb = base["largest_gb"] if base and base["ok"] else None
     lines = [
@@ -208,15 +219,16 @@ def report(result: dict[str, Any], command: str = "") -> str:
         "their relations' `pg_total_relation_size` (rows of the table's loads with its indexes and TOAST).",
         "",
         f"| format | wall s | largest process GB (which) | / Parquet's (target ≤ {TARGET_VS_PARQUET}×) | at once GB "
-        "| scored rows | tables MB | other MB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| scored rows | tables MB | other MB{small_head} |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if smaller else ""),
     ]
     for fmt, d in days.items():
         state = f" ({d['killed']})" if d["killed"] else ""
         ratio = f"**{d['largest_gb'] / base_gb:.2f}×**" if base_gb and d["ok"] else "n/a"
         lines.append(f"| {fmt} | {d['wall_s']:.0f}{state} | **{d['largest_gb']:.2f}** ({d['largest_role']}) | "
                      f"{ratio} | {d['at_once_gb']:.2f} | {d['scored_rows']:,} | "
-                     f"{sum(_tables(d).values()) / MB:.0f} | {sum(_other(d).values()) / MB:.1f} |")
+                     f"{sum(_tables(d).values()) / MB:.0f} | {sum(_other(d).values()) / MB:.1f} |"
+                     + (_grew(d, small.get(fmt)) if smaller else ""))
     steps: dict[str, float] = {}
     for d in days.values():
         for step, gb in _step_peaks(d).items():
@@ -266,8 +278,9 @@ def report(result: dict[str, Any], command: str = "") -> str:
             continue
         ratio = d["largest_gb"] / base_gb
         over = [f"{s} {gb / base_steps[s]:.2f}×" for s, gb in _step_peaks(d).items()
-                if s in base_steps and gb / base_steps[s] > TARGET_VS_PARQUET]
-        steps_note = f"; steps above {TARGET_VS_PARQUET}× their Parquet peak: {', '.join(over)}" if over else ""
+                if s in base_steps and _writes(s, tables) and gb / base_steps[s] > TARGET_VS_PARQUET]
+        steps_note = (f"; steps writing a table above {TARGET_VS_PARQUET}× their Parquet peak: {', '.join(over)}"
+                      if over else f"; no step writing a table above {TARGET_VS_PARQUET}× its Parquet peak")
         lines.append(f"- {fmt}: {d['largest_gb']:.2f} / {base_gb:.2f} GB = **{ratio:.2f}×**: "
                      f"**{_mark(ratio <= TARGET_VS_PARQUET)}**{steps_note}")
     lost = [f"{fmt} {d['scored_rows']:,}" for fmt, d in days.items() if d["ok"] and d["scored_rows"] != result["rows"]]
@@ -290,12 +303,22 @@ if __name__ == "__main__":
     parser.add_argument("--timeout-s", type=float, default=3600, help="stop a run that takes longer")
     parser.add_argument("--chunk-rows", type=int, default=CHUNK_ROWS, help="rows per generated chunk and row group")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
+    parser.add_argument("--report-from", type=Path, default=None,
+                        help="print the report of a run's --json figures again, running nothing")
+    parser.add_argument("--smaller", type=Path, default=None,
+                        help="the --json figures of a smaller day: the report shows what the largest process grew by")
     parser.add_argument("--inspect", action="store_true", help=argparse.SUPPRESS)  # the child of _inspect
     args = parser.parse_args()
     if args.inspect:
         print(json.dumps(inspect_tables()))
         sys.exit(0)
+    smaller = json.loads(args.smaller.read_text(encoding="utf-8")) if args.smaller else None
+    if args.report_from:
+        figures = json.loads(args.report_from.read_text(encoding="utf-8"))
+        print(report(figures, figures.get("command", ""), smaller))
+        sys.exit(0)
     figures = run(args.rows, args.formats, args.work, args.kill_above_gb, args.timeout_s, args.chunk_rows)
+    figures["command"] = ".venv/bin/python bench/dagster_day_formats.py " + " ".join(sys.argv[1:])
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1, default=str), encoding="utf-8")
-    print(report(figures, "bench/dagster_day_formats.py " + " ".join(sys.argv[1:])))
+    print(report(figures, figures["command"], smaller))
