@@ -113,7 +113,8 @@ def _drop_schema(cluster: Any) -> None:
 
 
 def run(rows: int, formats: list[str], work: Path | None, kill_above_gb: float, timeout_s: float,
-        chunk_rows: int = CHUNK_ROWS) -> dict[str, Any]:
+        chunk_rows: int = CHUNK_ROWS, save: Path | None = None) -> dict[str, Any]:
+    """Every format's day; ``save``: the figures so far are written there after each day."""
     started = time.perf_counter()
     result: dict[str, Any] = {"machine": machine(), "day": DAY, "rows": rows, "chunk_rows": chunk_rows,
                               "formats": {}, "loads": []}
@@ -139,7 +140,7 @@ def run(rows: int, formats: list[str], work: Path | None, kill_above_gb: float, 
                 _drop_schema(cluster)  # a fresh schema, as every other format gets a fresh warehouse
             print(f"dg launch: {fmt}, {rows:,} rows ...", file=sys.stderr, flush=True)
             day = run_day(Plan(rows, "offline", landing=landing), run_dir, None, None, kill_above_gb, timeout_s,
-                          settings)
+                          settings, failed_is_error=False)  # a format that fails is a finding: the next one runs
             env = {**base_env(), **settings, "FP_WAREHOUSE": str(run_dir / "warehouse")}
             day.update(_inspect(env))
             day["scored_rows"] = day["rows"].get("scored_conversations", 0)
@@ -150,7 +151,10 @@ def run(rows: int, formats: list[str], work: Path | None, kill_above_gb: float, 
             result["formats"][fmt] = day
             result["loads"].append(os.getloadavg()[0])
             print(f"  {day['wall_s']:.0f} s, largest {day['largest_gb']:.2f} GB ({day['largest_role']}), "
-                  f"{day['scored_rows']:,} scored rows, package from {day['package']}", file=sys.stderr, flush=True)
+                  f"{day['scored_rows']:,} scored rows, package from {day['package']}"
+                  + (f"; FAILED: {day['failure']}" if day.get("failure") else ""), file=sys.stderr, flush=True)
+            if save is not None:
+                save.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
             shutil.rmtree(run_dir / "warehouse", ignore_errors=True)  # the logs stay
             shutil.rmtree(run_dir / "dagster_home", ignore_errors=True)
     result["load"] = os.getloadavg()
@@ -223,7 +227,7 @@ def report(result: dict[str, Any], command: str, smaller: dict[str, Any] | None 
         "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if smaller else ""),
     ]
     for fmt, d in days.items():
-        state = f" ({d['killed']})" if d["killed"] else ""
+        state = f" ({d['killed']})" if d["killed"] else (" (**failed**)" if d.get("failure") else "")
         ratio = f"**{d['largest_gb'] / base_gb:.2f}×**" if base_gb and d["ok"] else "n/a"
         lines.append(f"| {fmt} | {d['wall_s']:.0f}{state} | **{d['largest_gb']:.2f}** ({d['largest_role']}) | "
                      f"{ratio} | {d['at_once_gb']:.2f} | {d['scored_rows']:,} | "
@@ -274,7 +278,9 @@ def report(result: dict[str, Any], command: str, smaller: dict[str, Any] | None 
         if fmt == "parquet":
             continue
         if not (base_gb and d["ok"]):
-            lines.append(f"- {fmt}: **not measured** ({d['killed'] or 'no Parquet day to compare with'})")
+            why = d["killed"] or d.get("failure") or "no Parquet day to compare with"
+            lines.append(f"- {fmt}: **not measured**: the day did not complete ({why})" if d.get("failure") or
+                         d["killed"] else f"- {fmt}: **not measured** ({why})")
             continue
         ratio = d["largest_gb"] / base_gb
         over = [f"{s} {gb / base_steps[s]:.2f}×" for s, gb in _step_peaks(d).items()
@@ -302,7 +308,8 @@ if __name__ == "__main__":
     parser.add_argument("--kill-above-gb", type=float, default=15.0, help="stop a run whose processes hold more")
     parser.add_argument("--timeout-s", type=float, default=3600, help="stop a run that takes longer")
     parser.add_argument("--chunk-rows", type=int, default=CHUNK_ROWS, help="rows per generated chunk and row group")
-    parser.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the raw figures here (after each format's day, and at the end)")
     parser.add_argument("--report-from", type=Path, default=None,
                         help="print the report of a run's --json figures again, running nothing")
     parser.add_argument("--smaller", type=Path, default=None,
@@ -317,7 +324,7 @@ if __name__ == "__main__":
         figures = json.loads(args.report_from.read_text(encoding="utf-8"))
         print(report(figures, figures.get("command", ""), smaller))
         sys.exit(0)
-    figures = run(args.rows, args.formats, args.work, args.kill_above_gb, args.timeout_s, args.chunk_rows)
+    figures = run(args.rows, args.formats, args.work, args.kill_above_gb, args.timeout_s, args.chunk_rows, args.json)
     figures["command"] = ".venv/bin/python bench/dagster_day_formats.py " + " ".join(sys.argv[1:])
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1, default=str), encoding="utf-8")
