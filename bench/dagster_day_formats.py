@@ -153,6 +153,7 @@ def run(rows: int, formats: list[str], work: Path | None, kill_above_gb: float, 
             print(f"  {day['wall_s']:.0f} s, largest {day['largest_gb']:.2f} GB ({day['largest_role']}), "
                   f"{day['scored_rows']:,} scored rows, package from {day['package']}"
                   + (f"; FAILED: {day['failure']}" if day.get("failure") else ""), file=sys.stderr, flush=True)
+            result["load"], result["total_s"] = os.getloadavg(), time.perf_counter() - started  # so far
             if save is not None:
                 save.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
             shutil.rmtree(run_dir / "warehouse", ignore_errors=True)  # the logs stay
@@ -210,7 +211,7 @@ def report(result: dict[str, Any], command: str, smaller: dict[str, Any] | None 
     base = days.get("parquet")
     base_gb = base["largest_gb"] if base and base["ok"] else None
     lines = [
-        "## Table formats: a 100,000-answer Dagster day per format (issue 53)",
+        f"## Table formats: a {result['rows']:,}-answer Dagster day per format (issue 53)",
         "",
         f"`{command or '.venv/bin/python bench/dagster_day_formats.py'}` — one landing file of {result['rows']:,} "
         f"typical RAG rows ({result['landing_bytes'] / MB:.0f} MB; `bench/day_landing.py`, every `created_at` on "
@@ -264,11 +265,11 @@ def report(result: dict[str, Any], command: str, smaller: dict[str, Any] | None 
         "|---|---:|" + "---:|" * len(days),
     ]
     for table in sorted(tables):
-        counts = {d["rows"].get(table) for d in days.values()}
+        counts = {d["rows"][table] for d in days.values() if table in d["rows"]}  # a failed day lacks some
         shown = f"{counts.pop():,}" if len(counts) == 1 else " / ".join(
-            f"{fmt} {d['rows'].get(table, 0):,}" for fmt, d in days.items())
-        lines.append(f"| {table} | {shown} | " + " | ".join(f"{_tables(d).get(table, 0) / MB:.1f}"
-                                                          for d in days.values()) + " |")
+            f"{fmt} {d['rows'][table]:,}" for fmt, d in days.items() if table in d["rows"])
+        lines.append(f"| {table} | {shown} | " + " | ".join(
+            f"{_tables(d)[table] / MB:.1f}" if table in d["rows"] else "not written" for d in days.values()) + " |")
     for fmt, d in days.items():
         other = ", ".join(f"{k} {v / MB:.1f}" for k, v in sorted(_other(d).items()))
         lines.append(f"\n- {fmt}, not tables (MB): {other or 'none'}")
