@@ -58,8 +58,9 @@ _COMMIT_LOCK: Final = "faithfulness-pipeline commit:"
 _LOCK: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 #: Rows fetched from the server at a time (a batch of more is gathered from several).
 FETCH_ROWS: Final = 2_000
-#: Rows a scan reads per batch when polars gives no hint.
-SCAN_BATCH: Final = 50_000
+#: Rows a scan reads per batch at most: polars' hint may be larger (100,000 rows, a whole typical day, held at once
+#: with its nested columns decoded), so the hint is capped here.
+SCAN_BATCH: Final = 10_000
 
 
 def _day(partition: str | None) -> dt.date | None:
@@ -396,7 +397,8 @@ class PostgresTables:
             left = n_rows
             with self._reading() as conn:
                 for load in loads:
-                    for frame in self._load_batches(conn, table, load, wanted, batch_size or SCAN_BATCH):
+                    for frame in self._load_batches(conn, table, load, wanted, min(batch_size or SCAN_BATCH,
+                                                                                      SCAN_BATCH)):
                         if predicate is not None:
                             frame = frame.filter(predicate)
                         if left is not None:
