@@ -50,8 +50,6 @@ SUITE: list[tuple[str, list[str]]] = [
     # every day through dg launch and the CLI: expect well over an hour here). Its section comes last.
     ("celery_day.py", ["--rows", "100000"]),
     ("dagster_day.py", ["--rows", "100000", "1000000"]),
-    # The same offline 100,000-answer day once per table format (issue 53): about half an hour here.
-    ("dagster_day_formats.py", ["--rows", "100000"]),
 ]
 
 #: Benchmarks whose every figure is a count, a ratio of counts or a peak RSS, never a time: they may run
