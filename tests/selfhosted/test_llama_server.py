@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,9 @@ MAX_RETRIES = "1"
 #: Gemma's rows per language in the CLI runs: each of its answers costs a cut reply of hundreds of tokens on two
 #: cores, and the plumbing these tests prove does not grow with the rows (sample_data/flat has 17).
 ROWS_PER_LANGUAGE = 1
+#: Rows the docs' recipe scores: what it proves (its own server, the window read from /props, the CLI as printed,
+#: the server gone with ``kill %1``) does not grow with the rows, and the languages are the CLI test's above.
+RECIPE_ROWS = 1
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +83,25 @@ def _cli(recorder: Recorder, src: Path, out: Path, *extra: str) -> subprocess.Co
                           check=False)  # fmt: skip
 
 
-def _sample(folder: Path) -> Path:
-    """The first rows of each language of sample_data/flat, as a folder of Parquet the CLI reads like the original."""
-    rows = pl.read_parquet(SAMPLE / "flat").filter(pl.int_range(pl.len()).over("language") < ROWS_PER_LANGUAGE)
+def _sample(folder: Path, rows: int | None = None) -> Path:
+    """The first rows of each language of sample_data/flat (or its first ``rows`` rows), as a folder of Parquet
+    the CLI reads like the original."""
+    flat = pl.read_parquet(SAMPLE / "flat")
+    flat = flat.filter(pl.int_range(pl.len()).over("language") < ROWS_PER_LANGUAGE) if rows is None else flat.head(rows)
     folder.mkdir(parents=True)
-    rows.write_parquet(folder / "conversations.parquet")
+    flat.write_parquet(folder / "conversations.parquet")
+    return folder
+
+
+def _day_landing(folder: Path, day: str) -> Path:
+    """The first row of each language of ``day`` in each of sample_data's files (flat and chat), as a landing
+    folder of the same shape: both landing shapes and every language reach the Dagster day, with a few answers
+    of Gemma's cut replies instead of every answer of the day."""
+    for part in ("flat", "chat"):
+        rows = pl.read_parquet(SAMPLE / part).filter(pl.col("created_at").dt.date() == date.fromisoformat(day))
+        rows = rows.filter(pl.int_range(pl.len()).over("language") < ROWS_PER_LANGUAGE)
+        (folder / part).mkdir(parents=True)
+        rows.write_parquet(folder / part / "conversations.parquet")
     return folder
 
 
@@ -131,17 +149,18 @@ def test_a_dagster_day_end_to_end(recorder: Recorder, tmp_path: Path, monkeypatc
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     (tmp_path / "dagster_home").mkdir()
     warehouse = tmp_path / "warehouse"
+    day = "2026-11-25"
+    landing = _day_landing(tmp_path / "landing", day)
     settings = DefsSettings.from_env({
         "FP_JUDGE_MODEL": MODEL, "FP_JUDGE_API_BASE": recorder.base_url, "FP_JUDGE_API_KEY_ENV": KEY_ENV,
         "FP_JUDGE_TIMEOUT_S": TIMEOUT_S, "FP_JUDGE_MAX_CONCURRENCY": str(SLOTS), "FP_JUDGE_MAX_RETRIES": MAX_RETRIES,
         # Gemma's cut replies make most rows error rows: the error_rate check would fail on the model, not on
         # the plumbing this test is about; every other ERROR check still must pass.
         "FP_MAX_ERROR_RATE": "1",
-        "FP_LANDING": str(SAMPLE), "FP_WAREHOUSE": str(warehouse),
+        "FP_LANDING": str(landing), "FP_WAREHOUSE": str(warehouse),
     })  # fmt: skip
     defs = build_defs(settings)
     everything = [*(defs.assets or []), *(defs.asset_checks or [])]
-    day = "2026-11-25"
     with dg.instance_for_test() as instance:
         result = dg.materialize(everything, partition_key=day, instance=instance, resources=defs.resources,  # type: ignore[arg-type]
                                 selection=dg.AssetSelection.groups("answer_quality"))  # fmt: skip
@@ -224,7 +243,7 @@ def test_the_documented_llama_cpp_commands_run_as_printed(tmp_path: Path) -> Non
     stopped by ``kill %1`` (its port is the page's 8080, moved to a free one for the test)."""
     port = free_port()
     code = block("docs/self-hosted.md", "bash", "llama_cpp serve").replace("8080", str(port))
-    flat = _sample(tmp_path / "sample_data" / "flat")
+    flat = _sample(tmp_path / "sample_data" / "flat", rows=RECIPE_ROWS)
     done = run_shell(code, tmp_path, shell_env(), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "2048 tokens a request, as the server says" in done.stderr
