@@ -50,7 +50,8 @@ def estimate_cost(judge: JudgeStack, source: Source[Part], config: ScoringConfig
             for start in range(0, len(items), size):
                 call = items[start : start + size]
                 estimates.append(estimate_items(judge, [x for x, _ in call], [v for _, v in call], seen))
-    estimate = _sum(estimates)
+    # No answer to send still gets the judge's own figures and notes (its prices, its window).
+    estimate = _sum(estimates or [estimate_items(judge, [], [], seen)])
     lines = [
         f"dry run with {judge.model_name} (prompt {judge.prompt_version}): {rows} rows, {answers} answers"
         + (f" ({sampled} rows in the sample)" if sampled < rows else ""),
