@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from faithfulness_pipeline.report.data import CALIBRATION_TABLES, CORRECTED_TABLE
 from faithfulness_pipeline.tables.parquet_tables import ParquetTables
-from faithfulness_pipeline.tables.postgres_tables import PostgresTables
+from faithfulness_pipeline.tables.postgres_tables import SCAN_BATCH, PostgresTables
 from faithfulness_pipeline.tables.storage import Place
 
 #: What the report reads of a warehouse: the scored rows, the corrected figures, the judge's calibration.
 REPORT_TABLES = ("scored_conversations", CORRECTED_TABLE, *CALIBRATION_TABLES)
-#: Rows per chunk of the copy.
-CHUNK = 20_000
 
 
 def parquet_copy(tables: PostgresTables, folder: str) -> str:
@@ -21,6 +19,6 @@ def parquet_copy(tables: PostgresTables, folder: str) -> str:
     for table in REPORT_TABLES:
         for partition in tables.partitions(table):
             with copy.writer(table, partition, tables.schema(table, partition)) as sink:
-                for frame in tables.batches(table, partition, CHUNK):
+                for frame in tables.batches(table, partition, SCAN_BATCH):  # the format's own bound
                     sink.write(frame)
     return folder
