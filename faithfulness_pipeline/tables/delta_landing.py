@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.dataset as pads
+import pyarrow.compute as pc  # not pyarrow.dataset: it imports pandas, which the scoring path never loads
 
 from faithfulness_pipeline.core.errors import ConfigError
 from faithfulness_pipeline.tables.day_window import DayWindow, Stamp, days_of
@@ -73,7 +73,7 @@ class DeltaLanding:
 
     def day_batches(self, column: str, stamp: Stamp, window: DayWindow, rows: int) -> Iterator[pl.DataFrame]:
         low, high = window.bounds(stamp)
-        field = pads.field(column)
+        field = pc.field(column)
         in_day = (field >= pa.scalar(low, _arrow_type(self._table, column))) & (
             field < pa.scalar(high, _arrow_type(self._table, column)))
         wanted = in_day | field.is_null() if window.undated else in_day
@@ -85,7 +85,7 @@ class DeltaLanding:
     def rows_before(self, column: str, stamp: Stamp, window: DayWindow) -> int:
         low, _ = window.bounds(stamp)
         dataset = self._dataset(column, None, None)
-        return int(dataset.count_rows(filter=pads.field(column) < pa.scalar(low, _arrow_type(self._table, column))))
+        return int(dataset.count_rows(filter=pc.field(column) < pa.scalar(low, _arrow_type(self._table, column))))
 
 
 def _arrow_type(table: DeltaTable, column: str) -> pa.DataType:

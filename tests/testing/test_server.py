@@ -442,6 +442,8 @@ def test_max_in_flight_queues_instead_of_rejecting() -> None:
         blocker.cancel()
         with pytest.raises(asyncio.CancelledError):
             await blocker
+        # The server counts the blocker cancelled when it notices the client left (CI once read it too soon).
+        await wait_until(lambda: server.stats().open_requests == 0, "the server saw the blocker leave")
 
     with FakeLLMServer(claims_responder, latency=Latency(base_s=30.0, max_in_flight=1)) as server:
         run(go())
