@@ -6,6 +6,9 @@ they are dropped before a table is written.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import polars as pl
 
 # --- internal working columns (between steps) ---------------------------------------------------------
@@ -130,3 +133,14 @@ STATUS_SKIPPED = "skipped"
 SOURCE_SKIPPED = "skipped"
 #: Rows that were not judged, on purpose: scored tables keep them with null scores.
 UNJUDGED_STATUSES = (STATUS_NOT_SAMPLED, STATUS_SKIPPED)
+
+
+def dtype_holds(dtype: Any, test: Callable[[Any], bool]) -> bool:
+    """Whether ``dtype`` or a type nested in it (a list's or an array's items, a struct's fields) passes ``test``."""
+    if test(dtype):
+        return True
+    if isinstance(dtype, pl.List | pl.Array):
+        return dtype_holds(dtype.inner, test)
+    if isinstance(dtype, pl.Struct):
+        return any(dtype_holds(field.dtype, test) for field in dtype.fields)
+    return False

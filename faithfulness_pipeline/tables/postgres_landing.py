@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 import polars as pl
 
 from faithfulness_pipeline.core.errors import ConfigError, InputError
+from faithfulness_pipeline.core.schema import dtype_holds
 from faithfulness_pipeline.tables.day_window import DayWindow, Stamp
 from faithfulness_pipeline.tables.postgres_connect import CONNECT_TIMEOUT_S, one_line, shown
 
@@ -126,7 +127,7 @@ class PostgresLanding:
                 raise _shape_error(f"column {name!r}", exc, "holds JSON values of more than one shape") from None
         # A part the sample never saw a value of (all null, an empty list) has no type to decode later rows'
         # values with: such a column stays the JSON text it is, rather than losing what the sample lacked.
-        return {n: pl.String() if _unknown(t) else t for n, t in types.items()}
+        return {n: pl.String() if dtype_holds(t, lambda part: part == pl.Null) else t for n, t in types.items()}
 
     def schema(self) -> pl.Schema:
         return pl.Schema({c: t for c, (_, t) in self._columns.items()})
@@ -200,17 +201,6 @@ class PostgresLanding:
             found = conn.execute(query, (low,)).fetchone()
         return int(found[0]) if found else 0
 
-
-def _unknown(dtype: object) -> bool:
-    """Whether ``dtype`` (a polars type, or a nested one's part) is or holds ``Null``: a JSON part whose type
-    the sample could not tell."""
-    if dtype == pl.Null:
-        return True
-    if isinstance(dtype, pl.List | pl.Array):
-        return _unknown(dtype.inner)
-    if isinstance(dtype, pl.Struct):
-        return any(_unknown(field.dtype) for field in dtype.fields)
-    return False
 
 
 def _decoded(frame: pl.DataFrame, decoded: list[pl.Expr]) -> pl.DataFrame:

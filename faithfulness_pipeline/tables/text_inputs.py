@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 
 from faithfulness_pipeline.core.errors import InputError
+from faithfulness_pipeline.core.schema import dtype_holds
 from faithfulness_pipeline.tables.storage import Place, StorageError, is_remote
 
 JSON_LINES: Final = "JSON Lines"
@@ -71,7 +72,7 @@ def _plan(path: str, fmt: str, text: frozenset[str], version: tuple[int, int] | 
         check_json_lines(path)
     inferred = scan(path, fmt).collect_schema()
     overrides: dict[str, pl.DataType] = {}
-    wide = [name for name, dtype in inferred.items() if _holds_wide_int(dtype)]
+    wide = [name for name, dtype in inferred.items() if dtype_holds(dtype, lambda part: part in _WIDE_INTS)]
     for name in wide:
         if inferred[name] not in _WIDE_INTS:  # inside lists or structs: no type keeps them but text
             raise InputError(
@@ -86,15 +87,6 @@ def _plan(path: str, fmt: str, text: frozenset[str], version: tuple[int, int] | 
     schema = pl.Schema({name: overrides.get(name, dtype) for name, dtype in inferred.items()})
     return ReadPlan(schema, overrides)
 
-
-def _holds_wide_int(dtype: Any) -> bool:
-    if dtype in _WIDE_INTS:
-        return True
-    if isinstance(dtype, pl.List | pl.Array):
-        return _holds_wide_int(dtype.inner)
-    if isinstance(dtype, pl.Struct):
-        return any(_holds_wide_int(f.dtype) for f in dtype.fields)
-    return False
 
 
 def _wide_int_type(path: str, fmt: str, name: str) -> pl.DataType:
