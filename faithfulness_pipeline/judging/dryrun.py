@@ -17,8 +17,6 @@ from faithfulness_pipeline.judging.llm.packing import rough_sentences
 from faithfulness_pipeline.judging.stack import JudgeStack
 from faithfulness_pipeline.sources.source import Part, Source
 
-_REPEATED = " items repeat an identical item of the run: each content is asked once"
-
 
 def estimate_cost(judge: JudgeStack, source: Source[Part], config: ScoringConfig, *, batch: bool = False,
                   max_cost_usd: float | None = None) -> str:
@@ -27,6 +25,7 @@ def estimate_cost(judge: JudgeStack, source: Source[Part], config: ScoringConfig
     spend cap (``max_cost_usd``) is enough for it."""
     answers = 0
     estimates: list[CostEstimate] = []
+    repeated = 0
     seen: set[bytes] = set()  # contents priced in an earlier call: the run's memory answers them again
     rows = sampled = 0
     overlap = judge.capabilities.overlap_rows
@@ -49,9 +48,11 @@ def estimate_cost(judge: JudgeStack, source: Source[Part], config: ScoringConfig
             size = max(1, overlap or len(items))
             for start in range(0, len(items), size):
                 call = items[start : start + size]
-                estimates.append(estimate_items(judge, [x for x, _ in call], [v for _, v in call], seen))
+                estimate, repeats = _call(judge, [x for x, _ in call], [v for _, v in call], seen)
+                estimates.append(estimate)
+                repeated += repeats
     # No answer to send still gets the judge's own figures and notes (its prices, its window).
-    estimate = _sum(estimates or [estimate_items(judge, [], [], seen)])
+    estimate = _with_repeats(_sum(estimates or [_call(judge, [], [], seen)[0]]), repeated)
     lines = [
         f"dry run with {judge.model_name} (prompt {judge.prompt_version}): {rows} rows, {answers} answers"
         + (f" ({sampled} rows in the sample)" if sampled < rows else ""),
@@ -81,12 +82,17 @@ def cap_line(cap_usd: float, estimate_usd: float | None) -> str:
                    "judged, and the rows left would get status skipped (exit 3)")
 
 
-def estimate_items(judge: JudgeStack, extract: Sequence[ExtractItem], verdict: Sequence[VerdictItem],
-                   seen: set[bytes] | None = None) -> CostEstimate:
+def estimate_items(judge: JudgeStack, extract: Sequence[ExtractItem], verdict: Sequence[VerdictItem]) -> CostEstimate:
     """The inner judge's estimate for each distinct content the store lacks, once. A verdict item whose
-    id is that of an extraction item with stored claims is estimated with those claims. ``seen`` holds the
-    content keys of earlier calls of the run (free here: the run's memory has them); this call's are added."""
-    seen = set() if seen is None else seen
+    id is that of an extraction item with stored claims is estimated with those claims."""
+    return _with_repeats(*_call(judge, extract, verdict, set()))
+
+
+def _call(judge: JudgeStack, extract: Sequence[ExtractItem], verdict: Sequence[VerdictItem],
+          seen: set[bytes]) -> tuple[CostEstimate, int]:
+    """:func:`estimate_items` of one call of a run, and how many of its items repeat a content already priced;
+    ``seen`` holds the content keys of the run's earlier calls (free here: the run's memory has them) and
+    gains this call's."""
     x_keys = {} if judge.keys is None else judge.keys.extract(extract)
     claims = {item_id: r.claims for item_id, r in judge.found("extract", x_keys).items()}
     verdict = [VerdictItem(it.id, claims[it.id] or (), it.context, it.question) if it.id in claims else it
@@ -98,14 +104,17 @@ def estimate_items(judge: JudgeStack, extract: Sequence[ExtractItem], verdict: S
     cached = len(claims) + len(v_found)
     estimating = judge.capabilities.estimating
     if estimating is None:
-        return CostEstimate(0, 0, 0, 0.0, cached_items=cached)
+        return CostEstimate(0, 0, 0, 0.0, cached_items=cached), 0
     inner = estimating.estimate(x_rest, v_rest)
     repeated = len(extract) - len(claims) - len(x_rest) + len(verdict) - len(v_found) - len(v_rest)
-    notes = list(inner.notes)
+    return CostEstimate(inner.requests, inner.prompt_tokens, inner.completion_tokens, inner.cost_usd,
+                        list(inner.notes), cached, inner.batch_cost_usd), repeated
+
+
+def _with_repeats(estimate: CostEstimate, repeated: int) -> CostEstimate:
     if repeated:
-        notes.append(f"{repeated}{_REPEATED}")
-    return CostEstimate(inner.requests, inner.prompt_tokens, inner.completion_tokens, inner.cost_usd, notes, cached,
-                        inner.batch_cost_usd)
+        estimate.notes.append(f"{repeated} items repeat an identical item of the run: each content is asked once")
+    return estimate
 
 
 def _distinct(items: list[Any], keys: dict[str, bytes], seen: set[bytes]) -> list[Any]:
@@ -126,23 +135,13 @@ def _slices(frame: pl.DataFrame, rows: int) -> list[pl.DataFrame]:
 
 
 def _sum(estimates: Sequence[CostEstimate]) -> CostEstimate:
-    """The estimates of a run's calls as one: the costs unknown where any call's is."""
+    """The estimates of a run's calls (at least one) as one: a cost unknown where any call's is."""
 
     def total(values: list[float | None]) -> float | None:
         return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
-    notes: dict[str, None] = {}
-    repeats = 0
-    for e in estimates:
-        for note in e.notes:
-            if note.endswith(_REPEATED):
-                repeats += int(note.split(" ", 1)[0])
-            else:
-                notes.setdefault(note)
-    if repeats:
-        notes.setdefault(f"{repeats}{_REPEATED}")
+    notes = dict.fromkeys(note for e in estimates for note in e.notes)  # each once, in order
     return CostEstimate(sum(e.requests for e in estimates), sum(e.prompt_tokens for e in estimates),
                         sum(e.completion_tokens for e in estimates),
-                        total([e.cost_usd for e in estimates]) if estimates else 0.0, list(notes),
-                        sum(e.cached_items for e in estimates),
-                        total([e.batch_cost_usd for e in estimates]) if estimates else None)  # fmt: skip
+                        total([e.cost_usd for e in estimates]), list(notes), sum(e.cached_items for e in estimates),
+                        total([e.batch_cost_usd for e in estimates]))  # fmt: skip
